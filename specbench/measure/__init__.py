@@ -1,0 +1,1 @@
+"""Measurement: NVML and host samplers, the speculative-decoding cost model."""

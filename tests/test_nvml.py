@@ -1,0 +1,284 @@
+"""NvmlSampler against a fake pynvml module (no GPU needed), and the host sampler."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from types import SimpleNamespace
+
+import pynvml as real_pynvml  # importable without a GPU; only its ctypes structs are used
+import pytest
+
+from specbench.errors import SpecbenchError
+from specbench.measure.host import HostSampler
+from specbench.measure.nvml import MIN_PERIOD_S, NvmlSampler, peak_bandwidth_gbs
+
+
+class NVMLError(Exception):
+    MESSAGES = {3: "Not Supported", 9: "Driver Not Loaded", 12: "NVML Shared Library Not Found"}
+
+    def __init__(self, value: int = 999) -> None:
+        super().__init__(value)
+        self.value = value
+
+    def __str__(self) -> str:
+        return self.MESSAGES.get(self.value, f"NVML error {self.value}")
+
+
+class NVMLError_NotSupported(NVMLError):
+    def __init__(self) -> None:
+        super().__init__(3)
+
+
+class NVMLError_DriverNotLoaded(NVMLError):
+    def __init__(self) -> None:
+        super().__init__(9)
+
+
+class NVMLError_LibraryNotFound(NVMLError):
+    def __init__(self) -> None:
+        super().__init__(12)
+
+
+class FakeNvml:
+    """The pynvml functions and constants the sampler uses, with an H200-like device."""
+
+    NVMLError = NVMLError
+    NVMLError_NotSupported = NVMLError_NotSupported
+    NVMLError_DriverNotLoaded = NVMLError_DriverNotLoaded
+    NVMLError_LibraryNotFound = NVMLError_LibraryNotFound
+    NVML_SUCCESS = 0
+    NVML_CLOCK_SM = 1
+    NVML_CLOCK_MEM = 2
+    NVML_PCIE_UTIL_TX_BYTES = 0
+    NVML_PCIE_UTIL_RX_BYTES = 1
+    NVML_GPM_METRIC_DRAM_BW_UTIL = real_pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL
+    NVML_GPM_METRICS_GET_VERSION = real_pynvml.NVML_GPM_METRICS_GET_VERSION
+    c_nvmlGpmMetricsGet_t = real_pynvml.c_nvmlGpmMetricsGet_t
+
+    def __init__(self, gpm: bool | str = True, init_error: type[Exception] | None = None,
+                 unsupported: tuple[str, ...] = (), name: str = "NVIDIA H200") -> None:
+        self.gpm = gpm  # True, False (isSupportedDevice 0) or "raise" (NVMLError_NotSupported)
+        self.init_error = init_error
+        self.unsupported = set(unsupported)
+        self.name = name
+        self.inits = self.shutdowns = self.gpm_gets = self.gpm_frees = 0
+        self.energy_mj = 1_000_000
+
+    def _check(self, fn: str) -> None:
+        if fn in self.unsupported:
+            raise NVMLError_NotSupported()
+
+    def nvmlInit(self) -> None:
+        if self.init_error is not None:
+            raise self.init_error()
+        self.inits += 1
+
+    def nvmlShutdown(self) -> None:
+        self.shutdowns += 1
+
+    def nvmlDeviceGetCount(self) -> int:
+        return 1
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> str:
+        return f"handle-{index}"
+
+    def nvmlDeviceGetName(self, handle: str) -> str:
+        return self.name
+
+    def nvmlDeviceGetUtilizationRates(self, handle: str) -> SimpleNamespace:
+        self._check("utilization")
+        return SimpleNamespace(gpu=90, memory=70)
+
+    def nvmlDeviceGetMemoryInfo(self, handle: str) -> SimpleNamespace:
+        return SimpleNamespace(total=150_000_000_000, used=40_000_000_000, free=110_000_000_000)
+
+    def nvmlDeviceGetPowerUsage(self, handle: str) -> int:
+        self._check("power")
+        return 450_000  # mW
+
+    def nvmlDeviceGetClockInfo(self, handle: str, clock: int) -> int:
+        assert clock == self.NVML_CLOCK_SM
+        return 1980
+
+    def nvmlDeviceGetPcieThroughput(self, handle: str, counter: int) -> int:
+        self._check("pcie")
+        return 2000 if counter == self.NVML_PCIE_UTIL_TX_BYTES else 500  # KB/s
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: str) -> int:
+        self._check("energy")
+        self.energy_mj += 1500
+        return self.energy_mj
+
+    def nvmlDeviceGetMemoryBusWidth(self, handle: str) -> int:
+        self._check("bus_width")
+        return 6144
+
+    def nvmlDeviceGetMaxClockInfo(self, handle: str, clock: int) -> int:
+        assert clock == self.NVML_CLOCK_MEM
+        return 3201
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: str) -> int:
+        return 5
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: str) -> int:
+        return 16
+
+    def nvmlGpmQueryDeviceSupport(self, handle: str) -> SimpleNamespace:
+        if self.gpm == "raise":
+            raise NVMLError_NotSupported()
+        return SimpleNamespace(isSupportedDevice=int(bool(self.gpm)))
+
+    def nvmlGpmSampleAlloc(self):
+        return real_pynvml.c_nvmlGpmSample_t()
+
+    def nvmlGpmSampleGet(self, handle: str, sample):
+        self.gpm_gets += 1
+        return sample
+
+    def nvmlGpmSampleFree(self, sample) -> None:
+        self.gpm_frees += 1
+
+    def nvmlGpmMetricsGet(self, request):
+        assert request.numMetrics == 1
+        assert request.metrics[0].metricId == self.NVML_GPM_METRIC_DRAM_BW_UTIL
+        request.metrics[0].value = 42.0
+        request.metrics[0].nvmlReturn = 0
+        return request
+
+
+H200_PEAK_GBS = 6144 * 3201e6 * 2 / 8 / 1e9
+
+
+def no_sampler_threads() -> bool:
+    return not any(t.name == "specbench-nvml" for t in threading.enumerate())
+
+
+def test_gpm_supported_reports_bandwidth_and_energy():
+    fake = FakeNvml()
+    with NvmlSampler(nvml=fake, period_s=0.1) as s:
+        time.sleep(0.35)
+    out = s.summary()
+    assert out["available"] and out["device"] == "NVIDIA H200"
+    assert out["dram_bw_util_pct_mean"] == pytest.approx(42.0)
+    assert out["peak_bandwidth_gbs"] == pytest.approx(H200_PEAK_GBS)
+    assert out["dram_bw_gbs_mean"] == pytest.approx(0.42 * H200_PEAK_GBS)
+    assert out["dram_bw_gbs_p95"] == pytest.approx(0.42 * H200_PEAK_GBS)
+    assert out["mem_util_pct_mean"] == 70 and out["gpu_util_pct_p95"] == 90
+    assert out["mem_used_gb_mean"] == pytest.approx(40.0)
+    assert out["power_w_mean"] == pytest.approx(450.0)
+    assert out["sm_clock_mhz_mean"] == 1980
+    assert out["pcie_tx_mbs_mean"] == pytest.approx(2.0) and out["pcie_rx_mbs_mean"] == pytest.approx(0.5)
+    assert out["energy_j"] == pytest.approx(1.5)
+    assert out["unavailable"] == {}
+    assert out["samples"] >= 3
+    assert fake.gpm_frees == 2 and fake.inits == fake.shutdowns == 1
+    rows = s.series_rows()
+    assert {r["metric"] for r in rows} >= {"dram_bw_util_pct", "mem_util_pct", "power_w"}
+    assert all(r["t_s"] >= 0 for r in rows)
+    assert no_sampler_threads()
+
+
+def test_peak_bandwidth_can_be_given():
+    with NvmlSampler(nvml=FakeNvml(unsupported=("bus_width",)), peak_bandwidth_gbs=4800.0) as s:
+        time.sleep(0.25)
+    assert s.summary()["dram_bw_gbs_mean"] == pytest.approx(0.42 * 4800.0)
+
+
+def test_gpm_not_supported_error():
+    with NvmlSampler(nvml=FakeNvml(gpm="raise")) as s:
+        time.sleep(0.15)
+    out = s.summary()
+    assert out["available"]
+    assert out["unavailable"]["dram_bw_util_pct"] == "Not Supported"
+    assert "Not Supported" in out["unavailable"]["dram_bw_gbs"]
+    assert "dram_bw_util_pct_mean" not in out
+    assert out["mem_util_pct_mean"] == 70  # the other metrics still sampled
+
+
+def test_gpm_absent_on_pre_hopper_gpu():
+    with NvmlSampler(nvml=FakeNvml(gpm=False, name="NVIDIA GeForce RTX 4090")) as s:
+        pass
+    assert "Hopper" in s.summary()["unavailable"]["dram_bw_util_pct"]
+
+
+def test_region_shorter_than_two_gpm_samples():
+    with NvmlSampler(nvml=FakeNvml()) as s:
+        pass
+    assert "shorter" in s.summary()["unavailable"]["dram_bw_util_pct"]
+
+
+def test_unsupported_metrics_reported_with_reason():
+    with NvmlSampler(nvml=FakeNvml(unsupported=("power", "energy", "pcie"))) as s:
+        time.sleep(0.15)
+    out = s.summary()
+    assert out["unavailable"]["power_w"] == "Not Supported"
+    assert out["unavailable"]["energy_j"] == "Not Supported"
+    assert out["unavailable"]["pcie_tx_mbs"] == "Not Supported"
+    assert out["energy_j"] is None and "power_w_mean" not in out
+    assert out["mem_util_pct_mean"] == 70
+
+
+@pytest.mark.parametrize("error", [NVMLError_LibraryNotFound, NVMLError_DriverNotLoaded])
+def test_no_gpu_disables_sampler_and_run_goes_on(error):
+    ran = False
+    with NvmlSampler(nvml=FakeNvml(init_error=error)) as s:
+        ran = True
+    assert ran
+    out = s.summary()
+    assert out["available"] is False
+    assert out["reason"].startswith("no NVIDIA GPU (")
+    assert no_sampler_threads()
+
+
+def test_pynvml_not_importable(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    with NvmlSampler() as s:
+        pass
+    assert s.summary()["reason"].startswith("no NVIDIA GPU (pynvml not importable")
+
+
+def test_short_period_raised_to_100ms():
+    s = NvmlSampler(nvml=FakeNvml(), period_s=0.01)
+    assert s.period_s == MIN_PERIOD_S and s.period_raised
+    with s:
+        time.sleep(0.35)
+    assert s.summary()["period_s"] == MIN_PERIOD_S
+    assert s.summary()["samples"] <= 6  # ~4 at 100 ms, not ~35 at 10 ms
+    assert not NvmlSampler(nvml=FakeNvml(), period_s=0.5).period_raised
+
+
+def test_thread_stops_when_body_raises():
+    fake = FakeNvml()
+    with pytest.raises(RuntimeError, match="boom"):
+        with NvmlSampler(nvml=fake, period_s=0.1):
+            time.sleep(0.05)
+            raise RuntimeError("boom")
+    assert no_sampler_threads()
+    assert fake.shutdowns == 1
+
+
+def test_bad_arguments():
+    with pytest.raises(SpecbenchError, match="period"):
+        NvmlSampler(period_s=0)
+    with pytest.raises(SpecbenchError, match="index"):
+        NvmlSampler(device_index=-1)
+    with pytest.raises(SpecbenchError, match="does not exist"):
+        with NvmlSampler(device_index=3, nvml=FakeNvml()):
+            pass
+
+
+def test_peak_bandwidth_formula():
+    fake = FakeNvml()
+    assert peak_bandwidth_gbs(fake, "h") == pytest.approx(4917.0, abs=1.0)
+
+
+def test_host_sampler():
+    with HostSampler() as h:
+        sum(i * i for i in range(200_000))
+    out = h.summary()
+    assert out["wall_s"] > 0 and out["cpu_s"] >= 0
+    assert 0 <= out["cpu_util_pct"] <= 100 * (out["cpu_count"] or 1) + 50
+    assert out["peak_rss_bytes"] > 10_000_000  # a Python process with numpy and pandas loaded
+    assert out["cpu_source"] in {"psutil", "os.times"}
