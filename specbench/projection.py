@@ -1,0 +1,135 @@
+"""Roofline projection of speculative-decoding speed onto a GPU profile that is not the local one.
+
+One decode step = one target verify forward + the step's draft forwards + a fixed overhead. Each
+forward takes max(bytes read / bandwidth, FLOPs / dense bf16 rate): at batch 1 the target reads
+its weights and the KV cache of the context once per forward and spends 2 x params FLOPs per token
+it processes. Projected tokens/s = tau / step time; the speedup is over the `ar` projection of the
+same workload (one token per step, no drafter). Attention FLOPs, drafter KV and activation traffic
+are left out: they are small next to weight and KV reads at batch 1, and the model says so by
+being a roofline, not a simulator. Every figure it returns is marked `projected: True`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+from specbench.errors import SpecbenchError
+from specbench.hardware import GpuProfile
+
+STEP_OVERHEAD_S = 20e-6
+"""Fixed cost of one decode step beyond its forwards: launches, sampling, host synchronisation."""
+
+
+@dataclass(frozen=True)
+class WorkloadShape:
+    """The hardware-independent quantities a run measured, per decode step.
+
+    target_params, drafter_params: parameter counts (drafter 0 for `ar` and weight-free drafters).
+    bytes_per_param: bytes per weight (2 for bf16), used for the target and the drafter.
+    kv_bytes_per_token: layers x 2 x kv_heads x head_dim x bytes (see `kv_bytes_per_token`).
+    context_len: tokens of context whose KV the verify forward reads (typical or mean length).
+    tokens_verified: positions in the target's verify forward (drafted tokens + 1; 1 for `ar`).
+    draft_forwards: drafter forward passes per step (may be a mean, e.g. 3.2).
+    tau: tokens committed per target step, the bonus token included (1 for `ar`).
+    draft_tokens_per_forward: positions one draft forward processes (1 for a chain drafter,
+        the block size for a DFlash-style block drafter, the tree width for a tree level).
+    """
+
+    target_params: float
+    bytes_per_param: float
+    drafter_params: float
+    kv_bytes_per_token: float
+    context_len: float
+    tokens_verified: float = 1.0
+    draft_forwards: float = 0.0
+    tau: float = 1.0
+    draft_tokens_per_forward: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("target_params", "bytes_per_param"):
+            _check(name, getattr(self, name), low=0.0, inclusive=False)
+        for name in ("drafter_params", "kv_bytes_per_token", "context_len", "draft_forwards"):
+            _check(name, getattr(self, name), low=0.0, inclusive=True)
+        for name in ("tokens_verified", "tau", "draft_tokens_per_forward"):
+            _check(name, getattr(self, name), low=1.0, inclusive=True)
+        if self.tau > self.tokens_verified:
+            raise SpecbenchError(
+                f"workload tau {self.tau} exceeds tokens_verified {self.tokens_verified}: "
+                "a step cannot commit more tokens than its verify forward holds"
+            )
+
+
+def _check(name: str, value: float, low: float, inclusive: bool) -> None:
+    ok = math.isfinite(value) and (value >= low if inclusive else value > low)
+    if not ok:
+        raise SpecbenchError(f"workload {name} must be {'>=' if inclusive else '>'} {low:g}, got {value!r}")
+
+
+def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, bytes_per_elem: float) -> float:
+    """KV-cache bytes one token adds: layers x 2 (K and V) x kv_heads x head_dim x bytes."""
+    return float(layers * 2 * kv_heads * head_dim * bytes_per_elem)
+
+
+def ar_shape(shape: WorkloadShape) -> WorkloadShape:
+    """The same workload decoded plainly: one token verified and committed per step, no drafter."""
+    return replace(shape, drafter_params=0.0, tokens_verified=1.0, draft_forwards=0.0, tau=1.0)
+
+
+def _forward_s(bytes_read: float, flops: float, profile: GpuProfile) -> tuple[float, str]:
+    memory_s = bytes_read / (profile.bandwidth_gbs * 1e9)
+    compute_s = flops / (profile.bf16_tflops * 1e12)
+    return (memory_s, "memory") if memory_s >= compute_s else (compute_s, "compute")
+
+
+def step_time(shape: WorkloadShape, profile: GpuProfile) -> dict[str, Any]:
+    """Projected time of one decode step on `profile`, split into verify, draft and overhead."""
+    verify_s, bound = _forward_s(
+        shape.target_params * shape.bytes_per_param + shape.kv_bytes_per_token * shape.context_len,
+        2.0 * shape.target_params * shape.tokens_verified,
+        profile,
+    )
+    draft_s = 0.0
+    if shape.draft_forwards > 0 and shape.drafter_params > 0:
+        one, _ = _forward_s(
+            shape.drafter_params * shape.bytes_per_param,
+            2.0 * shape.drafter_params * shape.draft_tokens_per_forward,
+            profile,
+        )
+        draft_s = shape.draft_forwards * one
+    return {
+        "projected": True,
+        "gpu": profile.name,
+        "verify_s": verify_s,
+        "verify_bound": bound,
+        "draft_s": draft_s,
+        "overhead_s": STEP_OVERHEAD_S,
+        "step_s": verify_s + draft_s + STEP_OVERHEAD_S,
+    }
+
+
+def memory_fit(shape: WorkloadShape, profile: GpuProfile) -> tuple[bool, float, float]:
+    """(fits, need_gb, have_gb): target + drafter weights + KV at the context length vs memory."""
+    need = (
+        (shape.target_params + shape.drafter_params) * shape.bytes_per_param
+        + shape.kv_bytes_per_token * shape.context_len
+    ) / 1e9
+    return need <= profile.memory_gb, need, float(profile.memory_gb)
+
+
+def project(shape: WorkloadShape, profile: GpuProfile) -> dict[str, Any]:
+    """Projected tokens/s and speedup over `ar` on `profile`, the step split, and the memory fit."""
+    step = step_time(shape, profile)
+    ar_step = step_time(ar_shape(shape), profile)
+    tokens_per_s = shape.tau / step["step_s"]
+    ar_tokens_per_s = 1.0 / ar_step["step_s"]
+    fits, need_gb, have_gb = memory_fit(shape, profile)
+    return {
+        **step,
+        "tau": shape.tau,
+        "tokens_per_s": tokens_per_s,
+        "ar_tokens_per_s": ar_tokens_per_s,
+        "speedup": tokens_per_s / ar_tokens_per_s,
+        "memory_fit": {"projected": True, "fits": fits, "need_gb": need_gb, "have_gb": have_gb},
+    }
