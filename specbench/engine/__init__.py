@@ -1,0 +1,1 @@
+"""The decode loop: propose -> verify (one target forward) -> accept -> commit."""

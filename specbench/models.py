@@ -1,0 +1,104 @@
+"""Loading the target and its tokenizer (HF id, local directory or the embedded default)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from specbench.errors import SpecbenchError
+
+ASSETS = Path(__file__).parent / "assets"
+DEFAULT_MODEL = "default"
+DEFAULT_DIR = ASSETS / "default"
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class Target:
+    model: torch.nn.Module
+    tokenizer: object
+    name: str
+    eos_ids: frozenset[int]
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise SpecbenchError("--device cuda: no CUDA device is available (torch.cuda.is_available() is False)")
+    if device not in ("cpu", "cuda"):
+        raise SpecbenchError(f"--device {device}: expected auto, cpu or cuda")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if dtype not in DTYPES:
+        raise SpecbenchError(f"--dtype {dtype}: expected auto, {', '.join(DTYPES)}")
+    return DTYPES[dtype]
+
+
+def model_path(name: str | None) -> str:
+    """The embedded default's directory, a local directory, or an HF hub id left as it is."""
+    if name in (None, DEFAULT_MODEL):
+        return str(DEFAULT_DIR / "target")
+    path = Path(name).expanduser()
+    if path.exists() or name.startswith((".", "/", "~")) or name.count("/") > 1:
+        if not (path / "config.json").is_file():
+            raise SpecbenchError(f"model path {name}: no such model directory (config.json not found)")
+        return str(path)
+    return name
+
+
+def load_lm(name: str, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
+    try:
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype, attn_implementation="sdpa")
+    except (OSError, ValueError) as exc:
+        raise SpecbenchError(f"cannot load model {name}: {str(exc).splitlines()[0]}") from None
+    return model.to(device).eval()
+
+
+def load_target(name: str | None, device: torch.device, dtype: torch.dtype) -> Target:
+    path = model_path(name)
+    model = load_lm(path, device, dtype)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as exc:
+        raise SpecbenchError(f"cannot load the tokenizer of {path}: {str(exc).splitlines()[0]}") from None
+    eos = model.generation_config.eos_token_id if model.generation_config else None
+    eos_ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    eos_ids |= set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    return Target(model, tokenizer, name or DEFAULT_MODEL, frozenset(eos_ids))
+
+
+def fingerprint(model: torch.nn.Module) -> str:
+    """A short hash of the architecture and the output embedding: what a drafter was trained against."""
+    config = {k: v for k, v in model.config.to_dict().items() if k not in ("_name_or_path", "dtype", "torch_dtype")}
+    digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode())
+    head = model.get_output_embeddings().weight.detach().float().cpu()
+    digest.update(head[:, :64].contiguous().numpy().round(3).tobytes())
+    return digest.hexdigest()[:16]
+
+
+def encode_turns(tokenizer, turns: list[str], answers: list[str]) -> list[int]:
+    """Token ids for the next answer: the user turns so far, interleaved with the model's own answers."""
+    messages = []
+    for i, turn in enumerate(turns):
+        messages.append({"role": "user", "content": turn})
+        if i < len(answers):
+            messages.append({"role": "assistant", "content": answers[i]})
+    if getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    else:
+        text = "\n\n".join(m["content"] for m in messages) + "\n\n"
+    return tokenizer(text, add_special_tokens=False)["input_ids"]

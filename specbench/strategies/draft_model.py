@@ -1,0 +1,81 @@
+"""Standard speculative decoding: a separate small LM drafts a chain, one token per forward."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from specbench.engine.kv_cache import new_cache, truncate
+from specbench.engine.protocol import DraftContext, StepOutcome
+from specbench.engine.sampling import sample
+from specbench.engine.tree import DraftTree
+from specbench.errors import SpecbenchError
+from specbench.models import DEFAULT_DIR, load_lm
+from specbench.strategies.base import StrategyDef
+
+
+@dataclass
+class DraftOptions:
+    k: int = 5
+
+    def __post_init__(self) -> None:
+        if self.k < 1:
+            raise SpecbenchError("draft.k must be at least 1")
+
+
+class DraftModelDrafter:
+    name = "draft"
+    hidden_layers: tuple[int, ...] = ()
+
+    def __init__(self, model, options: DraftOptions):
+        self.model = model
+        self.options = options
+        self.cache = None
+        self.cached = torch.empty(0, dtype=torch.long)  # the tokens whose KV is in self.cache
+
+    def start(self, prompt: torch.Tensor, hidden: tuple[torch.Tensor, ...]) -> None:
+        self.cache = new_cache(self.model.config)
+        self.cached = prompt[:0]
+
+    def _sync(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Drop cached positions that diverge from `tokens`; return the tokens still to feed."""
+        n = min(len(self.cached), len(tokens) - 1)
+        differ = (self.cached[:n] != tokens[:n]).nonzero()
+        keep = int(differ[0]) if len(differ) else n
+        truncate(self.cache, keep)
+        return tokens[keep:]
+
+    def propose(self, ctx: DraftContext) -> DraftTree:
+        feed = self._sync(ctx.tokens)
+        self.cached = ctx.tokens[:len(ctx.tokens) - len(feed)]
+        drafted: list[int] = []
+        qs: list[torch.Tensor | None] = []
+        for depth in range(ctx.budget):
+            logits = self.model(input_ids=feed[None], cache=self.cache, use_cache=True).logits[0, -1]
+            self.cached = torch.cat([self.cached, feed])
+            q = None if ctx.sampling.greedy else ctx.sampling.probs(logits)
+            token = int(logits.argmax()) if q is None else sample(q, ctx.generator)
+            drafted.append(token)
+            qs.append(q)
+            if not ctx.controller.keep_drafting(depth + 1, logits):
+                break
+            feed = torch.tensor([token], device=ctx.tokens.device)
+        return DraftTree.chain(drafted, self.name, qs)
+
+    def observe(self, outcome: StepOutcome) -> None:
+        pass
+
+
+def _build(target, options: DraftOptions, drafter_dir) -> DraftModelDrafter:
+    path = drafter_dir or DEFAULT_DIR / "draft"
+    if drafter_dir is None and target.name != "default":
+        raise SpecbenchError("strategy draft: give the draft model with --drafter DIR")
+    model = load_lm(str(path), target.device, target.model.dtype)
+    if model.config.vocab_size != target.model.config.vocab_size:
+        raise SpecbenchError(f"draft model {path}: vocabulary size {model.config.vocab_size} "
+                             f"differs from the target's {target.model.config.vocab_size}")
+    return DraftModelDrafter(model, options)
+
+
+STRATEGY = StrategyDef("draft", DraftOptions, _build, budget=lambda o: o.k)

@@ -1,0 +1,55 @@
+"""Prompt lookup: copy what followed the latest earlier occurrence of the context's last n-gram."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from specbench.engine.protocol import DraftContext, StepOutcome
+from specbench.engine.tree import DraftTree
+from specbench.errors import SpecbenchError
+from specbench.strategies.base import StrategyDef
+
+
+@dataclass
+class NgramOptions:
+    max_ngram: int = 3
+    num_pred_tokens: int = 8
+
+    def __post_init__(self) -> None:
+        if self.max_ngram < 1 or self.num_pred_tokens < 1:
+            raise SpecbenchError("ngram.max_ngram and ngram.num_pred_tokens must be at least 1")
+
+
+class NgramDrafter:
+    name = "ngram"
+    hidden_layers: tuple[int, ...] = ()
+
+    def __init__(self, options: NgramOptions):
+        self.options = options
+
+    def start(self, prompt: torch.Tensor, hidden: tuple[torch.Tensor, ...]) -> None:
+        pass
+
+    def propose(self, ctx: DraftContext) -> DraftTree:
+        tokens = ctx.tokens
+        for n in range(min(self.options.max_ngram, len(tokens) - 1), 0, -1):
+            windows = tokens[:-1].unfold(0, n, 1)  # every n-gram that has a successor
+            hits = (windows == tokens[-n:]).all(-1).nonzero()
+            if len(hits):
+                start = int(hits[-1]) + n
+                return DraftTree.chain(tokens[start:start + ctx.budget].tolist(), self.name)
+        return DraftTree()
+
+    def observe(self, outcome: StepOutcome) -> None:
+        pass
+
+
+def _build(target, options: NgramOptions, drafter_dir) -> NgramDrafter:
+    if drafter_dir is not None:
+        raise SpecbenchError("ngram needs no --drafter directory")
+    return NgramDrafter(options)
+
+
+STRATEGY = StrategyDef("ngram", NgramOptions, _build, budget=lambda o: o.num_pred_tokens)

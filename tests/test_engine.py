@@ -1,0 +1,211 @@
+"""The decode loop: greedy identity with plain decoding, trees vs chains, KV compaction."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from specbench.engine.decode import generate
+from specbench.engine.kv_cache import keep_path, new_cache
+from specbench.engine.protocol import DraftContext, StepOutcome
+from specbench.engine.tree import DraftTree, ancestor_matrix, tree_attention_mask
+from specbench.engine.verify import accept_greedy
+from specbench.strategies.controllers import FixedController, HeuristicController
+from specbench.strategies.draft_model import DraftModelDrafter, DraftOptions
+from specbench.strategies.ngram import NgramDrafter, NgramOptions
+from tests.conftest import TINY_SHAPES, tiny_lm, tiny_target
+
+
+def random_prompt(rng: random.Random, vocab: int, length: int | None = None) -> list[int]:
+    length = length or rng.randint(1, 24)
+    motif = [rng.randrange(vocab) for _ in range(rng.randint(1, 4))]
+    # repeated motifs give the n-gram drafter something to find
+    return [rng.choice(motif) if rng.random() < 0.5 else rng.randrange(vocab) for _ in range(length)]
+
+
+class ScriptedDrafter:
+    """Proposes a fixed tree every step: exercises tree verification without a real drafter."""
+
+    name = "scripted"
+    hidden_layers = ()
+
+    def __init__(self, make_tree):
+        self.make_tree = make_tree
+
+    def start(self, prompt, hidden):
+        pass
+
+    def propose(self, ctx: DraftContext) -> DraftTree:
+        return self.make_tree(ctx)
+
+    def observe(self, outcome: StepOutcome) -> None:
+        pass
+
+
+def oracle_tree(target_model, branching: int, depth: int, vocab: int, rng: random.Random):
+    """A tree whose first child is sometimes the target's true next token, mixed with wrong siblings."""
+
+    def make(ctx: DraftContext) -> DraftTree:
+        truth = generate(target_model, ctx.tokens.tolist(), depth).tokens
+        tree = DraftTree()
+        parent = -1
+        for d in range(depth):
+            siblings = [rng.randrange(vocab) for _ in range(branching - 1)]
+            good = truth[d] if rng.random() < 0.8 else rng.randrange(vocab)
+            order = siblings + [good] if rng.random() < 0.5 else [good] + siblings
+            ids = [tree.add(t, parent, "scripted") for t in order]
+            parent = ids[order.index(good)]
+            # a deeper decoy branch under a wrong sibling
+            if branching > 1 and d + 1 < depth:
+                wrong = next(i for i, t in zip(ids, order) if i != parent)
+                tree.add(rng.randrange(vocab), wrong, "scripted")
+        return tree
+
+    return make
+
+
+def test_tree_mask_and_ancestors():
+    tree = DraftTree()
+    a = tree.add(5, -1, "t")
+    b = tree.add(6, -1, "t")
+    c = tree.add(7, a, "t")
+    seen = ancestor_matrix(tree)
+    assert seen[c + 1].tolist() == [True, True, False, True]
+    assert seen[b + 1].tolist() == [True, False, True, False]
+    mask = tree_attention_mask(tree, cached=3, dtype=torch.float32, device=torch.device("cpu"))
+    assert mask.shape == (1, 1, 4, 7)
+    assert (mask[0, 0, :, :3] == 0).all()
+    assert mask[0, 0, c + 1, 3 + b + 1] == torch.finfo(torch.float32).min
+    assert tree.depths() == [1, 1, 2]
+    assert not tree.is_chain() and DraftTree.chain([1, 2, 3], "t").is_chain()
+
+
+def test_keep_path_moves_accepted_positions():
+    model = tiny_lm()
+    cache = new_cache(model.config)
+    with torch.no_grad():
+        model(input_ids=torch.arange(8)[None], cache=cache, use_cache=True)
+    before = [layer.keys.clone() for layer in cache.layers]
+    keep_path(cache, start=3, offsets=[0, 2, 4])
+    for layer, old in zip(cache.layers, before):
+        assert layer.keys.shape[-2] == 6
+        assert torch.equal(layer.keys[..., :4, :], old[..., :4, :])
+        assert torch.equal(layer.keys[..., 4, :], old[..., 5, :])
+        assert torch.equal(layer.keys[..., 5, :], old[..., 7, :])
+
+
+def test_accept_greedy_follows_argmax():
+    tree = DraftTree()
+    a = tree.add(1, -1, "t")
+    tree.add(2, -1, "t")
+    tree.add(3, a, "t")
+    logits = torch.full((4, 5), -1.0)
+    logits[0, 1] = logits[1, 4] = 1.0  # root -> token 1 (node a); after a -> 4, not 3
+    assert accept_greedy(tree, logits) == ([a], 4)
+
+
+@pytest.mark.parametrize("shape", list(TINY_SHAPES))
+@pytest.mark.parametrize("branching", [1, 3])
+def test_tree_verification_is_lossless(shape, branching):
+    target = tiny_target(shape, seed=3)
+    vocab = target.model.config.vocab_size
+    rng = random.Random(7)
+    for _ in range(4):
+        prompt = random_prompt(rng, vocab)
+        n = rng.randint(1, 20)
+        expected = generate(target.model, prompt, n).tokens
+        drafter = ScriptedDrafter(oracle_tree(target.model, branching, 4, vocab, rng))
+        got = generate(target.model, prompt, n, drafter=drafter, controller=FixedController(4))
+        assert got.tokens == expected
+        assert got.steps < len(expected) or len(expected) <= 1
+
+
+def test_tree_equals_chain_on_single_path():
+    """A single-path tree forced through the tree-mask code path matches the chain path."""
+    target = tiny_target("llama-mha", seed=1)
+    prompt = [3, 1, 4, 1, 5]
+    truth = generate(target.model, prompt, 12).tokens
+
+    def chain(ctx):
+        return DraftTree.chain(truth[len(ctx.tokens) - len(prompt):][:4], "t")
+
+    def tree_with_dead_leaf(ctx):
+        tree = chain(ctx)
+        tree.add(0, -1, "t")  # a second root child makes it a tree, verified with a 4D mask
+        return tree
+
+    a = generate(target.model, prompt, 12, drafter=ScriptedDrafter(chain), controller=FixedController(4))
+    b = generate(target.model, prompt, 12, drafter=ScriptedDrafter(tree_with_dead_leaf), controller=FixedController(4))
+    assert a.tokens == b.tokens == truth
+    assert a.steps == b.steps
+    assert a.accept_by_position == b.accept_by_position
+
+
+def all_drafters(shape: str, seed: int):
+    draft_lm = tiny_lm(shape, seed=seed + 100, layers=1, hidden=32)
+    return [
+        (NgramDrafter(NgramOptions(max_ngram=3, num_pred_tokens=5)), FixedController(5)),
+        (NgramDrafter(NgramOptions(max_ngram=1, num_pred_tokens=3)), HeuristicController(3)),
+        (DraftModelDrafter(draft_lm, DraftOptions(k=4)), FixedController(4)),
+        (DraftModelDrafter(draft_lm, DraftOptions(k=2)), HeuristicController(2)),
+    ]
+
+
+@pytest.mark.parametrize("shape", list(TINY_SHAPES))
+def test_greedy_identity_random_prompts(shape):
+    """Every drafter reproduces plain greedy decoding on many random prompts, EOS and lengths included."""
+    rng = random.Random(hash(shape) % 1000)
+    for seed in range(2):
+        vocab = TINY_SHAPES[shape][2]
+        eos = rng.randrange(vocab)
+        target = tiny_target(shape, seed=seed, eos=eos)
+        for _ in range(6):
+            prompt = random_prompt(rng, vocab, length=rng.choice([1, 2, 3, rng.randint(4, 30)]))
+            n = rng.randint(1, 24)
+            expected = generate(target.model, prompt, n, eos_ids=target.eos_ids)
+            for drafter, controller in all_drafters(shape, seed):
+                got = generate(target.model, prompt, n, eos_ids=target.eos_ids, drafter=drafter, controller=controller)
+                assert got.tokens == expected.tokens, (drafter.name, prompt, n)
+                assert got.stop_reason == expected.stop_reason
+
+
+def test_eos_inside_an_accepted_draft_stops_there():
+    target = tiny_target("qwen3-gqa", seed=5)
+    prompt = [1, 2, 3]
+    free = generate(target.model, prompt, 16).tokens
+    eos = free[5]
+    first = free.index(eos)
+    target_eos = frozenset({eos})
+    expected = generate(target.model, prompt, 16, eos_ids=target_eos)
+    assert expected.tokens == free[:first + 1] and expected.stop_reason == "eos"
+    drafter = ScriptedDrafter(lambda ctx: DraftTree.chain(free[len(ctx.tokens) - 3:][:8], "t"))
+    got = generate(target.model, prompt, 16, eos_ids=target_eos, drafter=drafter, controller=FixedController(8))
+    assert got.tokens == expected.tokens and got.stop_reason == "eos"
+
+
+def test_max_new_tokens_inside_an_accepted_draft():
+    target = tiny_target("qwen3-gqa", seed=6)
+    prompt = [4, 4, 4]
+    free = generate(target.model, prompt, 20).tokens
+    drafter = ScriptedDrafter(lambda ctx: DraftTree.chain(free[len(ctx.tokens) - 3:][:8], "t"))
+    for n in (1, 3, 7):
+        got = generate(target.model, prompt, n, drafter=drafter, controller=FixedController(8))
+        assert got.tokens == free[:n]
+        assert got.steps == 1
+
+
+def test_per_position_counts():
+    target = tiny_target("qwen3-gqa", seed=8)
+    prompt = [9, 8, 7]
+    free = generate(target.model, prompt, 30).tokens
+
+    def half_right(ctx):
+        done = len(ctx.tokens) - 3
+        return DraftTree.chain(free[done:done + 2] + [0, 0], "t")  # two right, then wrong tokens
+
+    got = generate(target.model, prompt, 30, drafter=ScriptedDrafter(half_right), controller=FixedController(4))
+    assert got.tokens == free
+    assert got.accept_by_position[:2] == got.reach_by_position[:2]
+    assert got.reach_by_position[2] == got.accept_by_position[1]
