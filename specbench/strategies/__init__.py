@@ -15,11 +15,10 @@ from typing import Any, Callable
 from specbench.engine.protocol import Controller, Drafter
 from specbench.errors import SpecbenchError
 from specbench.strategies.base import StrategyDef
-from specbench.strategies.controllers import FixedController, HeuristicController
+from specbench.strategies.controllers import CONTROLLERS
 
 BASELINE = "ar"
 PLANNED = ("eagle", "mtp", "dflash", "dspark")  # named in DESIGN.md, not implemented yet
-CONTROLLERS: dict[str, Callable[[int], Controller]] = {"fixed": FixedController, "heuristic": HeuristicController}
 
 
 def _registry() -> dict[str, StrategyDef]:
@@ -136,4 +135,4 @@ def build_strategy(spec: StrategySpec, target, knobs: dict[str, dict[str, Any]],
     if choice not in CONTROLLERS:
         raise SpecbenchError(f"unknown controller {choice!r}; known: {', '.join(CONTROLLERS)}")
     budget = definition.budget(options)
-    return Strategy(spec.name, drafter, lambda: CONTROLLERS[choice](budget))
+    return Strategy(spec.name, drafter, lambda: CONTROLLERS[choice](budget, options))

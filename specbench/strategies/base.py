@@ -15,3 +15,4 @@ class StrategyDef:
     build: Callable[..., Drafter]  # (target, options, drafter_dir | None) -> Drafter
     budget: Callable[[Any], int]  # the controller's starting depth from the knobs
     default_controller: str = "fixed"
+    trainable: Callable[..., Any] | None = None  # (target, options) -> a fresh trainable drafter nn.Module

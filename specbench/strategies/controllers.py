@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
 
@@ -32,3 +33,30 @@ class HeuristicController(FixedController):
             self.k += 2
         else:
             self.k = max(1, self.k - 1)
+
+
+@dataclass
+class EntropyController(FixedController):
+    """Draft up to k positions, stopping where the draft distribution's entropy exceeds a threshold.
+
+    AdaEDL (arXiv 2410.18351) is the published form of this early-stopping rule.
+    """
+
+    threshold: float = 2.1  # nats; source article 1's value
+
+    def keep_drafting(self, depth: int, logits: torch.Tensor) -> bool:
+        return entropy(logits) <= self.threshold
+
+
+def entropy(logits: torch.Tensor) -> float:
+    """Entropy in nats of softmax(logits) over the last dimension."""
+    logp = logits.float().log_softmax(-1)
+    return float(-(logp.exp() * logp).sum(-1))
+
+
+# name -> factory(starting depth, the strategy's knob dataclass)
+CONTROLLERS: dict[str, Callable[[int, Any], Any]] = {
+    "fixed": lambda k, options: FixedController(k),
+    "heuristic": lambda k, options: HeuristicController(k),
+    "entropy": lambda k, options: EntropyController(k, getattr(options, "entropy_threshold", 2.1)),
+}

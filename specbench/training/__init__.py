@@ -1,0 +1,1 @@
+"""Drafter training by self-distillation from the target (the DeepSpec / SpecForge flow)."""

@@ -1,0 +1,75 @@
+"""Self-distillation data: the target's own answers to training prompts and its hidden states.
+
+For every prompt the target regenerates its answer (greedy, the same decode loop the benchmark
+uses), then one forward over prompt + answer keeps the hidden states of the layers the drafter
+reads plus the final normed state, from which the target's logits are recomputed on the fly
+through its frozen LM head (so no vocabulary-sized tensor is stored).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from specbench.engine.decode import generate
+from specbench.models import Target, encode_turns
+
+
+@dataclass
+class DistillSequence:
+    input_ids: torch.Tensor  # (T,) prompt then the target's answer
+    answer_start: int  # first answer position
+    hidden: torch.Tensor  # (len(layers) + 1, T, H) bfloat16: requested layers, then the final normed state
+
+
+@dataclass
+class DistillBatch:
+    input_ids: torch.Tensor  # (B, T), padded with 0
+    hidden: torch.Tensor  # (B, len(layers) + 1, T, H) float32
+    mask: torch.Tensor  # (B, T) bool: positions inside an answer (prediction targets)
+    attention: torch.Tensor  # (B, T) bool: real (not padding) positions
+
+    @property
+    def final(self) -> torch.Tensor:
+        """The target's final normed hidden state; its LM head maps it to the target's logits."""
+        return self.hidden[:, -1]
+
+
+@torch.inference_mode()
+def collect(target: Target, prompts: list[list[str]], layers: tuple[int, ...], max_new_tokens: int,
+            on_prompt: Callable[[], None] | None = None) -> list[DistillSequence]:
+    """Regenerate the target's answers to `prompts` (each a list of turns; the first is used)."""
+    sequences = []
+    for turns in prompts:
+        prompt = encode_turns(target.tokenizer, turns[:1], [])
+        answer = generate(target.model, prompt, max_new_tokens, eos_ids=target.eos_ids).tokens
+        ids = torch.tensor(prompt + answer, device=target.device)
+        out = target.model(input_ids=ids[None], output_hidden_states=True)
+        picked = [out.hidden_states[i][0] for i in layers] + [out.hidden_states[-1][0]]
+        sequences.append(DistillSequence(ids.cpu(), len(prompt), torch.stack(picked).to(torch.bfloat16).cpu()))
+        if on_prompt:
+            on_prompt()
+    return sequences
+
+
+def make_batch(sequences: list[DistillSequence], max_len: int, device: torch.device) -> DistillBatch:
+    """Pad (and cut to `max_len` positions, keeping the start of each answer) into one batch."""
+    cuts = []
+    for s in sequences:
+        begin = max(0, min(s.answer_start - 8, len(s.input_ids) - max_len))
+        cuts.append((begin, min(len(s.input_ids), begin + max_len)))
+    length = max(end - begin for begin, end in cuts)
+    layers, _, hidden_size = sequences[0].hidden.shape
+    ids = torch.zeros(len(sequences), length, dtype=torch.long)
+    hidden = torch.zeros(len(sequences), layers, length, hidden_size)
+    mask = torch.zeros(len(sequences), length, dtype=torch.bool)
+    attention = torch.zeros(len(sequences), length, dtype=torch.bool)
+    for row, (s, (begin, end)) in enumerate(zip(sequences, cuts)):
+        n = end - begin
+        ids[row, :n] = s.input_ids[begin:end]
+        hidden[row, :, :n] = s.hidden[:, begin:end].float()
+        mask[row, max(0, s.answer_start - begin):n] = True
+        attention[row, :n] = True
+    return DistillBatch(ids.to(device), hidden.to(device), mask.to(device), attention.to(device))

@@ -1,0 +1,61 @@
+"""A trained drafter on disk: config.json (strategy, architecture, knobs, target fingerprint)
+and model.safetensors. Written atomically; loading checks the strategy and the target."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from specbench.errors import SpecbenchError
+
+CONFIG = "config.json"
+WEIGHTS = "model.safetensors"
+
+
+def save_drafter(out_dir: Path, strategy: str, config: dict, state: dict[str, torch.Tensor],
+                 fingerprint: str, dtype: torch.dtype = torch.bfloat16) -> None:
+    """Write the drafter beside `out_dir`, then rename it into place: never a half-written directory."""
+    out_dir = Path(out_dir)
+    staging = out_dir.with_name(out_dir.name + ".writing")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    meta = {"specbench_strategy": strategy, "target_fingerprint": fingerprint, **config}
+    (staging / CONFIG).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    save_file({k: v.detach().to(dtype).contiguous().cpu() for k, v in state.items()}, str(staging / WEIGHTS))
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    os.replace(staging, out_dir)
+
+
+def read_drafter_config(path: Path) -> dict:
+    path = Path(path)
+    if not path.is_dir():
+        raise SpecbenchError(f"drafter directory {path} does not exist")
+    try:
+        return json.loads((path / CONFIG).read_text())
+    except FileNotFoundError:
+        raise SpecbenchError(f"drafter directory {path}: {CONFIG} is missing") from None
+    except json.JSONDecodeError as exc:
+        raise SpecbenchError(f"drafter directory {path}: {CONFIG} is not valid JSON ({exc.msg})") from None
+
+
+def load_drafter(path: Path, strategy: str, fingerprint: str) -> tuple[dict, dict[str, torch.Tensor]]:
+    """The drafter's config and float32 weights, after checking it is a `strategy` drafter for this target."""
+    config = read_drafter_config(path)
+    found = config.get("specbench_strategy")
+    if found != strategy:
+        raise SpecbenchError(f"drafter directory {path} holds a {found or 'non-specbench'} drafter, not {strategy}")
+    if config.get("target_fingerprint") != fingerprint:
+        raise SpecbenchError(f"drafter {path} was trained for another target (fingerprint "
+                             f"{config.get('target_fingerprint')}, this target is {fingerprint})")
+    try:
+        state = load_file(str(Path(path) / WEIGHTS))
+    except (FileNotFoundError, SafetensorError, OSError) as exc:
+        raise SpecbenchError(f"drafter {path}: {WEIGHTS} is missing or corrupt ({exc})") from None
+    return config, {k: v.float() for k, v in state.items()}

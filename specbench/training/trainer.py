@@ -1,0 +1,76 @@
+"""The training loop shared by every drafter: checkpoints, resume, atomic save.
+
+A trainable drafter is an nn.Module with `hidden_layers` (the target layers it reads),
+`training_loss(batch) -> scalar` and `drafter_config() -> dict`; its state_dict holds only its own
+weights (the target's embedding and LM head are used, not registered).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from specbench.training.distill import DistillSequence, make_batch
+from specbench.training.drafter_dir import save_drafter
+
+
+def partial_dir(out_dir: Path) -> Path:
+    """Where an unfinished training keeps its data cache and checkpoint (never looks like a drafter)."""
+    return Path(out_dir).with_name(Path(out_dir).name + ".partial")
+
+
+def _save_checkpoint(path: Path, state: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def train(model: torch.nn.Module, sequences: list[DistillSequence], out_dir: Path, strategy: str,
+          fingerprint: str, steps: int, batch_size: int = 8, lr: float = 1e-3, max_len: int = 256,
+          seed: int = 0, checkpoint_every: int = 50,
+          on_step: Callable[[int, float], None] | None = None) -> list[float]:
+    """Train `model` for `steps` optimizer steps, resuming from the last checkpoint if there is one."""
+    work = partial_dir(out_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    checkpoint = work / "checkpoint.pt"
+    device = next(model.parameters()).device
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    warmup = max(1, steps // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup))
+    generator = torch.Generator().manual_seed(seed)
+    losses: list[float] = []
+    start = 0
+    if checkpoint.exists():
+        state = torch.load(checkpoint, weights_only=False)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+        generator.set_state(state["generator"])
+        start, losses = state["step"], state["losses"]
+    model.train()
+    for step in range(start, steps):
+        picks = torch.randint(len(sequences), (batch_size,), generator=generator).tolist()
+        loss = model.training_loss(make_batch([sequences[i] for i in picks], max_len, device))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(float(loss))
+        if on_step:
+            on_step(step + 1, losses[-1])
+        if (step + 1) % checkpoint_every == 0 and step + 1 < steps:
+            _save_checkpoint(checkpoint, {"model": model.state_dict(), "optimizer": opt.state_dict(),
+                                          "scheduler": sched.state_dict(), "generator": generator.get_state(),
+                                          "step": step + 1, "losses": losses})
+    model.eval()
+    config = {**model.drafter_config(), "training": {"steps": steps, "batch_size": batch_size, "lr": lr,
+                                                     "seed": seed, "final_loss": sum(losses[-10:]) / max(1, len(losses[-10:]))}}
+    save_drafter(out_dir, strategy, config, model.state_dict(), fingerprint)
+    shutil.rmtree(work, ignore_errors=True)
+    return losses
