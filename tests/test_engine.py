@@ -207,5 +207,5 @@ def test_per_position_counts():
 
     got = generate(target.model, prompt, 30, drafter=ScriptedDrafter(half_right), controller=FixedController(4))
     assert got.tokens == free
-    assert got.accept_by_position[:2] == got.reach_by_position[:2]
-    assert got.reach_by_position[2] == got.accept_by_position[1]
+    assert got.accept_by_position[:2] == got.draft_by_position[:2]
+    assert got.draft_by_position[2] == got.accept_by_position[1]

@@ -6,7 +6,7 @@ import pytest
 
 from specbench.errors import SpecbenchError
 from specbench.hardware import BUILTIN_PROFILES, GpuProfile
-from specbench.measure.cost_model import conditional_acceptance, predict
+from specbench.measure.cost_model import predict
 from specbench.projection import (
     STEP_OVERHEAD_S,
     WorkloadShape,
@@ -125,13 +125,3 @@ def test_predict_edge_cases():
         predict([0.5], 0.1, -1.0)
     with pytest.raises(SpecbenchError, match="step cost"):
         predict([0.5], 0.0, 0.0)
-
-
-def test_conditional_acceptance_from_counts():
-    # 100 steps drafting 3 positions: 80 accepted position 1, 40 position 2, 10 position 3
-    assert conditional_acceptance([80, 40, 10], [100, 100, 100]) == pytest.approx([0.8, 0.5, 0.25])
-    assert conditional_acceptance([5, 0, 0], [10, 10, 0]) == pytest.approx([0.5, 0.0])
-    with pytest.raises(SpecbenchError, match="impossible"):
-        conditional_acceptance([11], [10])
-    with pytest.raises(SpecbenchError, match="positions"):
-        conditional_acceptance([1, 2], [3])

@@ -18,10 +18,10 @@ from specbench.engine.verify import accept_greedy, accept_sampling
 class Generation:
     tokens: list[int]
     steps: int = 0  # target verify forwards
-    drafted: int = 0  # draft positions reached (drafted with every earlier position accepted)
+    drafted: int = 0  # draft positions reached: drafted, with every earlier position accepted
     accepted: int = 0  # draft tokens accepted
     accept_by_position: list[int] = field(default_factory=list)
-    reach_by_position: list[int] = field(default_factory=list)
+    draft_by_position: list[int] = field(default_factory=list)  # reached at k: accept_by_position[k] / this = a_k
     prefill_s: float = 0.0
     draft_s: float = 0.0
     verify_s: float = 0.0
@@ -32,10 +32,10 @@ class Generation:
 
     def record(self, path_length: int, reached_next: bool) -> None:
         for k in range(path_length + int(reached_next)):
-            if k == len(self.reach_by_position):
-                self.reach_by_position.append(0)
+            if k == len(self.draft_by_position):
+                self.draft_by_position.append(0)
                 self.accept_by_position.append(0)
-            self.reach_by_position[k] += 1
+            self.draft_by_position[k] += 1
             self.accept_by_position[k] += int(k < path_length)
         self.drafted += path_length + int(reached_next)
         self.accepted += path_length

@@ -42,29 +42,3 @@ def predict(
         reach *= a
         tau += reach
     return {"predicted_tau": tau, "predicted_speedup": tau / cost}
-
-
-def conditional_acceptance(accepted: Sequence[int], drafted: Sequence[int]) -> list[float]:
-    """a_k from per-position counts as the run rows carry them.
-
-    accepted[k]: steps whose draft position k was accepted; drafted[k]: steps that drafted it.
-    r_k = accepted[k] / drafted[k] estimates prod_{i<=k} a_i, so a_k = r_k / r_(k-1). This is
-    exact for a fixed draft length and assumes, for dynamic lengths, that how far a step drafts
-    does not depend on whether its draft is accepted. The list stops at the first position no
-    step drafted.
-    """
-    if len(accepted) != len(drafted):
-        raise SpecbenchError(
-            f"accept_by_position has {len(accepted)} positions but draft_by_position has {len(drafted)}"
-        )
-    out: list[float] = []
-    previous = 1.0
-    for k, (acc, n) in enumerate(zip(accepted, drafted, strict=True), start=1):
-        if acc < 0 or n < 0 or acc > n:
-            raise SpecbenchError(f"draft position {k}: {acc} accepted of {n} drafted is impossible")
-        if n == 0:
-            break
-        rate = acc / n
-        out.append(min(1.0, rate / previous) if previous > 0 else 0.0)
-        previous = rate
-    return out

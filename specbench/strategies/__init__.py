@@ -98,6 +98,13 @@ def make_options(name: str, values: dict[str, Any]) -> Any:
     return cls(**kwargs)
 
 
+def validate_knobs(knobs: dict[str, dict[str, Any]]) -> None:
+    """Check every knob of every implemented strategy before anything is loaded."""
+    for name, values in knobs.items():
+        if name in REGISTRY:
+            make_options(name, values)
+
+
 def parse_sets(items: list[str]) -> dict[str, dict[str, str]]:
     """`--set draft.k=4` -> {"draft": {"k": "4"}}."""
     out: dict[str, dict[str, str]] = {}
@@ -109,6 +116,22 @@ def parse_sets(items: list[str]) -> dict[str, dict[str, str]]:
         if strategy not in DRAFTER_NAMES:
             raise SpecbenchError(f"--set {item}: unknown strategy {strategy!r}")
         out.setdefault(strategy, {})[knob] = value.strip()
+    return out
+
+
+def drafter_dirs_by_strategy(dirs: list[Path]) -> dict[str, Path]:
+    """Which strategy each --drafter directory is for: its config.json says (a plain HF LM is a `draft` model)."""
+    from specbench.training.drafter_dir import read_drafter_config
+
+    out: dict[str, Path] = {}
+    for path in dirs:
+        config = read_drafter_config(path)
+        strategy = config.get("specbench_strategy") or ("draft" if "model_type" in config else None)
+        if strategy is None:
+            raise SpecbenchError(f"drafter directory {path}: config.json names no strategy and no model_type")
+        if strategy in out:
+            raise SpecbenchError(f"two --drafter directories for {strategy}: {out[strategy]} and {path}")
+        out[strategy] = path
     return out
 
 

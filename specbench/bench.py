@@ -1,0 +1,194 @@
+"""A benchmark run: every strategy against `ar` on the same prompts, interleaved, in one process.
+
+Data flows one way: suite -> prompts -> (target, strategy) -> per-step trace (engine) -> per-prompt
+rows -> run summary. Rows are appended to the run directory prompt by prompt, so an interruption
+keeps what was measured and `resume` carries on where it stopped.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+import torch
+
+from specbench.config import RunConfig
+from specbench.engine.decode import Generation, generate
+from specbench.engine.sampling import Sampling
+from specbench.errors import SpecbenchError
+from specbench.measure.host import peak_rss_bytes
+from specbench.measure.stats import paired_speedups, summarize
+from specbench.models import Target, encode_turns, load_target, resolve_device, resolve_dtype
+from specbench.results import RunDir
+from specbench.strategies import (Strategy, build_strategy, drafter_dirs_by_strategy, parse_strategies,
+                                  validate_knobs)
+from specbench.suites import Suite, SuiteItem, load_suite, select
+
+Progress = Callable[[str, int, int], None]  # what, done, total
+
+
+@dataclass
+class RunReport:
+    run_dir: Path
+    model: str
+    suite: str
+    results: list[dict[str, Any]]
+    complete: bool
+
+    def as_json(self) -> dict[str, Any]:
+        return {"run_dir": str(self.run_dir), "model": self.model, "suite": self.suite,
+                "complete": self.complete, "results": self.results}
+
+
+@dataclass
+class Bench:
+    """Everything a run needs, loaded once: the target, its strategies, the prompts."""
+
+    config: RunConfig
+    target: Target
+    strategies: list[Strategy]
+    suite: Suite
+    sampling: Sampling
+
+
+def prepare(config: RunConfig) -> Bench:
+    """Validate the whole configuration and load models before anything is measured."""
+    config.validate()
+    specs = parse_strategies(config.strategies)
+    validate_knobs(config.knobs)
+    suite = select(load_suite(config.suite), config.categories or None, config.limit)
+    device = resolve_device(config.device)
+    target = load_target(config.model, device, resolve_dtype(config.dtype, device))
+    dirs = drafter_dirs_by_strategy([Path(d) for d in config.drafters])
+    strategies = [build_strategy(s, target, config.knobs, dirs, config.controller) for s in specs]
+    sampling = Sampling(config.temperature, config.top_p, config.top_k)
+    return Bench(config, target, strategies, suite, sampling)
+
+
+def _seed(config: RunConfig, item: SuiteItem, turn: int, repeat: int) -> int:
+    return config.seed * 1_000_003 + zlib.crc32(f"{item.id}/{turn}/{repeat}".encode())
+
+
+def _run_one(bench: Bench, strategy: Strategy, prompt: list[int], seed: int) -> Generation:
+    torch.manual_seed(seed)
+    controller = strategy.new_controller() if strategy.new_controller else None
+    return generate(bench.target.model, prompt, bench.config.max_new_tokens, bench.sampling,
+                    bench.target.eos_ids, strategy.drafter, controller, seed)
+
+
+def _peak_memory(device: torch.device) -> int:
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    return peak_rss_bytes() or 0
+
+
+def _row(strategy: str, item: SuiteItem, turn: int, repeat: int, prompt: list[int], gen: Generation,
+         reference: list[int] | None, peak: int) -> dict[str, Any]:
+    n = len(gen.tokens)
+    mismatch, first = False, None
+    if reference is not None and gen.tokens != reference:
+        mismatch = True
+        first = next((i for i, (a, b) in enumerate(zip(gen.tokens, reference)) if a != b), min(n, len(reference)))
+    return {
+        "strategy": strategy, "prompt_id": item.id, "category": item.category, "turn": turn, "repeat": repeat,
+        "prompt_tokens": len(prompt), "new_tokens": n, "wall_s": gen.wall_s, "ttft_s": gen.ttft_s,
+        "tpot_s": (gen.wall_s - gen.ttft_s) / (n - 1) if n > 1 else None,
+        "steps": gen.steps, "tau": n / gen.steps if gen.steps else None,
+        "drafted": gen.drafted, "accepted": gen.accepted,
+        "acceptance_rate": gen.accepted / gen.drafted if gen.drafted else None,
+        "accept_by_position": gen.accept_by_position, "draft_by_position": gen.draft_by_position,
+        "prefill_s": gen.prefill_s, "draft_s": gen.draft_s, "verify_s": gen.verify_s, "other_s": gen.other_s,
+        "peak_mem_bytes": peak, "stop_reason": gen.stop_reason, "mismatch": mismatch, "first_divergence": first,
+        "output_ids": gen.tokens,
+    }
+
+
+def warm_up(bench: Bench) -> None:
+    """Run every strategy on the first prompt, unmeasured, so lazy initialisation is not timed."""
+    item = bench.suite.items[0]
+    prompt = encode_turns(bench.target.tokenizer, list(item.turns[:1]), [])
+    for _ in range(bench.config.warmup):
+        for strategy in bench.strategies:
+            _run_one(bench, strategy, prompt, 0)
+
+
+def measure_prompt(bench: Bench, item: SuiteItem, done: set[tuple[str, int, int]],
+                   previous: dict[tuple[str, int, int], list[int]], on_rows: Callable[[list[dict]], None]) -> None:
+    """All turns and repeats of one suite item, every strategy interleaved with `ar`.
+
+    Turn k's context holds `ar`'s own answers to the earlier turns (the same context for every
+    strategy, so the comparison stays paired). `previous` maps (prompt, turn, repeat) to `ar`'s
+    output ids already measured in an interrupted run.
+    """
+    tokenizer = bench.target.tokenizer
+    answers: list[str] = []
+    for turn in range(len(item.turns)):
+        prompt = encode_turns(tokenizer, list(item.turns[:turn + 1]), answers)
+        for repeat in range(bench.config.repeats):
+            key = (item.id, turn, repeat)
+            if key in done:
+                continue
+            # rotate the order so no strategy always runs right after another (cache and clock drift)
+            order = bench.strategies[1:]
+            shift = zlib.crc32(f"{key}".encode()) % max(1, len(order))
+            order = [bench.strategies[0]] + order[shift:] + order[:shift]
+            rows, reference = [], None
+            for strategy in order:
+                if bench.target.device.type == "cuda":
+                    torch.cuda.reset_peak_memory_stats(bench.target.device)
+                gen = _run_one(bench, strategy, prompt, _seed(bench.config, item, turn, repeat))
+                if strategy.drafter is None:
+                    reference = gen.tokens if bench.sampling.greedy else None
+                    previous[key] = gen.tokens
+                rows.append(_row(strategy.name, item, turn, repeat, prompt, gen, reference,
+                                 _peak_memory(bench.target.device)))
+            on_rows(rows)
+        answers.append(tokenizer.decode(previous[(item.id, turn, 0)], skip_special_tokens=True))
+
+
+def finish(run: RunDir, config: RunConfig, complete: bool) -> list[dict[str, Any]]:
+    rows = pd.DataFrame(run.read_rows())
+    summary: list[dict[str, Any]] = []
+    if len(rows):
+        rows["speedup"] = paired_speedups(rows)
+        summary = summarize(rows, config.seed)
+    run.finish(rows, summary, {}, complete)
+    return summary
+
+
+def run_benchmark(config: RunConfig, progress: Progress | None = None, resume: str | Path | None = None) -> RunReport:
+    """Measure every configured strategy against `ar` and write a run directory.
+
+    With `resume`, reopen an interrupted run directory (its saved configuration wins) and measure
+    only the prompts it lacks. On KeyboardInterrupt the rows measured so far are kept and the run
+    is marked incomplete before the interrupt propagates.
+    """
+    if resume is not None:
+        run, config = RunDir.reopen(resume)
+        bench = prepare(config)
+        if run.meta.get("strategies") != [s.name for s in bench.strategies]:
+            raise SpecbenchError(f"{resume}: the strategies no longer match the saved run")
+    else:
+        bench = prepare(config)
+        run = RunDir.create(config.out, config, bench.target.name, bench.suite.name, [s.name for s in bench.strategies])
+    previous: dict[tuple[str, int, int], list[int]] = {}
+    done = run.keep_complete_groups({s.name for s in bench.strategies})
+    for r in run.read_rows():
+        if r["strategy"] == "ar":
+            previous[(r["prompt_id"], r["turn"], r["repeat"])] = r["output_ids"]
+
+    warm_up(bench)
+    total = len(bench.suite.items)
+    complete = False
+    try:
+        for i, item in enumerate(bench.suite.items):
+            measure_prompt(bench, item, done, previous, run.append_rows)
+            if progress:
+                progress(item.id, i + 1, total)
+        complete = True
+    finally:
+        results = finish(run, config, complete)
+    return RunReport(run.path, bench.target.name, bench.suite.name, results, complete)
