@@ -1,0 +1,347 @@
+"""EAGLE-3-style feature drafter (SafeAILab/EAGLE) with EAGLE-2's dynamic draft tree.
+
+Architecture: the hidden states of a low, a middle and a high target layer are fused by a linear
+layer 3H -> H. At every drafter row the fused feature and the target's embedding of the next token
+are each RMS-normed, concatenated and projected 2H -> H, then pass one standard pre-norm decoder
+block (RoPE attention over the drafter's own KV cache, SwiGLU MLP). The drafter's own RMSNorm and
+the target's frozen LM head turn the block output into draft logits; deeper draft levels feed the
+block output back in place of the target feature, as EAGLE does.
+
+Rows: drafter row i pairs the target feature of position i with the embedding of token i + 1 and
+predicts token i + 2, at position id i. With n committed tokens the target has features for
+positions 0..n-2 (the last committed token is not in its cache yet), so the drafter's committed
+rows are 0..n-2, and the output of row n-2 drafts the first level. A draft node at level d is row
+n-2+d; it sees the committed rows, its ancestors and itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from specbench.engine.protocol import DraftContext, StepOutcome
+from specbench.engine.tree import DraftTree, tree_attention_mask
+from specbench.errors import SpecbenchError
+from specbench.models import ASSETS, DEFAULT_MODEL, fingerprint
+from specbench.strategies.base import StrategyDef
+from specbench.training.distill import DistillBatch
+from specbench.training.drafter_dir import load_drafter
+
+KV = tuple[torch.Tensor, torch.Tensor]  # keys, values: (batch, kv_heads, rows, head_dim)
+
+
+@dataclass(frozen=True)
+class Arch:
+    """One drafter decoder block, shaped like a layer of the target."""
+
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    rms_norm_eps: float
+    rope_theta: float
+
+    @classmethod
+    def of(cls, config) -> Arch:
+        rope = getattr(config, "rope_parameters", None) or {}
+        heads = config.num_attention_heads
+        return cls(config.hidden_size, heads, getattr(config, "num_key_value_heads", None) or heads,
+                   getattr(config, "head_dim", None) or config.hidden_size // heads, config.intermediate_size,
+                   config.rms_norm_eps, float(rope.get("rope_theta", getattr(config, "rope_theta", 10000.0))))
+
+
+def rope(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin of shape (rows, head_dim), computed in float32."""
+    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=positions.device).float() / head_dim)
+    freqs = positions[:, None].float() * inv_freq
+    freqs = torch.cat([freqs, freqs], -1)
+    return freqs.cos().to(dtype), freqs.sin().to(dtype)
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, -1)
+    return x * cos + torch.cat([-x2, x1], -1) * sin
+
+
+class Block(nn.Module):
+    """A pre-norm decoder block: RoPE attention (GQA) then a SwiGLU MLP."""
+
+    def __init__(self, arch: Arch):
+        super().__init__()
+        self.arch = arch
+        h, q, kv = arch.hidden_size, arch.num_heads * arch.head_dim, arch.num_kv_heads * arch.head_dim
+        self.attn_norm = nn.RMSNorm(h, eps=arch.rms_norm_eps)
+        self.wqkv = nn.Linear(h, q + 2 * kv, bias=False)
+        self.wo = nn.Linear(q, h, bias=False)
+        self.mlp_norm = nn.RMSNorm(h, eps=arch.rms_norm_eps)
+        self.w13 = nn.Linear(h, 2 * arch.intermediate_size, bias=False)
+        self.w2 = nn.Linear(arch.intermediate_size, h, bias=False)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
+                past: KV | None = None) -> tuple[torch.Tensor, KV]:
+        """x (B, T, H) at `positions` (T,); mask (T, S) or (B, 1, T, S), bool or additive, over the
+        S = past + T keys. Returns the output and the keys/values of past and these rows."""
+        a = self.arch
+        b, t, _ = x.shape
+        q, k, v = self.wqkv(self.attn_norm(x)).split(
+            [a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim, a.num_kv_heads * a.head_dim], -1)
+        q = q.view(b, t, a.num_heads, a.head_dim).transpose(1, 2)
+        k = k.view(b, t, a.num_kv_heads, a.head_dim).transpose(1, 2)
+        v = v.view(b, t, a.num_kv_heads, a.head_dim).transpose(1, 2)
+        cos, sin = rope(positions, a.head_dim, a.rope_theta, x.dtype)
+        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+        if past is not None:
+            k, v = torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=a.num_kv_heads != a.num_heads)
+        x = x + self.wo(out.transpose(1, 2).reshape(b, t, -1))
+        gate, up = self.w13(self.mlp_norm(x)).chunk(2, -1)
+        return x + self.w2(F.silu(gate) * up), (k, v)
+
+
+class FeatureLayer(nn.Module):
+    """norm(embedding of the next token) ++ norm(feature) -> 2H -> H -> one decoder block.
+
+    `out_norm` is applied before the target's LM head; the block output itself is what is fed
+    forward (EAGLE's next feature, MTP's next module's hidden)."""
+
+    def __init__(self, arch: Arch):
+        super().__init__()
+        h = arch.hidden_size
+        self.embed_norm = nn.RMSNorm(h, eps=arch.rms_norm_eps)
+        self.feature_norm = nn.RMSNorm(h, eps=arch.rms_norm_eps)
+        self.proj = nn.Linear(2 * h, h, bias=False)
+        self.block = Block(arch)
+        self.out_norm = nn.RMSNorm(h, eps=arch.rms_norm_eps)
+
+    def forward(self, feature: torch.Tensor, embeds: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
+                past: KV | None = None) -> tuple[torch.Tensor, KV]:
+        x = self.proj(torch.cat([self.embed_norm(embeds), self.feature_norm(feature)], -1))
+        return self.block(x, positions, mask, past)
+
+
+# The target's embedding and LM head are used with detached weights: frozen, and not part of the
+# drafter's state_dict.
+def embed(target_model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+    return F.embedding(tokens, target_model.get_input_embeddings().weight.detach())
+
+
+def lm_head(target_model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    head = target_model.get_output_embeddings()
+    return F.linear(hidden, head.weight.detach(), None if head.bias is None else head.bias.detach())
+
+
+def causal_mask(start: int, rows: int, device: torch.device) -> torch.Tensor:
+    """(rows, start + rows) bool: rows start.. see every earlier row and themselves."""
+    return torch.ones(rows, start + rows, dtype=torch.bool, device=device).tril(start)
+
+
+def feature_layers(num_layers: int) -> tuple[int, ...]:
+    """Low, middle and high target layers as `output_hidden_states` indices (0 = embeddings, i = layer i)."""
+    return tuple(sorted(min(max(i, 1), num_layers) for i in (2, num_layers // 2, num_layers - 2)))
+
+
+@dataclass
+class EagleOptions:
+    depth: int = 5  # levels of the draft tree
+    top_k: int = 8  # children per expanded node, and nodes expanded per level
+    total_tokens: int = 48  # draft nodes kept for verification
+
+    def __post_init__(self) -> None:
+        for name, value, most in (("depth", self.depth, 32), ("top_k", self.top_k, 64),
+                                  ("total_tokens", self.total_tokens, 1024)):
+            if not 1 <= value <= most:
+                raise SpecbenchError(f"eagle.{name} must be between 1 and {most}, got {value}")
+
+
+class EagleModel(nn.Module):
+    """The trainable drafter: fusion layer + one feature layer; the target is held, not registered."""
+
+    def __init__(self, target_model: nn.Module, arch: Arch, hidden_layers: tuple[int, ...], ttt_steps: int = 3):
+        super().__init__()
+        object.__setattr__(self, "target", target_model)
+        self.arch = arch
+        self.hidden_layers = tuple(hidden_layers)
+        self.ttt_steps = ttt_steps
+        self.fc = nn.Linear(len(self.hidden_layers) * arch.hidden_size, arch.hidden_size, bias=False)
+        self.layer = FeatureLayer(arch)
+
+    @classmethod
+    def for_target(cls, target, options: EagleOptions | None = None) -> EagleModel:
+        """A fresh (random) drafter for `target`, on its device and in its dtype (the knobs do not shape it)."""
+        config = target.model.config
+        model = cls(target.model, Arch.of(config), feature_layers(config.num_hidden_layers))
+        return model.to(target.device, target.model.dtype)
+
+    @classmethod
+    def from_config(cls, target_model: nn.Module, config: dict) -> EagleModel:
+        return cls(target_model, Arch(**config["arch"]), tuple(config["hidden_layers"]), config["ttt_steps"])
+
+    def drafter_config(self) -> dict:
+        return {"arch": asdict(self.arch), "hidden_layers": list(self.hidden_layers), "ttt_steps": self.ttt_steps}
+
+    def step(self, feature: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
+             past: KV | None = None) -> tuple[torch.Tensor, KV]:
+        return self.layer(feature, embed(self.target, tokens), positions, mask, past)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return lm_head(self.target, self.layer.out_norm(hidden))
+
+    def unroll(self, batch: DistillBatch) -> list[torch.Tensor]:
+        """Block outputs (B, T - 1, H) of each of the `ttt_steps` steps of EAGLE-3's training-time test.
+
+        Step 0 runs every row on the target features. At step s, row i takes the drafter's own
+        output of row i - 1 at step s - 1 in place of the target feature: it stands for the
+        level-(s+1) draft node below committed row i - s, and sees what that node sees when
+        drafting: the step-0 rows up to i - s, one row of each later step (its ancestors), itself.
+        """
+        b, layers, length, h = batch.hidden.shape
+        t = length - 1
+        feature = self.fc(batch.hidden[:, :-1, :t].permute(0, 2, 1, 3).reshape(b, t, (layers - 1) * h))
+        embeds = embed(self.target, batch.input_ids[:, 1:])
+        positions = torch.arange(t, device=feature.device)
+        rows, cols = positions[:, None], positions[None, :]
+        past = None
+        outs = []
+        for s in range(self.ttt_steps):
+            mask = torch.cat([cols <= rows - s] + [cols == rows - s + u for u in range(1, s + 1)], -1)
+            out, past = self.layer(feature, embeds, positions, mask, past)
+            outs.append(out)
+            feature = torch.cat([out[:, :1], out[:, :-1]], 1)  # row 0 has no predecessor: filler, never scored
+        return outs
+
+    def training_loss(self, batch: DistillBatch) -> torch.Tensor:
+        """Soft cross-entropy against the target's distribution, weighted 0.8^s over the unrolled steps."""
+        with torch.no_grad():
+            p = lm_head(self.target, batch.final[:, 1:]).float().softmax(-1)  # the target's view of token i + 2
+        positions = torch.arange(p.shape[1], device=p.device)
+        total = weights = 0.0
+        for s, out in enumerate(self.unroll(batch)):
+            ce = -(p * self.logits(out).float().log_softmax(-1)).sum(-1)
+            valid = (batch.mask[:, 1:] & (positions >= s)).float()
+            total = total + 0.8 ** s * (ce * valid).sum() / valid.sum().clamp_min(1.0)
+            weights += 0.8 ** s
+        return total / weights
+
+
+def eagle_tree(root_logits: torch.Tensor, expand: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor],
+               depth: int, top_k: int, total_tokens: int, keep_drafting: Callable[[int, torch.Tensor], bool],
+               name: str = "eagle") -> DraftTree:
+    """EAGLE-2's dynamic draft tree.
+
+    Level 1 holds the top_k tokens of `root_logits`. Each further level expands the top_k nodes of
+    the level before (by cumulative log-prob): `expand(level, tokens, parents)` runs the drafter on
+    those nodes (`parents` index the nodes expanded at the level before, or 0 for the root) and
+    returns their logits; each contributes its top_k children. Of all candidates, the
+    `total_tokens` best by cumulative log-prob are kept. They are emitted best first, which is a
+    topological order: a child never scores above its parent, and on a tie the shallower node
+    comes first (stable sort over candidates stored level by level).
+    """
+    logits = root_logits[None]
+    frontier_score = torch.zeros(1, device=logits.device)
+    # the expanded nodes ("frontier"): their scores and candidate indices, the root (-1) first
+    frontier_pool = torch.full((1,), -1, dtype=torch.long, device=logits.device)
+    scores, tokens, parents = [], [], []
+    size = 0
+    for level in range(1, depth + 1):
+        top = logits.float().log_softmax(-1).topk(min(top_k, logits.shape[-1]), -1)
+        candidates = (frontier_score[:, None] + top.values).flatten()
+        rows = torch.arange(len(logits), device=logits.device).repeat_interleave(top.values.shape[1])
+        scores.append(candidates)
+        tokens.append(top.indices.flatten())
+        parents.append(frontier_pool[rows])
+        first, size = size, size + len(candidates)
+        if level == depth or not keep_drafting(level, logits[rows[candidates.argmax()]]):
+            break
+        chosen = candidates.topk(min(top_k, len(candidates))).indices
+        logits = expand(level, tokens[-1][chosen], rows[chosen])
+        frontier_score, frontier_pool = candidates[chosen], first + chosen
+    order = torch.argsort(-torch.cat(scores), stable=True)[:total_tokens].tolist()
+    where = {c: i for i, c in enumerate(order)}
+    tree = DraftTree()
+    for token, parent in zip(torch.cat(tokens)[order].tolist(), torch.cat(parents)[order].tolist()):
+        tree.add(token, where[parent] if parent >= 0 else -1, name)
+    return tree
+
+
+class EagleDrafter:
+    name = "eagle"
+
+    def __init__(self, model: EagleModel, options: EagleOptions):
+        self.model = model.eval()
+        self.options = options
+        self.hidden_layers = model.hidden_layers
+        self.kv: KV | None = None  # keys/values of the committed rows
+        self.rows = 0  # how many
+        self.last: torch.Tensor | None = None  # output of the last committed row
+        self.pending: list[torch.Tensor] = []  # fused-layer inputs of rows not run yet
+
+    def start(self, prompt: torch.Tensor, hidden: tuple[torch.Tensor, ...]) -> None:
+        self.kv, self.rows, self.last = None, 0, None
+        self.pending = [torch.cat(hidden, -1)] if len(prompt) > 1 else []
+
+    def observe(self, outcome: StepOutcome) -> None:
+        self.pending.append(torch.cat(outcome.hidden, -1))
+
+    def _sync(self, tokens: torch.Tensor) -> None:
+        """Run the committed rows not run yet (rows up to n - 2 for n committed tokens)."""
+        if not self.pending:
+            return
+        features = torch.cat(self.pending)[:len(tokens) - 1 - self.rows]
+        self.pending = []
+        m = len(features)
+        if m == 0:
+            return
+        positions = torch.arange(self.rows, self.rows + m, device=tokens.device)
+        out, self.kv = self.model.step(self.model.fc(features)[None], tokens[self.rows + 1:self.rows + 1 + m][None],
+                                       positions, causal_mask(self.rows, m, tokens.device), self.kv)
+        self.rows += m
+        self.last = out[0, -1]
+
+    def propose(self, ctx: DraftContext) -> DraftTree:
+        depth = min(self.options.depth, ctx.budget)
+        self._sync(ctx.tokens)
+        if self.last is None or depth < 1:
+            return DraftTree()
+        model, device = self.model, ctx.tokens.device
+        base = self.rows - 1  # row (and position) of the last committed row, the root
+        seen = DraftTree()  # the nodes run through the drafter, for the tree mask
+        state = {"ids": [-1], "hidden": self.last[None], "kv": self.kv}
+
+        def expand(level: int, tokens: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
+            ids = [seen.add(t, state["ids"][p], self.name) for t, p in zip(tokens.tolist(), parents.tolist())]
+            mask = tree_attention_mask(seen, base, state["hidden"].dtype, device)[:, :, 1 + ids[0]:]
+            positions = torch.full((len(ids),), base + level, device=device)
+            out, state["kv"] = model.step(state["hidden"][parents][None], tokens[None], positions, mask, state["kv"])
+            state["ids"], state["hidden"] = ids, out[0]
+            return model.logits(out[0])
+
+        return eagle_tree(model.logits(self.last), expand, depth, self.options.top_k, self.options.total_tokens,
+                          ctx.controller.keep_drafting, self.name)
+
+
+def default_drafter_dir(target, strategy: str, drafter_dir: Path | None) -> Path:
+    """`drafter_dir`, or the embedded default's trained drafter when the target is the default model."""
+    if drafter_dir is not None:
+        return Path(drafter_dir)
+    if target.name != DEFAULT_MODEL:
+        raise SpecbenchError(f"strategy {strategy}: give a drafter trained for {target.name} with --drafter DIR "
+                             f"(train one with `specbench train --strategy {strategy}`)")
+    return ASSETS / "default" / "drafters" / strategy
+
+
+def _build(target, options: EagleOptions, drafter_dir: Path | None) -> EagleDrafter:
+    path = default_drafter_dir(target, "eagle", drafter_dir)
+    config, state = load_drafter(path, "eagle", fingerprint(target.model))
+    model = EagleModel.from_config(target.model, config)
+    model.load_state_dict(state)
+    return EagleDrafter(model.to(target.device, target.model.dtype), options)
+
+
+STRATEGY = StrategyDef("eagle", EagleOptions, _build, budget=lambda o: o.depth, default_controller="fixed",
+                       trainable=lambda target, options: EagleModel.for_target(target, options))

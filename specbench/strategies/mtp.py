@@ -1,0 +1,237 @@
+"""Multi-token prediction modules, DeepSeek-V3 style, chained into a pruned candidate tree.
+
+Module k takes RMSNorm(embedding of token t + k) and RMSNorm(previous hidden: the target's last
+(normed) hidden state at t for k = 1, module k-1's output at t after), concatenates them,
+projects 2H -> H, runs one decoder block and predicts token t + k + 1 through its own RMSNorm and
+the target's frozen LM head (the same `FeatureLayer` as EAGLE's, one per module).
+
+Rows: module k's row t embeds token t + k, at position id t. Each module attends over its own KV
+cache. With n committed tokens, drafting runs every module at row n - 2 (the last position with a
+target hidden state); module k's committed rows are those whose inputs are all committed, t up to
+n - 1 - k, so at row t it sees rows up to t - (k - 1) and itself. Training uses the same mask.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from specbench.engine.protocol import DraftContext, StepOutcome
+from specbench.engine.tree import DraftTree
+from specbench.errors import SpecbenchError
+from specbench.models import fingerprint
+from specbench.strategies.base import StrategyDef
+from specbench.strategies.eagle import KV, Arch, FeatureLayer, default_drafter_dir, embed, lm_head
+from specbench.training.distill import DistillBatch
+from specbench.training.drafter_dir import load_drafter
+
+
+def parse_branching(text: str) -> tuple[int, ...]:
+    """"3,2" -> (3, 2): children per node at level 1, 2, ...; the last width repeats below."""
+    try:
+        widths = tuple(int(w) for w in text.split(","))
+    except ValueError:
+        raise SpecbenchError(f"mtp.branching: expected comma-separated integers like 3,2, got {text!r}") from None
+    if not widths or min(widths) < 1:
+        raise SpecbenchError(f"mtp.branching: every width must be at least 1, got {text!r}")
+    return widths
+
+
+@dataclass
+class MtpOptions:
+    n_modules: int = 3  # modules used: the tree's maximum depth
+    branching: str = "3,2"  # children per node by level (source article 1: top-3, then top-2); a tuple is accepted
+    entropy_threshold: float = 2.1  # nats: a node whose draft entropy exceeds it gets no children
+
+    def __post_init__(self) -> None:
+        if isinstance(self.branching, (tuple, list)):
+            self.branching = ",".join(str(w) for w in self.branching)
+        parse_branching(self.branching)
+        if not 1 <= self.n_modules <= 16:
+            raise SpecbenchError(f"mtp.n_modules must be between 1 and 16, got {self.n_modules}")
+        if not self.entropy_threshold >= 0:
+            raise SpecbenchError(f"mtp.entropy_threshold must be at least 0, got {self.entropy_threshold}")
+
+    @property
+    def widths(self) -> tuple[int, ...]:
+        return parse_branching(self.branching)
+
+
+def module_mask(module: int, first: int, rows: int, device: torch.device) -> torch.Tensor:
+    """(rows, first + rows) bool for rows first..: row t sees rows up to t - (module - 1), and itself."""
+    t = torch.arange(first, first + rows, device=device)[:, None]
+    s = torch.arange(first + rows, device=device)[None]
+    return (s <= t - module + 1) | (s == t)
+
+
+class MtpModel(nn.Module):
+    """The trainable modules; the target is held, not registered."""
+
+    def __init__(self, target_model: nn.Module, arch: Arch, n_modules: int, hidden_layer: int):
+        super().__init__()
+        object.__setattr__(self, "target", target_model)
+        self.arch = arch
+        self.hidden_layers = (hidden_layer,)
+        self.layers = nn.ModuleList(FeatureLayer(arch) for _ in range(n_modules))
+
+    @classmethod
+    def for_target(cls, target, options: MtpOptions) -> MtpModel:
+        """Fresh (random) modules for `target`, on its device and in its dtype."""
+        config = target.model.config
+        model = cls(target.model, Arch.of(config), options.n_modules, config.num_hidden_layers)
+        return model.to(target.device, target.model.dtype)
+
+    @classmethod
+    def from_config(cls, target_model: nn.Module, config: dict) -> MtpModel:
+        return cls(target_model, Arch(**config["arch"]), config["n_modules"], config["hidden_layers"][0])
+
+    def drafter_config(self) -> dict:
+        return {"arch": asdict(self.arch), "n_modules": len(self.layers), "hidden_layers": list(self.hidden_layers)}
+
+    def logits(self, module: int, hidden: torch.Tensor) -> torch.Tensor:
+        """Draft logits of module `module` (0-based) from its output."""
+        return lm_head(self.target, self.layers[module].out_norm(hidden))
+
+    def unroll(self, batch: DistillBatch) -> list[torch.Tensor]:
+        """Each module's outputs, chained: module k's row t (of T - k) embeds token t + k."""
+        ids = batch.input_ids
+        hidden = batch.hidden[:, 0]
+        outs = []
+        for k, layer in enumerate(self.layers, 1):
+            rows = ids.shape[1] - k
+            if rows < 1:
+                break
+            positions = torch.arange(rows, device=ids.device)
+            hidden, _ = layer(hidden[:, :rows], embed(self.target, ids[:, k:]), positions,
+                              module_mask(k, 0, rows, ids.device))
+            outs.append(hidden)
+        return outs
+
+    def training_loss(self, batch: DistillBatch) -> torch.Tensor:
+        """Mean over modules of the cross-entropy of module k on token t + k + 1 (the target's own tokens)."""
+        ids = batch.input_ids
+        losses = []
+        for k, hidden in enumerate(self.unroll(batch), 1):
+            if hidden.shape[1] < 2:
+                break
+            logits = self.logits(k - 1, hidden[:, :-1]).float()
+            ce = F.cross_entropy(logits.flatten(0, 1), ids[:, k + 1:].flatten(), reduction="none")
+            weight = batch.mask[:, k + 1:].flatten().float()
+            losses.append((ce * weight).sum() / weight.sum().clamp_min(1.0))
+        return torch.stack(losses).mean()
+
+
+def entropy(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy in nats of each row's softmax."""
+    logp = logits.float().log_softmax(-1)
+    return -(logp.exp() * logp).sum(-1)
+
+
+def mtp_tree(root_logits: torch.Tensor, expand: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor],
+             widths: tuple[int, ...], depth: int, threshold: float,
+             keep_drafting: Callable[[int, torch.Tensor], bool], name: str = "mtp") -> DraftTree:
+    """The candidate tree, level by level (breadth first, children best first).
+
+    Level 1 is always proposed: the top widths[0] tokens of `root_logits`. `expand(level, tokens,
+    parents)` runs the next module on the nodes of `level` (`parents` index the nodes of the level
+    before, 0 for the root) and returns their logits; a node then gets its top widths[level]
+    children only where the entropy of those logits is at most `threshold`.
+    """
+    tree = DraftTree()
+    logits = root_logits[None]
+    ids = [-1]
+    for level in range(1, depth + 1):
+        width = min(widths[min(level, len(widths)) - 1], logits.shape[-1])
+        if level == 1:
+            rows = torch.zeros(1, dtype=torch.long, device=logits.device)
+        else:
+            rows = (entropy(logits) <= threshold).nonzero().flatten()
+            if not len(rows):
+                break
+        tokens = logits[rows].topk(width, -1).indices.flatten()
+        parents = rows.repeat_interleave(width)
+        new = [tree.add(t, ids[p], name) for t, p in zip(tokens.tolist(), parents.tolist())]
+        if level == depth or not keep_drafting(level, logits[rows[0]]):
+            break
+        logits = expand(level, tokens, parents)
+        ids = new
+    return tree
+
+
+class MtpDrafter:
+    name = "mtp"
+
+    def __init__(self, model: MtpModel, options: MtpOptions):
+        if options.n_modules > len(model.layers):
+            raise SpecbenchError(f"mtp.n_modules={options.n_modules}, but the drafter has "
+                                 f"{len(model.layers)} trained modules")
+        self.model = model.eval()
+        self.options = options
+        self.hidden_layers = model.hidden_layers
+        self.out: list[torch.Tensor] = []  # [target hidden, module 1 outputs, ...]: one row per committed row
+        self.kv: list[KV | None] = []  # per module: keys/values of its committed rows
+
+    def start(self, prompt: torch.Tensor, hidden: tuple[torch.Tensor, ...]) -> None:
+        h = self.model.arch.hidden_size
+        p = next(self.model.parameters())
+        empty = torch.empty(0, h, dtype=p.dtype, device=p.device)
+        self.out = [hidden[0] if len(prompt) > 1 else empty] + [empty] * len(self.model.layers)
+        self.kv = [None] * len(self.model.layers)
+
+    def observe(self, outcome: StepOutcome) -> None:
+        self.out[0] = torch.cat([self.out[0], outcome.hidden[0]])
+
+    def _sync(self, tokens: torch.Tensor, modules: int) -> None:
+        """Run modules 1..`modules` over their committed rows not run yet."""
+        n = len(tokens)
+        for k in range(1, modules + 1):
+            first, end = len(self.out[k]), min(len(self.out[k - 1]), n - k)
+            if end <= first:
+                continue
+            positions = torch.arange(first, end, device=tokens.device)
+            out, self.kv[k - 1] = self.model.layers[k - 1](
+                self.out[k - 1][first:end][None], embed(self.model.target, tokens[first + k:end + k])[None],
+                positions, module_mask(k, first, end - first, tokens.device), self.kv[k - 1])
+            self.out[k] = torch.cat([self.out[k], out[0]])
+
+    def propose(self, ctx: DraftContext) -> DraftTree:
+        depth = min(self.options.n_modules, ctx.budget)
+        if depth < 1:
+            return DraftTree()
+        self._sync(ctx.tokens, depth)
+        row = len(ctx.tokens) - 2
+        if row < 0 or len(self.out[1]) <= row:
+            return DraftTree()
+        model, device = self.model, ctx.tokens.device
+        state = {"hidden": self.out[1][row][None]}
+
+        def expand(level: int, tokens: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
+            # module level + 1 at `row`: sees its committed rows and itself, not the sibling candidates
+            cached = len(self.out[level + 1])
+            mask = torch.cat([torch.ones(len(tokens), cached, dtype=torch.bool, device=device),
+                              torch.eye(len(tokens), dtype=torch.bool, device=device)], -1)
+            positions = torch.full((len(tokens),), row, device=device)
+            out, _ = model.layers[level](state["hidden"][parents][None], embed(model.target, tokens)[None],
+                                         positions, mask, self.kv[level])
+            state["hidden"] = out[0]
+            return model.logits(level, out[0])
+
+        return mtp_tree(model.logits(0, self.out[1][row]), expand, self.options.widths, depth,
+                        self.options.entropy_threshold, ctx.controller.keep_drafting, self.name)
+
+
+def _build(target, options: MtpOptions, drafter_dir: Path | None) -> MtpDrafter:
+    path = default_drafter_dir(target, "mtp", drafter_dir)
+    config, state = load_drafter(path, "mtp", fingerprint(target.model))
+    model = MtpModel.from_config(target.model, config)
+    model.load_state_dict(state)
+    return MtpDrafter(model.to(target.device, target.model.dtype), options)
+
+
+STRATEGY = StrategyDef("mtp", MtpOptions, _build, budget=lambda o: o.n_modules, default_controller="fixed",
+                       trainable=lambda target, options: MtpModel.for_target(target, options))
