@@ -15,17 +15,20 @@ from typing import Any, Callable
 from specbench.engine.protocol import Controller, Drafter
 from specbench.errors import SpecbenchError
 from specbench.strategies.base import StrategyDef
-from specbench.strategies.controllers import CONTROLLERS
+from specbench.strategies.combine import CombinedDrafter
+from specbench.strategies.controllers import CONTROLLERS, FixedController
 
 BASELINE = "ar"
-PLANNED = ("eagle", "mtp", "dflash", "dspark")  # named in DESIGN.md, not implemented yet
+PLANNED = ("dflash", "dspark")  # named in DESIGN.md, not implemented yet
 
 
 def _registry() -> dict[str, StrategyDef]:
     from specbench.strategies.draft_model import STRATEGY as draft
+    from specbench.strategies.eagle import STRATEGY as eagle
+    from specbench.strategies.mtp import STRATEGY as mtp
     from specbench.strategies.ngram import STRATEGY as ngram
 
-    return {s.name: s for s in (ngram, draft)}
+    return {s.name: s for s in (ngram, draft, eagle, mtp)}
 
 
 REGISTRY = _registry()
@@ -58,8 +61,14 @@ def parse_strategy(text: str) -> StrategySpec:
     return StrategySpec(tuple(sorted(members, key=DRAFTER_NAMES.index)))
 
 
+# the combinations `all` includes (DESIGN.md §3); any other combination can be named explicitly
+COMBINATIONS = ("eagle+dflash", "mtp+dspark", "eagle+dspark", "dflash+dspark", "eagle+mtp")
+
+
 def available_strategies() -> list[StrategySpec]:
-    return [StrategySpec((name,)) for name in REGISTRY]
+    """Every implemented drafter, then every listed combination whose members are all implemented."""
+    combos = [parse_strategy(c) for c in COMBINATIONS]
+    return [StrategySpec((name,)) for name in REGISTRY] + [c for c in combos if set(c.members) <= set(REGISTRY)]
 
 
 def parse_strategies(values: list[str]) -> list[StrategySpec]:
@@ -142,20 +151,26 @@ class Strategy:
     new_controller: Callable[[], Controller] | None  # a fresh controller for every sequence
 
 
+# a combination's members keep their own controllers; the engine-level one only caps the depth
+COMBINED_MAX_DEPTH = 16
+
+
 def build_strategy(spec: StrategySpec, target, knobs: dict[str, dict[str, Any]], drafter_dirs: dict[str, Path],
                    controller: str | None = None) -> Strategy:
+    """The drafter(s) and controller factory of a parsed strategy; `controller` overrides every member's."""
     if not spec.members:
         return Strategy(BASELINE, None, None)
-    if len(spec.members) > 1:
-        raise SpecbenchError(f"strategy {spec.name}: combinations are not implemented yet")
-    name = spec.members[0]
-    if name not in REGISTRY:
-        raise SpecbenchError(f"strategy {name} is not implemented yet")
-    definition = REGISTRY[name]
-    options = make_options(name, knobs.get(name, {}))
-    drafter = definition.build(target, options, drafter_dirs.get(name))
-    choice = controller or definition.default_controller
-    if choice not in CONTROLLERS:
-        raise SpecbenchError(f"unknown controller {choice!r}; known: {', '.join(CONTROLLERS)}")
-    budget = definition.budget(options)
-    return Strategy(spec.name, drafter, lambda: CONTROLLERS[choice](budget, options))
+    if controller is not None and controller not in CONTROLLERS:
+        raise SpecbenchError(f"unknown controller {controller!r}; known: {', '.join(CONTROLLERS)}")
+    drafters, factories = [], []
+    for name in spec.members:
+        if name not in REGISTRY:
+            raise SpecbenchError(f"strategy {name} is not implemented yet")
+        definition = REGISTRY[name]
+        options = make_options(name, knobs.get(name, {}))
+        drafters.append(definition.build(target, options, drafter_dirs.get(name)))
+        factory = CONTROLLERS[controller or definition.default_controller]
+        factories.append(lambda factory=factory, budget=definition.budget(options), options=options: factory(budget, options))
+    if len(drafters) == 1:
+        return Strategy(spec.name, drafters[0], factories[0])
+    return Strategy(spec.name, CombinedDrafter(drafters, factories), lambda: FixedController(COMBINED_MAX_DEPTH))

@@ -54,6 +54,13 @@ def collect(target: Target, prompts: list[list[str]], layers: tuple[int, ...], m
     return sequences
 
 
+def pick_layers(sequences: list[DistillSequence], collected: tuple[int, ...],
+                wanted: tuple[int, ...]) -> list[DistillSequence]:
+    """Sequences collected for `collected` layers, narrowed to the `wanted` ones (final state kept)."""
+    rows = [collected.index(layer) for layer in wanted] + [len(collected)]
+    return [DistillSequence(s.input_ids, s.answer_start, s.hidden[rows]) for s in sequences]
+
+
 def make_batch(sequences: list[DistillSequence], max_len: int, device: torch.device) -> DistillBatch:
     """Pad (and cut to `max_len` positions, keeping the start of each answer) into one batch."""
     cuts = []

@@ -1,0 +1,74 @@
+"""Rebuild the drafters of the embedded default model: eagle, mtp, dflash and dspark.
+
+Self-distillation (DESIGN.md §3): the default target regenerates its own answers to training
+prompts made from the Python standard library (function signatures and docstring summaries,
+not the benchmark suite), its hidden states of every layer are kept once, and each drafter is
+trained on the layers it reads. Written to specbench/assets/default/drafters/<strategy>.
+
+    python scripts/build_default_drafters.py                       # all four
+    python scripts/build_default_drafters.py --only dflash --steps 400
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from build_default_model import instruction_pairs, stdlib_sources  # noqa: E402
+
+from specbench.models import DEFAULT_DIR, fingerprint, load_target  # noqa: E402
+from specbench.strategies import REGISTRY  # noqa: E402
+from specbench.training.distill import collect, pick_layers  # noqa: E402
+from specbench.training.trainer import train  # noqa: E402
+
+DRAFTERS = ("eagle", "mtp", "dflash", "dspark")
+
+
+def training_prompts(count: int) -> list[list[str]]:
+    asks = []
+    for _, source in stdlib_sources():
+        for pair in instruction_pairs(source):
+            asks.append(pair.split("<|end|>")[0].removeprefix("<|user|>\n"))
+    return [[ask] for ask in random.Random(1).sample(asks, count)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", choices=DRAFTERS, action="append")
+    parser.add_argument("--prompts", type=int, default=160)
+    parser.add_argument("--answer-tokens", type=int, default=96)
+    parser.add_argument("--steps", type=int, default=300)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    target = load_target(None, torch.device("cpu"), torch.float32)
+    all_layers = tuple(range(target.model.config.num_hidden_layers + 1))
+    started = time.time()
+    sequences = collect(target, training_prompts(args.prompts), all_layers, args.answer_tokens)
+    print(f"distilled {len(sequences)} answers in {time.time() - started:.0f}s", flush=True)
+    record_file = DEFAULT_DIR / "drafters" / "BUILD.json"
+    record = json.loads(record_file.read_text()) if record_file.exists() else {}
+    for name in args.only or DRAFTERS:
+        definition = REGISTRY[name]
+        torch.manual_seed(0)
+        model = definition.trainable(target, definition.options())
+        data = pick_layers(sequences, all_layers, tuple(model.hidden_layers))
+        started = time.time()
+        losses = train(model, data, DEFAULT_DIR / "drafters" / name, name, fingerprint(target.model), args.steps,
+                       batch_size=8, lr=1e-3, max_len=192, seed=0,
+                       on_step=lambda s, loss: print(f"{name} step {s} loss {loss:.3f}", flush=True) if s % 25 == 0 else None)
+        record[name] = {"steps": args.steps, "prompts": args.prompts, "answer_tokens": args.answer_tokens,
+                        "first_loss": losses[0], "final_loss": sum(losses[-10:]) / 10,
+                        "parameters": sum(p.numel() for p in model.parameters()),
+                        "train_seconds": round(time.time() - started)}
+        record_file.write_text(json.dumps(record, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
