@@ -19,10 +19,15 @@ from specbench.config import RunConfig
 from specbench.engine.decode import Generation, generate
 from specbench.engine.sampling import Sampling
 from specbench.errors import SpecbenchError
+from specbench.hardware import detect_local_gpu, get_profile, load_profiles
+from specbench.measure.device_metrics import RunMetrics
 from specbench.measure.host import peak_rss_bytes
 from specbench.measure.stats import paired_speedups, summarize
 from specbench.models import Target, encode_turns, load_target, resolve_device, resolve_dtype
-from specbench.results import RunDir
+from specbench.plots import write_plots
+from specbench.projection import WorkloadShape, kv_bytes_per_token
+from specbench.projection import project as projection
+from specbench.results import RunDir, write_atomic
 from specbench.strategies import (Strategy, build_strategy, drafter_dirs_by_strategy, parse_strategies,
                                   validate_knobs)
 from specbench.suites import Suite, SuiteItem, load_suite, select
@@ -52,6 +57,7 @@ class Bench:
     strategies: list[Strategy]
     suite: Suite
     sampling: Sampling
+    metrics: RunMetrics
 
 
 def prepare(config: RunConfig) -> Bench:
@@ -65,7 +71,9 @@ def prepare(config: RunConfig) -> Bench:
     dirs = drafter_dirs_by_strategy([Path(d) for d in config.drafters])
     strategies = [build_strategy(s, target, config.knobs, dirs, config.controller) for s in specs]
     sampling = Sampling(config.temperature, config.top_p, config.top_k)
-    return Bench(config, target, strategies, suite, sampling)
+    if config.gpu:
+        get_profile(config.gpu, load_profiles(Path(config.profiles) if config.profiles else None))
+    return Bench(config, target, strategies, suite, sampling, RunMetrics(device))
 
 
 def _seed(config: RunConfig, item: SuiteItem, turn: int, repeat: int) -> int:
@@ -97,7 +105,7 @@ def _row(strategy: str, item: SuiteItem, turn: int, repeat: int, prompt: list[in
         "prompt_tokens": len(prompt), "new_tokens": n, "wall_s": gen.wall_s, "ttft_s": gen.ttft_s,
         "tpot_s": (gen.wall_s - gen.ttft_s) / (n - 1) if n > 1 else None,
         "steps": gen.steps, "tau": n / gen.steps if gen.steps else None,
-        "drafted": gen.drafted, "accepted": gen.accepted,
+        "drafted": gen.drafted, "accepted": gen.accepted, "verified": gen.verified, "draft_depth": gen.draft_depth,
         "acceptance_rate": gen.accepted / gen.drafted if gen.drafted else None,
         "accept_by_position": gen.accept_by_position, "draft_by_position": gen.draft_by_position,
         "prefill_s": gen.prefill_s, "draft_s": gen.draft_s, "verify_s": gen.verify_s, "other_s": gen.other_s,
@@ -139,7 +147,8 @@ def measure_prompt(bench: Bench, item: SuiteItem, done: set[tuple[str, int, int]
             for strategy in order:
                 if bench.target.device.type == "cuda":
                     torch.cuda.reset_peak_memory_stats(bench.target.device)
-                gen = _run_one(bench, strategy, prompt, _seed(bench.config, item, turn, repeat))
+                with bench.metrics.measure(strategy.name):
+                    gen = _run_one(bench, strategy, prompt, _seed(bench.config, item, turn, repeat))
                 if strategy.drafter is None:
                     reference = gen.tokens if bench.sampling.greedy else None
                     previous[key] = gen.tokens
@@ -149,13 +158,59 @@ def measure_prompt(bench: Bench, item: SuiteItem, done: set[tuple[str, int, int]
         answers.append(tokenizer.decode(previous[(item.id, turn, 0)], skip_special_tokens=True))
 
 
-def finish(run: RunDir, config: RunConfig, complete: bool) -> list[dict[str, Any]]:
+def _drafter_parameters(drafter) -> int:
+    members = getattr(drafter, "members", [drafter])
+    return sum(p.numel() for m in members if hasattr(m, "model") for p in m.model.parameters())
+
+
+def project(bench: Bench, rows: pd.DataFrame, summary: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each strategy's measured shape (tau, tokens verified, drafter size, context) on the --gpu profile.
+
+    When the profile is the local GPU the figures above are measured and nothing is projected.
+    """
+    profile = get_profile(bench.config.gpu, load_profiles(Path(bench.config.profiles) if bench.config.profiles else None))
+    local = detect_local_gpu()
+    if local is not None and local.profile == profile.name:
+        return {"gpu": profile.name, "projected": False, "note": "measured on this GPU"}
+    config = bench.target.model.config
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    kv = kv_bytes_per_token(config.num_hidden_layers, config.num_key_value_heads, head_dim, 2)
+    params = sum(p.numel() for p in bench.target.model.parameters())
+    by_name = {s.name: s for s in bench.strategies}
+    for result in summary:
+        part = rows[rows.strategy == result["strategy"]]
+        steps = part.steps.sum()
+        strategy = by_name[result["strategy"]]
+        depth = part.draft_depth.sum() / steps
+        parallel = strategy.drafter is not None and getattr(strategy.drafter, "parallel_draft", False)
+        shape = WorkloadShape(
+            target_params=params, bytes_per_param=2, drafter_params=_drafter_parameters(strategy.drafter),
+            kv_bytes_per_token=kv, context_len=float((part.prompt_tokens + part.new_tokens / 2).mean()),
+            tokens_verified=part.verified.sum() / steps, draft_forwards=min(depth, 1.0) if parallel else depth,
+            tau=min(result["tau"], part.verified.sum() / steps),
+            draft_tokens_per_forward=depth if parallel else 1.0)
+        result["projection"] = projection(shape, profile)
+    return {"gpu": profile.name, "projected": True}
+
+
+def finish(bench: Bench, run: RunDir, complete: bool) -> list[dict[str, Any]]:
+    """Summaries, device metrics, projection and plots of everything measured so far."""
     rows = pd.DataFrame(run.read_rows())
     summary: list[dict[str, Any]] = []
+    extra: dict[str, Any] = {}
     if len(rows):
         rows["speedup"] = paired_speedups(rows)
-        summary = summarize(rows, config.seed)
-    run.finish(rows, summary, {}, complete)
+        summary = summarize(rows, bench.config.seed)
+        for result in summary:
+            result.update(bench.metrics.summary(result["strategy"], result["new_tokens"]))
+        if bench.config.gpu:
+            extra["projection"] = project(bench, rows, summary)
+    series = bench.metrics.series_frame()
+    if len(series):
+        write_atomic(run.path / "nvml_series.csv", series.to_csv(index=False))
+    run.finish(rows, summary, extra, complete)
+    if len(rows):
+        write_plots(run.path, run.path)
     return summary
 
 
@@ -190,5 +245,5 @@ def run_benchmark(config: RunConfig, progress: Progress | None = None, resume: s
                 progress(item.id, i + 1, total)
         complete = True
     finally:
-        results = finish(run, config, complete)
+        results = finish(bench, run, complete)
     return RunReport(run.path, bench.target.name, bench.suite.name, results, complete)

@@ -81,6 +81,7 @@ def run(
     controller: Annotated[Optional[str], typer.Option(help="Override every strategy's controller: fixed, heuristic, entropy, ...")] = None,
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="A strategy knob, e.g. --set draft.k=4 (repeatable).")] = None,
     gpu: Annotated[Optional[str], typer.Option(help="GPU profile to project the results onto.")] = None,
+    profiles: Annotated[Optional[Path], typer.Option(help="TOML file with extra GPU profiles.")] = None,
     out_dir: Annotated[Optional[str], typer.Option("--out", help="Results directory (default results/).")] = None,
     config: Annotated[Optional[Path], typer.Option(help="TOML config file; flags override it.")] = None,
     resume: Annotated[Optional[Path], typer.Option(help="Resume an interrupted run directory.")] = None,
@@ -100,6 +101,7 @@ def run(
                      suite=suite, categories=split(categories), limit=limit, max_new_tokens=max_new_tokens,
                      temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, dtype=dtype, device=device,
                      warmup=warmup, repeats=repeats, controller=controller, gpu=gpu, out=out_dir,
+                     profiles=str(profiles) if profiles else None,
                      knobs=parse_sets(set_ or []))
         cfg = resolve(load_config_file(config) if config else {}, flags)
         with progress_bar() as bar:

@@ -20,6 +20,8 @@ class Generation:
     steps: int = 0  # target verify forwards
     drafted: int = 0  # draft positions reached: drafted, with every earlier position accepted
     accepted: int = 0  # draft tokens accepted
+    verified: int = 0  # positions in the target's verify forwards (tree size + 1 per step)
+    draft_depth: int = 0  # sum over steps of the proposed tree's depth
     accept_by_position: list[int] = field(default_factory=list)
     draft_by_position: list[int] = field(default_factory=list)  # reached at k: accept_by_position[k] / this = a_k
     prefill_s: float = 0.0
@@ -111,12 +113,15 @@ def generate(target, prompt: list[int], max_new_tokens: int, sampling: Sampling 
         result.tokens.extend(new)
         committed = torch.cat([committed, torch.tensor(new, dtype=torch.long, device=device)])
         result.steps += 1
+        result.verified += len(tokens)
+        depth = max(tree.depths(), default=0)
+        result.draft_depth += depth
         leaf = path[-1] + 1 if path else 0
         result.record(len(path), bool(tree.children()[leaf]))
         if drafter:
             kept_hidden = tuple(h[kept] for h in hidden)
             drafter.observe(StepOutcome(tree, path, bonus, new, kept_hidden))
-            controller.update(max(tree.depths(), default=0), len(path))
+            controller.update(depth, len(path))
         t3 = clock()
         result.draft_s += t1 - t0
         result.verify_s += t2 - t1
