@@ -1,0 +1,131 @@
+"""DSpark (deepseek-ai/DeepSpec, 2026): the DFlash block drafter plus a Markov head and a confidence head.
+
+The block network is DFlash's (strategies/dflash.py) in DeepSpec's shifted layout: the block
+[last committed token, MASK x (B-1)] drafts B tokens, slot k drafting position n+k, so the anchor
+slot drafts too (DFlash throws its output away). Two small heads then run sequentially over the
+block, one cheap step per position:
+
+- Markov head (DeepSpec's "vanilla" head): position k's logits get a low-rank correction from the
+  token before it (the last committed token for k = 0, else draft k-1):
+  logits_k += W2(W1[prev]), W1 a rank-r embedding of the vocabulary, W2 a rank-r -> vocabulary map.
+- Confidence head: sigmoid(w . [hidden_k, W1[prev]] + b), an estimate of 1 - TV(p_draft, p_target),
+  the probability that the target accepts draft k. The block is cut before the first position where
+  the cumulative product of confidences (the estimated probability that the whole prefix is
+  accepted) falls below `confidence_threshold`.
+
+Loss as DeepSpec's loss.py: 0.1 CE + 0.9 L1 + 1.0 BCE, each weighted exp(-k / gamma) over the block.
+The distribution term is the L1 distance sum |p_draft - p_target| (= 2 TV) as in DeepSpec's code;
+the confidence head's BCE target is 1 - TV, detached; the Markov head is teacher-forced with the
+target's tokens. The draft-length scheduler (strategies/dspark_scheduler.py) is the default controller.
+
+Default confidence_threshold 0.2 (DeepSpec's evaluator defaults to 0, no cut; neither the paper's
+code nor the source articles give a value): on the CPU default target one more verified position
+costs about a tenth of a target forward (measured on two shared cores: ~18 ms to verify 1 token,
+~31 ms for 8), so at a typical 3 tokens per step a draft whose whole prefix survives with
+probability under ~0.2 costs more than it is expected to earn.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from specbench.engine.protocol import DraftContext
+from specbench.errors import SpecbenchError
+from specbench.strategies.base import StrategyDef
+from specbench.strategies.dflash import BlockConfig, DFlashDrafter, DFlashModel, check_block_knobs, pick
+from specbench.strategies.dspark_scheduler import check_knobs
+from specbench.training.distill import DistillBatch
+
+CE_WEIGHT, L1_WEIGHT, CONFIDENCE_WEIGHT = 0.1, 0.9, 1.0  # DeepSpec's dspark config
+
+
+@dataclass
+class DSparkOptions:
+    block_size: int = 7  # drafts per block (DeepSpec's value: with the last token, a verify length of 8)
+    confidence_threshold: float = 0.2  # cut where the cumulative confidence falls below this (0 = never)
+    context_window: int = 512  # W: context positions the drafter sees (0 = all)
+    window_size: int = 64  # scheduler: verifications in the acceptance-rate window
+    adjust_interval: int = 16  # scheduler: committed tokens between evaluations
+    k_min: int = 2  # scheduler: bounds of K, the verify length (drafts + 1)
+    k_max: int = 8
+    hysteresis: bool = True  # scheduler: a change needs two consecutive agreeing evaluations
+    grow_above: float = 0.6  # scheduler: acceptance rate above which K grows
+    shrink_below: float = 0.3  # scheduler: acceptance rate below which K shrinks
+    layers: int = 2  # draft layers (architecture: used when training)
+    markov_rank: int = 32  # Markov head rank (architecture: used when training)
+    gamma: float = 4.0  # training position weights exp(-k / gamma), DeepSpec's value
+
+    def __post_init__(self) -> None:
+        check_block_knobs("dspark", self, min_block=1)
+        check_knobs(self, prefix="dspark.")
+        if not 0.0 <= self.confidence_threshold <= 1.0:
+            raise SpecbenchError(f"dspark.confidence_threshold must be within [0, 1], got {self.confidence_threshold}")
+        if self.markov_rank < 1:
+            raise SpecbenchError(f"dspark.markov_rank must be at least 1, got {self.markov_rank}")
+
+
+class DSparkModel(DFlashModel):
+    def __init__(self, target: nn.Module, config: BlockConfig, options):
+        super().__init__(target, config, options)
+        self.markov_in = nn.Embedding(config.vocab_size, config.markov_rank)
+        self.markov_out = nn.Linear(config.markov_rank, config.vocab_size, bias=False)
+        nn.init.normal_(self.markov_out.weight, std=0.02)  # starts as a small correction
+        self.confidence = nn.Linear(config.arch.hidden_size + config.markov_rank, 1)
+
+    @classmethod
+    def architecture(cls, model: nn.Module, options) -> BlockConfig:
+        return dataclasses.replace(super().architecture(model, options), shifted=True, markov_rank=options.markov_rank)
+
+    def heads(self, hidden: torch.Tensor, logits: torch.Tensor,
+              prev: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Markov-corrected logits and confidence logits of draft slots, given the token before each."""
+        memory = self.markov_in(prev)
+        return logits + self.markov_out(memory), self.confidence(torch.cat([hidden, memory], -1))[..., 0]
+
+    def training_loss(self, batch: DistillBatch) -> torch.Tensor:
+        """0.1 CE + 0.9 L1 against the target's distribution + BCE of the confidence towards 1 - TV."""
+        b = self.blocks(batch, *self.sample_anchors(batch))
+        logits, confidence = self.heads(b.hidden, self.logits(b.hidden), b.prev)
+        logits = logits.float()
+        rows = torch.arange(len(b.before), device=b.before.device)[:, None, None]
+        p_target = self.logits(batch.final[rows, b.before]).float().softmax(-1)
+        ce = F.cross_entropy(logits.flatten(0, -2), b.labels.flatten(), reduction="none").view_as(b.labels)
+        l1 = (logits.softmax(-1) - p_target).abs().sum(-1)
+        accept = (1.0 - 0.5 * l1).clamp(0.0, 1.0).detach()
+        bce = F.binary_cross_entropy_with_logits(confidence.float(), accept, reduction="none")
+        loss = CE_WEIGHT * ce + L1_WEIGHT * l1 + CONFIDENCE_WEIGHT * bce
+        return (loss * b.weights).sum() / b.weights.sum().clamp_min(1e-6)
+
+
+class DSparkDrafter(DFlashDrafter):
+    name = "dspark"
+    model_cls = DSparkModel
+
+    def _chain(self, hidden: torch.Tensor, ctx: DraftContext) -> tuple[list[int], list[torch.Tensor | None]]:
+        """Draft position by position: Markov correction from the previous token, then the confidence cut."""
+        base = self.model.logits(hidden)
+        tokens: list[int] = []
+        qs: list[torch.Tensor | None] = []
+        prev = ctx.tokens[-1]
+        alive = 1.0  # the estimated probability that every draft so far is accepted
+        for k in range(len(hidden)):
+            logits, confidence = self.model.heads(hidden[k], base[k], prev)
+            alive *= float(torch.sigmoid(confidence))
+            if alive < self.options.confidence_threshold:
+                break
+            token, q = pick(logits[None], ctx)
+            prev = token[0]
+            tokens.append(int(prev))
+            qs.extend(q)
+            if not ctx.controller.keep_drafting(k + 1, logits):
+                break
+        return tokens, qs
+
+
+STRATEGY = StrategyDef("dspark", DSparkOptions, DSparkDrafter.load, budget=lambda o: o.block_size,
+                       default_controller="dspark", trainable=DSparkModel.for_target)
