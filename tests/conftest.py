@@ -8,6 +8,9 @@ from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCau
 
 from specbench.models import Target
 
+# tiny models: one thread is faster than two, and the suite stays fast on a loaded 2-core machine
+torch.set_num_threads(1)
+
 TINY_SHAPES = {
     # name: (config class, model class, vocab, kv heads)
     "qwen3-gqa": (Qwen3Config, Qwen3ForCausalLM, 97, 2),

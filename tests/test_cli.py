@@ -108,3 +108,53 @@ def test_unimplemented_commands_exit_2():
     for command in ("tune", "recommend"):
         result = invoke(command)
         assert result.exit_code == 2 and "not implemented" in result.output
+
+
+def test_config_file_and_flags_override(tiny_model_dir, tmp_path):
+    config = tmp_path / "run.toml"
+    config.write_text(f'model = "{tiny_model_dir}"\nstrategy = ["ngram"]\nlimit = 1\nmax_new_tokens = 50\n'
+                      f'warmup = 0\n[knobs.ngram]\nnum_pred_tokens = 3\n')
+    result = invoke("run", "--config", config, "--max-new-tokens", 4, "--out", tmp_path, "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    saved = json.loads((Path(report["run_dir"]) / "config.json").read_text())
+    assert saved["max_new_tokens"] == 4 and saved["knobs"] == {"ngram": {"num_pred_tokens": 3}}
+    bad = tmp_path / "bad.toml"
+    bad.write_text("max_new_tokens = [\n")
+    result = invoke("run", "--config", bad)
+    assert result.exit_code == 2 and "bad.toml" in result.output
+
+
+def test_multi_turn_suite_runs_turn_by_turn(tiny_model_dir, tmp_path):
+    suite = tmp_path / "mt.jsonl"
+    suite.write_text('{"question_id": 1, "category": "writing", "turns": ["Write a line.", "Now shorter."]}\n')
+    result = invoke("run", "--model", tiny_model_dir, "--suite", suite, "--strategy", "ngram",
+                    "--max-new-tokens", 6, "--out", tmp_path, "--json", "--warmup", 0)
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (Path(json.loads(result.stdout)["run_dir"]) / "rows.jsonl").read_text().splitlines()]
+    turns = [(r["strategy"], r["turn"]) for r in rows]
+    assert sorted(turns) == [("ar", 0), ("ar", 1), ("ngram", 0), ("ngram", 1)]
+    first, second = (next(r for r in rows if r["strategy"] == "ar" and r["turn"] == t) for t in (0, 1))
+    assert second["prompt_tokens"] > first["prompt_tokens"] + first["new_tokens"] - 1  # the answer is in the context
+
+
+def test_interrupt_keeps_finished_prompts(tiny_model_dir, tmp_path, monkeypatch):
+    import specbench.bench as bench
+
+    real = bench.measure_prompt
+    calls = []
+
+    def interrupted_after_two(*args, **kwargs):
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(bench, "measure_prompt", interrupted_after_two)
+    result = invoke("run", "--model", tiny_model_dir, "--strategy", "ngram", "--limit", 4, "--max-new-tokens", 4,
+                    "--out", tmp_path, "--warmup", 0)
+    assert result.exit_code == 130
+    run_dir = next((tmp_path / "runs").iterdir())
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "incomplete"
+    assert len((run_dir / "rows.jsonl").read_text().splitlines()) == 4
+    assert (run_dir / "summary.json").is_file()

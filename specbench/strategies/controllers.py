@@ -7,6 +7,8 @@ from typing import Any, Callable
 
 import torch
 
+from specbench.strategies.dspark_scheduler import from_options as dspark_scheduler
+
 
 @dataclass
 class FixedController:
@@ -59,4 +61,5 @@ CONTROLLERS: dict[str, Callable[[int, Any], Any]] = {
     "fixed": lambda k, options: FixedController(k),
     "heuristic": lambda k, options: HeuristicController(k),
     "entropy": lambda k, options: EntropyController(k, getattr(options, "entropy_threshold", 2.1)),
+    "dspark": dspark_scheduler,
 }

@@ -264,6 +264,7 @@ def pick(logits: torch.Tensor, ctx: DraftContext) -> tuple[torch.Tensor, list[to
 class DFlashDrafter:
     name = "dflash"
     model_cls = DFlashModel
+    parallel_draft = True  # the whole block in one forward (the --gpu projection costs it so)
 
     def __init__(self, model: DFlashModel, options):
         self.model = model

@@ -51,6 +51,7 @@ def train(model: torch.nn.Module, sequences: list[DistillSequence], out_dir: Pat
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
         generator.set_state(state["generator"])
+        torch.set_rng_state(state["torch_rng"])
         start, losses = state["step"], state["losses"]
     model.train()
     for step in range(start, steps):
@@ -61,12 +62,13 @@ def train(model: torch.nn.Module, sequences: list[DistillSequence], out_dir: Pat
         opt.step()
         sched.step()
         opt.zero_grad(set_to_none=True)
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         if on_step:
             on_step(step + 1, losses[-1])
         if (step + 1) % checkpoint_every == 0 and step + 1 < steps:
             _save_checkpoint(checkpoint, {"model": model.state_dict(), "optimizer": opt.state_dict(),
                                           "scheduler": sched.state_dict(), "generator": generator.get_state(),
+                                          "torch_rng": torch.get_rng_state(),
                                           "step": step + 1, "losses": losses})
     model.eval()
     config = {**model.drafter_config(), "training": {"steps": steps, "batch_size": batch_size, "lr": lr,

@@ -1,0 +1,72 @@
+"""`specbench train`: a drafter trained by self-distillation from a local tiny target, then used."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from specbench.cli import app
+from specbench.training.trainer import partial_dir
+
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def prompts(tmp_path_factory):
+    path = tmp_path_factory.mktemp("prompts") / "train.jsonl"
+    path.write_text("".join(json.dumps({"prompt": f"def f{i}(x): return"}) + "\n" for i in range(6)))
+    return path
+
+
+def test_train_then_run_with_the_drafter(tiny_model_dir, prompts, tmp_path):
+    out = tmp_path / "eagle"
+    result = invoke("train", "--strategy", "eagle", "--model", tiny_model_dir, "--prompts", prompts, "--out", out,
+                    "--steps", 6, "--batch-size", 2, "--max-new-tokens", 8, "--device", "cpu")
+    assert result.exit_code == 0, result.output
+    assert (out / "config.json").is_file() and (out / "model.safetensors").is_file()
+    assert not partial_dir(out).exists()
+    result = invoke("run", "--model", tiny_model_dir, "--drafter", out, "--strategy", "eagle", "--limit", 2,
+                    "--max-new-tokens", 6, "--out", tmp_path, "--json", "--warmup", 0)
+    assert result.exit_code == 0, result.output
+    assert all(r["mismatches"] == 0 for r in json.loads(result.stdout)["results"])
+
+
+def test_drafter_for_another_target_is_refused(tiny_model_dir, tiny_draft_dir, prompts, tmp_path):
+    out = tmp_path / "mtp"
+    assert invoke("train", "--strategy", "mtp", "--model", tiny_model_dir, "--prompts", prompts, "--out", out,
+                  "--steps", 2, "--batch-size", 2, "--max-new-tokens", 4).exit_code == 0
+    config = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**config, "target_fingerprint": "0" * 16}))
+    result = invoke("run", "--model", tiny_model_dir, "--drafter", out, "--strategy", "mtp", "--limit", 1)
+    assert result.exit_code == 2 and "another target" in result.output
+    result = invoke("run", "--model", tiny_model_dir, "--drafter", out, "--strategy", "eagle", "--limit", 1)
+    assert result.exit_code == 2
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--strategy", "ngram"], "cannot be trained"),
+    (["--steps", "0"], "at least 1"),
+    (["--set", "eagle.nope=1"], "valid: eagle.depth"),
+])
+def test_train_bad_input(tiny_model_dir, prompts, tmp_path, args, message):
+    base = {"--strategy": "eagle", "--steps": "2"}
+    for flag, value in zip(args[::2], args[1::2]):
+        base[flag] = value
+    flat = [x for kv in base.items() for x in kv if kv[0] != "--set"] + (["--set", base["--set"]] if "--set" in base else [])
+    result = invoke("train", "--model", tiny_model_dir, "--prompts", prompts, "--out", tmp_path / "d", *flat)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert not (tmp_path / "d").exists()
+
+
+def test_train_with_no_prompts(tiny_model_dir, tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    result = invoke("train", "--strategy", "eagle", "--model", tiny_model_dir, "--prompts", empty, "--out", tmp_path / "d")
+    assert result.exit_code == 2 and not (tmp_path / "d").exists()
