@@ -10,7 +10,6 @@ from specbench.engine.sampling import Sampling
 from specbench.strategies.controllers import FixedController
 from specbench.strategies.draft_model import DraftModelDrafter, DraftOptions
 from specbench.strategies.ngram import NgramDrafter, NgramOptions
-from tests.conftest import tiny_lm
 from tests.sampling_check import chi_square_pvalue
 
 PROMPT = [1, 2, 1, 2, 1]

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
+import torch
+
 from specbench.engine.protocol import Drafter
+from specbench.errors import SpecbenchError
+from specbench.models import ASSETS, DEFAULT_MODEL, fingerprint
+from specbench.training.drafter_dir import load_drafter
 
 
 @dataclass(frozen=True)
@@ -16,3 +22,26 @@ class StrategyDef:
     budget: Callable[[Any], int]  # the controller's starting depth from the knobs
     default_controller: str = "fixed"
     trainable: Callable[..., Any] | None = None  # (target, options) -> a fresh trainable drafter nn.Module
+
+
+def default_drafter_dir(target, strategy: str, drafter_dir: Path | None) -> Path:
+    """`drafter_dir`, or the embedded default's trained drafter when the target is the default model."""
+    if drafter_dir is not None:
+        return Path(drafter_dir)
+    if target.name != DEFAULT_MODEL:
+        raise SpecbenchError(f"strategy {strategy}: give a drafter trained for {target.name} with --drafter DIR "
+                             f"(train one with `specbench train --strategy {strategy}`)")
+    return ASSETS / "default" / "drafters" / strategy
+
+
+def load_trained(target, strategy: str, drafter_dir: Path | None,
+                 make_model: Callable[[dict], torch.nn.Module]) -> torch.nn.Module:
+    """A trained drafter network, checked against its strategy and target, on the target's device and dtype."""
+    path = default_drafter_dir(target, strategy, drafter_dir)
+    config, state = load_drafter(path, strategy, fingerprint(target.model))
+    model = make_model(config)
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as exc:
+        raise SpecbenchError(f"drafter {path}: weights do not match its config ({str(exc).splitlines()[0]})") from None
+    return model.to(target.device, target.model.dtype).eval()

@@ -32,11 +32,9 @@ from torch import nn
 from specbench.engine.protocol import DraftContext, StepOutcome
 from specbench.engine.tree import DraftTree
 from specbench.errors import SpecbenchError
-from specbench.models import fingerprint
-from specbench.strategies.base import StrategyDef
-from specbench.strategies.eagle import Arch, default_drafter_dir, embed, lm_head, rope, rotate
+from specbench.strategies.base import StrategyDef, load_trained
+from specbench.strategies.eagle import Arch, embed, lm_head, rope, rotate
 from specbench.training.distill import DistillBatch
-from specbench.training.drafter_dir import load_drafter
 
 ANCHORS = 32  # blocks sampled per training sequence
 CONTEXT_LAYERS = 3  # target layers concatenated into the context features
@@ -285,15 +283,9 @@ class DFlashDrafter:
     @classmethod
     def load(cls, target, options, drafter_dir: Path | None) -> DFlashDrafter:
         """The trained drafter in `drafter_dir` (the embedded default's for the default target)."""
-        drafter_dir = default_drafter_dir(target, cls.name, drafter_dir)
-        config, state = load_drafter(drafter_dir, cls.name, fingerprint(target.model))
-        model = cls.model_cls(target.model, BlockConfig.from_dict(config["architecture"]), options)
-        try:
-            model.load_state_dict(state)
-        except RuntimeError as exc:
-            raise SpecbenchError(f"drafter {drafter_dir}: weights do not match its config "
-                                 f"({str(exc).splitlines()[0]})") from None
-        return cls(model.to(target.device, target.model.dtype).eval(), options)
+        model = load_trained(target, cls.name, drafter_dir,
+                             lambda c: cls.model_cls(target.model, BlockConfig.from_dict(c["architecture"]), options))
+        return cls(model, options)
 
     def start(self, prompt: torch.Tensor, hidden: tuple[torch.Tensor, ...]) -> None:
         features = torch.cat(hidden, -1)

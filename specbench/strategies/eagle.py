@@ -27,10 +27,8 @@ from torch import nn
 from specbench.engine.protocol import DraftContext, StepOutcome
 from specbench.engine.tree import DraftTree, tree_attention_mask
 from specbench.errors import SpecbenchError
-from specbench.models import ASSETS, DEFAULT_MODEL, fingerprint
-from specbench.strategies.base import StrategyDef
+from specbench.strategies.base import StrategyDef, load_trained
 from specbench.training.distill import DistillBatch
-from specbench.training.drafter_dir import load_drafter
 
 KV = tuple[torch.Tensor, torch.Tensor]  # keys, values: (batch, kv_heads, rows, head_dim)
 
@@ -325,22 +323,9 @@ class EagleDrafter:
                           ctx.controller.keep_drafting, self.name)
 
 
-def default_drafter_dir(target, strategy: str, drafter_dir: Path | None) -> Path:
-    """`drafter_dir`, or the embedded default's trained drafter when the target is the default model."""
-    if drafter_dir is not None:
-        return Path(drafter_dir)
-    if target.name != DEFAULT_MODEL:
-        raise SpecbenchError(f"strategy {strategy}: give a drafter trained for {target.name} with --drafter DIR "
-                             f"(train one with `specbench train --strategy {strategy}`)")
-    return ASSETS / "default" / "drafters" / strategy
-
-
 def _build(target, options: EagleOptions, drafter_dir: Path | None) -> EagleDrafter:
-    path = default_drafter_dir(target, "eagle", drafter_dir)
-    config, state = load_drafter(path, "eagle", fingerprint(target.model))
-    model = EagleModel.from_config(target.model, config)
-    model.load_state_dict(state)
-    return EagleDrafter(model.to(target.device, target.model.dtype), options)
+    return EagleDrafter(load_trained(target, "eagle", drafter_dir, lambda c: EagleModel.from_config(target.model, c)),
+                        options)
 
 
 STRATEGY = StrategyDef("eagle", EagleOptions, _build, budget=lambda o: o.depth, default_controller="fixed",

@@ -24,11 +24,9 @@ from torch import nn
 from specbench.engine.protocol import DraftContext, StepOutcome
 from specbench.engine.tree import DraftTree
 from specbench.errors import SpecbenchError
-from specbench.models import fingerprint
-from specbench.strategies.base import StrategyDef
-from specbench.strategies.eagle import KV, Arch, FeatureLayer, default_drafter_dir, embed, lm_head
+from specbench.strategies.base import StrategyDef, load_trained
+from specbench.strategies.eagle import KV, Arch, FeatureLayer, embed, lm_head
 from specbench.training.distill import DistillBatch
-from specbench.training.drafter_dir import load_drafter
 
 
 def parse_branching(text: str) -> tuple[int, ...]:
@@ -226,11 +224,8 @@ class MtpDrafter:
 
 
 def _build(target, options: MtpOptions, drafter_dir: Path | None) -> MtpDrafter:
-    path = default_drafter_dir(target, "mtp", drafter_dir)
-    config, state = load_drafter(path, "mtp", fingerprint(target.model))
-    model = MtpModel.from_config(target.model, config)
-    model.load_state_dict(state)
-    return MtpDrafter(model.to(target.device, target.model.dtype), options)
+    return MtpDrafter(load_trained(target, "mtp", drafter_dir, lambda c: MtpModel.from_config(target.model, c)),
+                      options)
 
 
 STRATEGY = StrategyDef("mtp", MtpOptions, _build, budget=lambda o: o.n_modules, default_controller="fixed",
