@@ -240,6 +240,8 @@ def _from_summary(result: dict[str, Any]) -> dict[str, Any]:
         "other_frac": result.get("other_frac"),
         "peak_mem_gb": (result["peak_mem_bytes"] / 1e9) if result.get("peak_mem_bytes") is not None else None,
     }
+    if result.get("per_position_acceptance"):
+        out["accept_by_position"] = " ".join(f"{a:.2f}" for a in result["per_position_acceptance"][:8])
     cost = result.get("cost_model") or {}
     if cost:
         out["predicted_tau"] = cost.get("predicted_tau")
@@ -304,6 +306,7 @@ _HEADERS = {
     "verify_frac": "verify",
     "other_frac": "other",
     "peak_mem_gb": "peak GB",
+    "accept_by_position": "accept @1..8",
     "predicted_tau": "tau (model)",
     "predicted_speedup": "speedup (model)",
     "mem_util_pct": "mem util %",
