@@ -66,13 +66,13 @@ def prepare(config: RunConfig) -> Bench:
     specs = parse_strategies(config.strategies)
     validate_knobs(config.knobs)
     suite = select(load_suite(config.suite), config.categories or None, config.limit)
+    if config.gpu:
+        get_profile(config.gpu, load_profiles(Path(config.profiles) if config.profiles else None))
     device = resolve_device(config.device)
     target = load_target(config.model, device, resolve_dtype(config.dtype, device))
     dirs = drafter_dirs_by_strategy([Path(d) for d in config.drafters])
     strategies = [build_strategy(s, target, config.knobs, dirs, config.controller) for s in specs]
     sampling = Sampling(config.temperature, config.top_p, config.top_k)
-    if config.gpu:
-        get_profile(config.gpu, load_profiles(Path(config.profiles) if config.profiles else None))
     return Bench(config, target, strategies, suite, sampling, RunMetrics(device))
 
 

@@ -158,3 +158,21 @@ def test_interrupt_keeps_finished_prompts(tiny_model_dir, tmp_path, monkeypatch)
     assert json.loads((run_dir / "run.json").read_text())["status"] == "incomplete"
     assert len((run_dir / "rows.jsonl").read_text().splitlines()) == 4
     assert (run_dir / "summary.json").is_file()
+
+
+def test_gpu_projection_and_unknown_profile(json_run, tiny_model_dir, tmp_path):
+    result = invoke("run", "--gpu", "nope", "--limit", 1)
+    assert result.exit_code == 2 and "rtx4090" in result.output
+    result = invoke("run", "--model", tiny_model_dir, "--strategy", "ngram", "--limit", 1, "--max-new-tokens", 4,
+                    "--gpu", "rtx4090", "--out", tmp_path, "--json", "--warmup", 0)
+    assert result.exit_code == 0, result.output
+    for r in json.loads(result.stdout)["results"]:
+        assert r["projection"]["projected"] is True and r["projection"]["gpu"] == "rtx4090"
+        assert r["projection"]["tokens_per_s"] > 0
+
+
+def test_hardware_lists_profiles():
+    result = invoke("hardware", "--json")
+    assert result.exit_code == 0
+    listing = json.loads(result.stdout)
+    assert "h200" in json.dumps(listing) and "rtx4090" in json.dumps(listing)
