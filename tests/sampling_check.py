@@ -42,7 +42,10 @@ def chi_square_pvalue(model, prompt: list[int], sampling: Sampling, runs: int, m
         else:
             pool_o += counts[k]
             pool_e += exact[k] * runs
-    observed.append(pool_o)
-    expected.append(pool_e)
+    if pool_e > 0:
+        observed.append(pool_o)
+        expected.append(pool_e)
+    elif pool_o:  # a continuation the target gives probability 0 (top-k / top-p) was generated
+        return 0.0
     expected = np.array(expected) * runs / sum(expected)
     return float(chisquare(observed, expected).pvalue)

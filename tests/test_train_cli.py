@@ -70,3 +70,15 @@ def test_train_with_no_prompts(tiny_model_dir, tmp_path):
     empty.write_text("")
     result = invoke("train", "--strategy", "eagle", "--model", tiny_model_dir, "--prompts", empty, "--out", tmp_path / "d")
     assert result.exit_code == 2 and not (tmp_path / "d").exists()
+
+
+@pytest.mark.parametrize("strategy", ["mtp", "dflash", "dspark"])
+def test_every_trainable_strategy_end_to_end(strategy, tiny_model_dir, prompts, tmp_path):
+    out = tmp_path / strategy
+    result = invoke("train", "--strategy", strategy, "--model", tiny_model_dir, "--prompts", prompts, "--out", out,
+                    "--steps", 3, "--batch-size", 2, "--max-new-tokens", 8)
+    assert result.exit_code == 0, result.output
+    result = invoke("run", "--model", tiny_model_dir, "--drafter", out, "--strategy", f"{strategy},ngram+{strategy}",
+                    "--limit", 2, "--max-new-tokens", 8, "--out", tmp_path, "--json", "--warmup", 0)
+    assert result.exit_code == 0, result.output
+    assert [r["mismatches"] for r in json.loads(result.stdout)["results"]] == [0, 0, 0]

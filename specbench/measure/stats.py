@@ -74,7 +74,9 @@ def summarize_strategy(rows: pd.DataFrame, ar_rows: pd.DataFrame, seed: int = 0)
     }
     ar_step = _safe_div(ar_rows.verify_s.sum() + ar_rows.other_s.sum(), ar_rows.steps.sum())
     if steps and ar_step > 0 and summary["strategy"] != BASELINE:
-        summary["cost_model"] = predict(per_position, rows.draft_s.sum() / steps / ar_step,
+        # a step that drafted nothing (no n-gram match, a cut block) counts as rejected at position 1
+        drafted_at_all = [accepted[0] / steps] + per_position[1:] if per_position else []
+        summary["cost_model"] = predict(drafted_at_all, rows.draft_s.sum() / steps / ar_step,
                                         rows.verify_s.sum() / steps / ar_step, rows.other_s.sum() / steps / ar_step)
     return summary
 

@@ -1,0 +1,35 @@
+"""The embedded default model and its shipped, trained drafters: lossless, and a real model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from specbench.cli import app
+from specbench.models import DEFAULT_DIR
+
+pytestmark = pytest.mark.skipif(not (DEFAULT_DIR / "drafters" / "dspark" / "config.json").is_file(),
+                                reason="the embedded default model is not built")
+
+
+def test_all_strategies_on_the_shipped_drafters_are_lossless(tmp_path):
+    result = CliRunner().invoke(app, ["run", "--strategy", "all", "--limit", 2, "--max-new-tokens", 24,
+                                      "--out", str(tmp_path), "--json", "--warmup", "0"])
+    assert result.exit_code == 0, result.output
+    results = {r["strategy"]: r for r in json.loads(result.stdout)["results"]}
+    expected = {"ar", "ngram", "draft", "eagle", "mtp", "dflash", "dspark", "eagle+dflash", "mtp+dspark",
+                "eagle+dspark", "dflash+dspark", "eagle+mtp"}
+    assert set(results) == expected
+    assert all(r["mismatches"] == 0 for r in results.values())
+    # trained drafters accept more than one token per target step on the default model's own outputs
+    assert all(results[s]["tau"] > 1.2 for s in ("eagle", "mtp", "dflash", "dspark"))
+
+
+def test_default_model_size_and_real_architecture():
+    config = json.loads((DEFAULT_DIR / "target" / "config.json").read_text())
+    assert config["model_type"] == "qwen3" and config["num_hidden_layers"] == 9
+    build = json.loads((DEFAULT_DIR / "BUILD.json").read_text())
+    assert build["target"]["parameters"] >= 20_000_000
+    assert build["draft"]["parameters"] < build["target"]["parameters"] / 4
