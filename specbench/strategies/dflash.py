@@ -33,7 +33,7 @@ from specbench.engine.protocol import DraftContext, StepOutcome
 from specbench.engine.tree import DraftTree
 from specbench.errors import SpecbenchError
 from specbench.strategies.base import StrategyDef, load_trained
-from specbench.strategies.eagle import Arch, embed, lm_head, rope, rotate
+from specbench.strategies.layers import Arch, embed, lm_head, rope, rotate
 from specbench.training.distill import DistillBatch
 
 ANCHORS = 32  # blocks sampled per training sequence

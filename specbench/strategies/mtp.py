@@ -25,7 +25,7 @@ from specbench.engine.protocol import DraftContext, StepOutcome
 from specbench.engine.tree import DraftTree
 from specbench.errors import SpecbenchError
 from specbench.strategies.base import StrategyDef, load_trained
-from specbench.strategies.eagle import KV, Arch, FeatureLayer, embed, lm_head
+from specbench.strategies.layers import KV, Arch, FeatureLayer, embed, lm_head
 from specbench.training.distill import DistillBatch
 
 
