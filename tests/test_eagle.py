@@ -310,9 +310,9 @@ def test_drafter_directory_round_trip(trained):
         eagle.STRATEGY.build(target, options, None)
 
 
-def test_eos_and_length_inside_an_accepted_draft(trained):
-    target, model, sequences, *_ = trained
-    drafter = EagleDrafter(model, EagleOptions(depth=5, top_k=2, total_tokens=10))
+def cut_steps_with_eos_and_length_inside_drafts(target: Target, drafter, sequences, k: int) -> int:
+    """EOS and max_new_tokens falling inside accepted drafts of a trained drafter: outputs equal plain
+    decoding; returns how many steps were actually cut inside a draft (tests assert it happened)."""
     cut = 0
     for sequence in sequences:
         prompt = sequence.input_ids[:sequence.answer_start].tolist()
@@ -321,14 +321,20 @@ def test_eos_and_length_inside_an_accepted_draft(trained):
             eos_ids = frozenset({eos})
             expected = generate(target.model, prompt, 24, eos_ids=eos_ids)
             spy = Spy(drafter)
-            got = generate(target.model, prompt, 24, eos_ids=eos_ids, drafter=spy, controller=FixedController(5))
+            got = generate(target.model, prompt, 24, eos_ids=eos_ids, drafter=spy, controller=FixedController(k))
             assert (got.tokens, got.stop_reason) == (expected.tokens, "eos")
             cut += spy.cut_steps()
         for n in (2, 5, 11):
             spy = Spy(drafter)
-            assert generate(target.model, prompt, n, drafter=spy, controller=FixedController(5)).tokens == answer[:n]
+            assert generate(target.model, prompt, n, drafter=spy, controller=FixedController(k)).tokens == answer[:n]
             cut += spy.cut_steps()
-    assert cut >= 8
+    return cut
+
+
+def test_eos_and_length_inside_an_accepted_draft(trained):
+    target, model, sequences, *_ = trained
+    drafter = EagleDrafter(model, EagleOptions(depth=5, top_k=2, total_tokens=10))
+    assert cut_steps_with_eos_and_length_inside_drafts(target, drafter, sequences, k=5) >= 8
 
 
 def test_sampling_distribution_is_exact():

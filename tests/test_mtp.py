@@ -18,8 +18,8 @@ from specbench.training.drafter_dir import save_drafter
 from specbench.training.trainer import train
 from tests.conftest import TINY_SHAPES, tiny_target
 from tests.test_eagle import one_thread  # noqa: F401  (autouse fixture)
-from tests.test_eagle import (Spy, always, check_distribution, distill_sequences, one_batch, record_drafting,
-                              small_vocab_target)
+from tests.test_eagle import (Spy, always, check_distribution, cut_steps_with_eos_and_length_inside_drafts,
+                              distill_sequences, one_batch, record_drafting, small_vocab_target)
 from tests.test_engine import random_prompt
 
 EVERYWHERE = MtpOptions(entropy_threshold=math.inf)  # untrained modules are unsure: never prune
@@ -194,22 +194,7 @@ def test_drafter_directory_round_trip(trained):
 def test_eos_and_length_inside_an_accepted_draft(trained):
     target, model, sequences, *_ = trained
     drafter = MtpDrafter(model, MtpOptions())
-    cut = 0
-    for sequence in sequences:
-        prompt = sequence.input_ids[:sequence.answer_start].tolist()
-        answer = sequence.input_ids[sequence.answer_start:].tolist()
-        for eos in (answer[3], answer[8]):
-            eos_ids = frozenset({eos})
-            expected = generate(target.model, prompt, 24, eos_ids=eos_ids)
-            spy = Spy(drafter)
-            got = generate(target.model, prompt, 24, eos_ids=eos_ids, drafter=spy, controller=FixedController(3))
-            assert (got.tokens, got.stop_reason) == (expected.tokens, "eos")
-            cut += spy.cut_steps()
-        for n in (2, 5, 11):
-            spy = Spy(drafter)
-            assert generate(target.model, prompt, n, drafter=spy, controller=FixedController(3)).tokens == answer[:n]
-            cut += spy.cut_steps()
-    assert cut >= 8
+    assert cut_steps_with_eos_and_length_inside_drafts(target, drafter, sequences, k=3) >= 8
 
 
 def test_sampling_distribution_is_exact():
