@@ -143,14 +143,14 @@ def report(
         runs, warnings = load_runs(run_dirs)
         for warning in warnings:
             err.print(f"warning: {warning}", style="yellow", highlight=False)
-        rendered = render(comparison(runs, by=by), fmt)
-        if out_file:
-            if isinstance(rendered, str):
-                out_file.write_text(rendered)
-            else:
-                Console(file=out_file.open("w"), width=200).print(rendered)
+        frame = comparison(runs, by=by)
+        if out_file is None:
+            print_table(render(frame, "markdown" if fmt == "table" and not out.is_terminal else fmt))
+        elif fmt == "table":
+            with out_file.open("w") as f:
+                Console(file=f, width=200).print(render(frame, fmt))
         else:
-            print_table(rendered if fmt != "table" or out.is_terminal else render(comparison(runs, by=by), "markdown"))
+            out_file.write_text(render(frame, fmt))
         if plots:
             for run_ in runs:
                 for path in write_plots([run_], run_.path):

@@ -176,3 +176,14 @@ def test_hardware_lists_profiles():
     assert result.exit_code == 0
     listing = json.loads(result.stdout)
     assert "h200" in json.dumps(listing) and "rtx4090" in json.dumps(listing)
+
+
+def test_report_to_file_and_by_category(json_run, tmp_path):
+    report, _ = json_run
+    target = tmp_path / "report.json"
+    result = invoke("report", report["run_dir"], "--by", "category", "--format", "json", "--out", target)
+    assert result.exit_code == 0, result.output
+    records = json.loads(target.read_text())
+    assert records and {"strategy", "category", "tau", "speedup"} <= set(records[0])
+    result = invoke("report", tmp_path)
+    assert result.exit_code == 2 and "not a specbench run" in result.output
