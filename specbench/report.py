@@ -20,6 +20,7 @@ import pandas as pd
 from rich.table import Table
 
 from specbench.errors import SpecbenchError
+from specbench.measure.stats import geometric_mean
 
 ROW_KEYS = (
     "strategy", "prompt_id", "category", "turn", "repeat", "prompt_tokens", "new_tokens", "wall_s",
@@ -185,13 +186,6 @@ def _load_rows(path: Path, complete: bool, warnings: list[str]) -> pd.DataFrame:
 
 
 # -- aggregation -----------------------------------------------------------------------------
-
-
-def geometric_mean(values: Sequence[float] | pd.Series) -> float:
-    """Geometric mean of the positive, non-missing values; NaN when there are none."""
-    arr = np.asarray(pd.to_numeric(pd.Series(values), errors="coerce").dropna(), dtype=float)
-    arr = arr[arr > 0]
-    return float(np.exp(np.log(arr).mean())) if arr.size else math.nan
 
 
 def _ratio(num: float, den: float) -> float:

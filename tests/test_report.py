@@ -15,7 +15,8 @@ from rich.table import Table
 
 from specbench.errors import SpecbenchError
 from specbench.plots import write_plots
-from specbench.report import ROW_KEYS, comparison, geometric_mean, load_runs, render
+from specbench.measure.stats import geometric_mean
+from specbench.report import ROW_KEYS, comparison, load_runs, render
 
 STRATEGIES = ("ar", "eagle", "dflash+eagle")
 CATEGORIES = ("code", "creative writing", "math")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -12,6 +13,13 @@ from scipy.stats import bootstrap
 from specbench.measure.cost_model import predict
 
 BASELINE = "ar"
+
+
+def geometric_mean(values: Sequence[float] | pd.Series) -> float:
+    """Geometric mean of the positive, non-missing values; NaN when there are none."""
+    arr = np.asarray(pd.to_numeric(pd.Series(values), errors="coerce").dropna(), dtype=float)
+    arr = arr[arr > 0]
+    return float(np.exp(np.log(arr).mean())) if arr.size else math.nan
 
 
 def geometric_mean_ci(ratios: np.ndarray, seed: int = 0, confidence: float = 0.95) -> tuple[float, float, float]:
@@ -47,8 +55,7 @@ def _safe_div(num: float, den: float) -> float:
 
 def summarize_strategy(rows: pd.DataFrame, ar_rows: pd.DataFrame, seed: int = 0) -> dict[str, Any]:
     """One strategy's summary from its per-prompt rows and the baseline's rows of the same run."""
-    per_prompt = rows.dropna(subset=["speedup"]).groupby(["prompt_id", "turn"]).speedup.apply(
-        lambda s: math.exp(np.log(s).mean()))
+    per_prompt = rows.dropna(subset=["speedup"]).groupby(["prompt_id", "turn"]).speedup.apply(geometric_mean)
     speedup, low, high = geometric_mean_ci(per_prompt.to_numpy(), seed) if len(per_prompt) else (math.nan,) * 3
     steps, wall = rows.steps.sum(), rows.wall_s.sum()
     accepted, reached = _position_sums(rows.accept_by_position), _position_sums(rows.draft_by_position)
