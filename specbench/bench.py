@@ -19,7 +19,7 @@ from specbench.config import RunConfig
 from specbench.engine.decode import Generation, generate
 from specbench.engine.sampling import Sampling
 from specbench.errors import SpecbenchError
-from specbench.hardware import detect_local_gpu, get_profile, load_profiles
+from specbench.hardware import GpuProfile, detect_local_gpu, get_profile, load_profiles
 from specbench.measure.device_metrics import RunMetrics
 from specbench.measure.host import peak_rss_bytes
 from specbench.measure.stats import paired_speedups, summarize
@@ -58,6 +58,7 @@ class Bench:
     suite: Suite
     sampling: Sampling
     metrics: RunMetrics
+    profile: GpuProfile | None  # the --gpu profile to project onto
 
 
 def prepare(config: RunConfig) -> Bench:
@@ -66,14 +67,15 @@ def prepare(config: RunConfig) -> Bench:
     specs = parse_strategies(config.strategies)
     validate_knobs(config.knobs)
     suite = select(load_suite(config.suite), config.categories or None, config.limit)
+    profile = None
     if config.gpu:
-        get_profile(config.gpu, load_profiles(Path(config.profiles) if config.profiles else None))
+        profile = get_profile(config.gpu, load_profiles(Path(config.profiles) if config.profiles else None))
     device = resolve_device(config.device)
     target = load_target(config.model, device, resolve_dtype(config.dtype, device))
     dirs = drafter_dirs_by_strategy([Path(d) for d in config.drafters])
     strategies = [build_strategy(s, target, config.knobs, dirs, config.controller) for s in specs]
     sampling = Sampling(config.temperature, config.top_p, config.top_k)
-    return Bench(config, target, strategies, suite, sampling, RunMetrics(device))
+    return Bench(config, target, strategies, suite, sampling, RunMetrics(device), profile)
 
 
 def _seed(config: RunConfig, item: SuiteItem, turn: int, repeat: int) -> int:
@@ -168,7 +170,7 @@ def project(bench: Bench, rows: pd.DataFrame, summary: list[dict[str, Any]]) -> 
 
     When the profile is the local GPU the figures above are measured and nothing is projected.
     """
-    profile = get_profile(bench.config.gpu, load_profiles(Path(bench.config.profiles) if bench.config.profiles else None))
+    profile = bench.profile
     local = detect_local_gpu()
     if local is not None and local.profile == profile.name:
         return {"gpu": profile.name, "projected": False, "note": "measured on this GPU"}
@@ -203,7 +205,7 @@ def finish(bench: Bench, run: RunDir, complete: bool) -> list[dict[str, Any]]:
         summary = summarize(rows, bench.config.seed)
         for result in summary:
             result.update(bench.metrics.summary(result["strategy"], result["new_tokens"]))
-        if bench.config.gpu:
+        if bench.profile:
             extra["projection"] = project(bench, rows, summary)
     series = bench.metrics.series_frame()
     if len(series):
