@@ -273,19 +273,24 @@ def test_drafting_computes_what_training_trains(monkeypatch):
             torch.testing.assert_close(logits, expected, atol=1e-4, rtol=1e-4)
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """A drafter trained (to memorisation) on four greedy answers of a tiny target, and saved."""
+def train_to_memorisation(tmp_path_factory, strategy: str, new_model, steps: int):
+    """A drafter trained (to memorisation) on four greedy answers of a tiny target, and saved:
+    (target, model, sequences, drafter directory, losses)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # module scope: set up before the autouse one_thread
     target = tiny_target("qwen3-gqa", seed=1)
     torch.manual_seed(0)
-    model = EagleModel.for_target(target)
+    model = new_model(target)
     sequences = distill_sequences(target, model.hidden_layers, count=4, answer=24)
-    out = tmp_path_factory.mktemp("eagle") / "drafter"
-    losses = train(model, sequences, out, "eagle", fingerprint(target.model), steps=120, batch_size=4, lr=1e-2)
+    out = tmp_path_factory.mktemp(strategy) / "drafter"
+    losses = train(model, sequences, out, strategy, fingerprint(target.model), steps=steps, batch_size=4, lr=1e-2)
     torch.set_num_threads(threads)
     return target, model, sequences, out, losses
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    return train_to_memorisation(tmp_path_factory, "eagle", EagleModel.for_target, steps=120)
 
 
 def test_training_loss_falls(trained):

@@ -15,11 +15,11 @@ from specbench.models import fingerprint
 from specbench.strategies.controllers import FixedController, HeuristicController
 from specbench.strategies.mtp import MtpDrafter, MtpModel, MtpOptions, module_mask, mtp_tree
 from specbench.training.drafter_dir import save_drafter
-from specbench.training.trainer import train
 from tests.conftest import TINY_SHAPES, tiny_target
 from tests.test_eagle import one_thread  # noqa: F401  (autouse fixture)
 from tests.test_eagle import (Spy, always, check_distribution, cut_steps_with_eos_and_length_inside_drafts,
-                              distill_sequences, one_batch, record_drafting, small_vocab_target)
+                              train_to_memorisation,
+                              one_batch, record_drafting, small_vocab_target)
 from tests.test_engine import random_prompt
 
 EVERYWHERE = MtpOptions(entropy_threshold=math.inf)  # untrained modules are unsure: never prune
@@ -150,17 +150,7 @@ def test_drafting_computes_what_training_trains(monkeypatch):
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    """Modules trained (to memorisation) on four greedy answers of a tiny target, saved."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # module scope: set up before the autouse one_thread
-    target = tiny_target("qwen3-gqa", seed=1)
-    torch.manual_seed(0)
-    model = MtpModel.for_target(target, MtpOptions())
-    sequences = distill_sequences(target, model.hidden_layers, count=4, answer=24)
-    out = tmp_path_factory.mktemp("mtp") / "drafter"
-    losses = train(model, sequences, out, "mtp", fingerprint(target.model), steps=80, batch_size=4, lr=1e-2)
-    torch.set_num_threads(threads)
-    return target, model, sequences, out, losses
+    return train_to_memorisation(tmp_path_factory, "mtp", lambda t: MtpModel.for_target(t, MtpOptions()), steps=80)
 
 
 def test_training_loss_falls(trained):
