@@ -44,7 +44,8 @@ def main() -> None:
                                     "speedup_ci": results[fastest]["speedup_ci"]},
         "dspark_vs_dflash_tau": [results["dspark"]["tau"], results["dflash"]["tau"]],
         "eagle_dflash_tau": {s: results[s]["tau"] for s in ("eagle+dflash", "eagle", "dflash")},
-        "measured_vs_predicted": {s: {"speedup": r["speedup"], "predicted": r.get("cost_model", {}).get("predicted_speedup"),
+        "measured_vs_predicted": {s: {"speedup": r["speedup"],
+                                      "predicted": r.get("cost_model", {}).get("predicted_speedup"),
                                       "tau": r["tau"], "predicted_tau": r.get("cost_model", {}).get("predicted_tau")}
                                   for s, r in results.items() if s != "ar"},
         "mismatches": {s: r["mismatches"] for s, r in results.items()},
@@ -60,9 +61,11 @@ def main() -> None:
     f = figures["fastest_feature_drafter"]
     lines += ["", f"Fastest of eagle, dflash, dspark: {f['strategy']} at {f['speedup']:.2f}x "
               f"(95% CI {f['speedup_ci'][0]:.2f}-{f['speedup_ci'][1]:.2f})",
-              f"dspark tau {figures['dspark_vs_dflash_tau'][0]:.2f} vs dflash tau {figures['dspark_vs_dflash_tau'][1]:.2f}",
-              "eagle+dflash tau {eagle+dflash:.2f} vs eagle {eagle:.2f}, dflash {dflash:.2f}".format(**figures["eagle_dflash_tau"]),
-              "", "## Measured speedup beside the cost model", "", "| strategy | tau | predicted tau | speedup | predicted speedup |",
+              "dspark tau {:.2f} vs dflash tau {:.2f}".format(*figures["dspark_vs_dflash_tau"]),
+              "eagle+dflash tau {eagle+dflash:.2f} vs eagle {eagle:.2f}, dflash {dflash:.2f}".format(
+                  **figures["eagle_dflash_tau"]),
+              "", "## Measured speedup beside the cost model", "",
+              "| strategy | tau | predicted tau | speedup | predicted speedup |",
               "|---|---|---|---|---|"]
     lines += [f"| {s} | {m['tau']:.2f} | {m['predicted_tau'] or float('nan'):.2f} | {m['speedup']:.2f} | "
               f"{m['predicted'] or float('nan'):.2f} |" for s, m in figures["measured_vs_predicted"].items()]

@@ -52,7 +52,8 @@ def model_path(name: str | None) -> str:
     """The embedded default's directory, a local directory, or an HF hub id left as it is."""
     if name in (None, DEFAULT_MODEL):
         if not (DEFAULT_DIR / "target" / "config.json").is_file():
-            raise SpecbenchError("the embedded default model is missing; rebuild it with scripts/build_default_model.py")
+            raise SpecbenchError("the embedded default model is missing; "
+                                 "rebuild it with scripts/build_default_model.py")
         return str(DEFAULT_DIR / "target")
     path = Path(name).expanduser()
     if path.exists() or name.startswith((".", "/", "~")) or name.count("/") > 1:

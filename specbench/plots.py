@@ -186,7 +186,8 @@ def _time_breakdown(runs: Sequence[Run], label: Labeller) -> Figure | None:
     fig, ax = _bar_axes(len(names), "ms per generated token", "Where the time goes: draft / verify / other")
     x = np.arange(len(names))
     bottom = np.zeros(len(names))
-    for i, (part, color) in enumerate(zip(("draft", "verify", "other"), ("#ff7f0e", "#1f77b4", "#bdbdbd"), strict=True)):
+    parts = zip(("draft", "verify", "other"), ("#ff7f0e", "#1f77b4", "#bdbdbd"), strict=True)
+    for i, (part, color) in enumerate(parts):
         ax.bar(x, data[:, i], 0.6, bottom=bottom, label=part, color=color)
         bottom += data[:, i]
     ax.set_xticks(x, names)

@@ -31,7 +31,8 @@ def tiny_lm(shape: str = "qwen3-gqa", seed: int = 0, layers: int = 2, hidden: in
 
 def tiny_target(shape: str = "qwen3-gqa", seed: int = 0, eos: int | None = None) -> Target:
     model = tiny_lm(shape, seed)
-    return Target(model, tokenizer=None, name=f"tiny-{shape}-{seed}", eos_ids=frozenset({eos} if eos is not None else ()))
+    eos_ids = frozenset({eos} if eos is not None else ())
+    return Target(model, tokenizer=None, name=f"tiny-{shape}-{seed}", eos_ids=eos_ids)
 
 
 @pytest.fixture(params=list(TINY_SHAPES))

@@ -35,13 +35,15 @@ def test_run_json_shape(json_run):
     report, _ = json_run
     assert [r["strategy"] for r in report["results"]] == ["ar", "ngram", "draft"]
     for r in report["results"]:
-        for key in ("strategy", "prompts", "tokens_per_s", "speedup", "speedup_ci", "tau", "acceptance_rate", "mismatches"):
+        for key in ("strategy", "prompts", "tokens_per_s", "speedup", "speedup_ci", "tau", "acceptance_rate",
+                    "mismatches"):
             assert key in r
         assert r["mismatches"] == 0
         assert r["prompts"] == 3
         assert len(r["speedup_ci"]) == 2
     run_dir = Path(report["run_dir"])
-    for name in ("run.json", "config.json", "environment.json", "rows.jsonl", "rows.parquet", "summary.md", "summary.csv"):
+    for name in ("run.json", "config.json", "environment.json", "rows.jsonl", "rows.parquet", "summary.md",
+                 "summary.csv"):
         assert (run_dir / name).is_file(), name
     assert json.loads((run_dir / "run.json").read_text())["status"] == "complete"
 
@@ -131,7 +133,8 @@ def test_multi_turn_suite_runs_turn_by_turn(tiny_model_dir, tmp_path):
     result = invoke("run", "--model", tiny_model_dir, "--suite", suite, "--strategy", "ngram",
                     "--max-new-tokens", 6, "--out", tmp_path, "--json", "--warmup", 0)
     assert result.exit_code == 0, result.output
-    rows = [json.loads(line) for line in (Path(json.loads(result.stdout)["run_dir"]) / "rows.jsonl").read_text().splitlines()]
+    rows_file = Path(json.loads(result.stdout)["run_dir"]) / "rows.jsonl"
+    rows = [json.loads(line) for line in rows_file.read_text().splitlines()]
     turns = [(r["strategy"], r["turn"]) for r in rows]
     assert sorted(turns) == [("ar", 0), ("ar", 1), ("ngram", 0), ("ngram", 1)]
     first, second = (next(r for r in rows if r["strategy"] == "ar" and r["turn"] == t) for t in (0, 1))

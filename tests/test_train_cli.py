@@ -58,7 +58,8 @@ def test_train_bad_input(tiny_model_dir, prompts, tmp_path, args, message):
     base = {"--strategy": "eagle", "--steps": "2"}
     for flag, value in zip(args[::2], args[1::2]):
         base[flag] = value
-    flat = [x for kv in base.items() for x in kv if kv[0] != "--set"] + (["--set", base["--set"]] if "--set" in base else [])
+    flat = [x for kv in base.items() for x in kv if kv[0] != "--set"]
+    flat += ["--set", base["--set"]] if "--set" in base else []
     result = invoke("train", "--model", tiny_model_dir, "--prompts", prompts, "--out", tmp_path / "d", *flat)
     assert result.exit_code == 2, result.output
     assert message in result.output
@@ -68,7 +69,8 @@ def test_train_bad_input(tiny_model_dir, prompts, tmp_path, args, message):
 def test_train_with_no_prompts(tiny_model_dir, tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
-    result = invoke("train", "--strategy", "eagle", "--model", tiny_model_dir, "--prompts", empty, "--out", tmp_path / "d")
+    result = invoke("train", "--strategy", "eagle", "--model", tiny_model_dir, "--prompts", empty,
+                    "--out", tmp_path / "d")
     assert result.exit_code == 2 and not (tmp_path / "d").exists()
 
 

@@ -55,7 +55,8 @@ class RunMetrics:
                     "host": {"cpu_util_pct": 100 * self.cpu_s[strategy] / wall if wall else None,
                              "peak_rss_bytes": peak_rss_bytes()}}
         out: dict[str, Any] = {"available": True, "energy_j": self.energy_j[strategy],
-                               "tokens_per_j": new_tokens / self.energy_j[strategy] if self.energy_j[strategy] else None,
+                               "tokens_per_j": (new_tokens / self.energy_j[strategy]
+                                                if self.energy_j[strategy] else None),
                                "unavailable": self.unavailable}
         frame = pd.DataFrame([r for r in self.series if r["strategy"] == strategy])
         for metric, values in frame.groupby("metric").value if len(frame) else []:

@@ -203,7 +203,8 @@ class NvmlSampler:
                 out[f"{metric}_p95"] = float(np.percentile(values, 95))
         unavailable = dict(self.unavailable)
         if "dram_bw_gbs_mean" not in out and "dram_bw_gbs" not in unavailable:
-            unavailable["dram_bw_gbs"] = f"needs GPM DRAM utilisation: {unavailable.get('dram_bw_util_pct', 'no samples')}"
+            why = unavailable.get("dram_bw_util_pct", "no samples")
+            unavailable["dram_bw_gbs"] = f"needs GPM DRAM utilisation: {why}"
         out["unavailable"] = unavailable
         if self.thread_error is not None:
             out["sampler_error"] = self.thread_error

@@ -169,7 +169,8 @@ def build_strategy(spec: StrategySpec, target, knobs: dict[str, dict[str, Any]],
         options = make_options(name, knobs.get(name, {}))
         drafters.append(definition.build(target, options, drafter_dirs.get(name)))
         factory = CONTROLLERS[controller or definition.default_controller]
-        factories.append(lambda factory=factory, budget=definition.budget(options), options=options: factory(budget, options))
+        budget = definition.budget(options)
+        factories.append(lambda factory=factory, budget=budget, options=options: factory(budget, options))
     if len(drafters) == 1:
         return Strategy(spec.name, drafters[0], factories[0])
     return Strategy(spec.name, CombinedDrafter(drafters, factories), lambda: FixedController(COMBINED_MAX_DEPTH))

@@ -72,7 +72,8 @@ def train(model: torch.nn.Module, sequences: list[DistillSequence], out_dir: Pat
                                           "step": step + 1, "losses": losses})
     model.eval()
     config = {**model.drafter_config(), "training": {"steps": steps, "batch_size": batch_size, "lr": lr,
-                                                     "seed": seed, "final_loss": sum(losses[-10:]) / max(1, len(losses[-10:]))}}
+                                                     "seed": seed,
+                                                     "final_loss": sum(losses[-10:]) / max(1, len(losses[-10:]))}}
     save_drafter(out_dir, strategy, config, model.state_dict(), fingerprint)
     shutil.rmtree(work, ignore_errors=True)
     return losses
