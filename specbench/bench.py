@@ -22,14 +22,14 @@ from specbench.errors import SpecbenchError
 from specbench.hardware import GpuProfile, detect_local_gpu, get_profile, load_profiles
 from specbench.measure.device_metrics import RunMetrics
 from specbench.measure.host import peak_rss_bytes
+from specbench.measure.lossless import divergence_margin, first_divergence
 from specbench.measure.stats import paired_speedups, summarize
 from specbench.models import Target, encode_turns, load_target, resolve_device, resolve_dtype
 from specbench.plots import write_plots
 from specbench.projection import WorkloadShape, kv_bytes_per_token
 from specbench.projection import project as projection
 from specbench.results import RunDir, write_atomic
-from specbench.strategies import (Strategy, build_strategy, drafter_dirs_by_strategy, parse_strategies,
-                                  validate_knobs)
+from specbench.strategies import Strategy, build_strategy, drafter_dirs_by_strategy, parse_strategies, validate_knobs
 from specbench.suites import Suite, SuiteItem, load_suite, select
 
 Progress = Callable[[str, int, int], None]  # what, done, total
@@ -95,13 +95,13 @@ def _peak_memory(device: torch.device) -> int:
     return peak_rss_bytes() or 0
 
 
-def _row(strategy: str, item: SuiteItem, turn: int, repeat: int, prompt: list[int], gen: Generation,
+def _row(model, strategy: str, item: SuiteItem, turn: int, repeat: int, prompt: list[int], gen: Generation,
          reference: list[int] | None, peak: int) -> dict[str, Any]:
     n = len(gen.tokens)
-    mismatch, first = False, None
-    if reference is not None and gen.tokens != reference:
-        mismatch = True
-        first = next((i for i, (a, b) in enumerate(zip(gen.tokens, reference)) if a != b), min(n, len(reference)))
+    first = first_divergence(gen.tokens, reference) if reference is not None else None
+    margin = None
+    if first is not None and first < n:
+        margin = divergence_margin(model, prompt, reference, first, gen.tokens[first])
     return {
         "strategy": strategy, "prompt_id": item.id, "category": item.category, "turn": turn, "repeat": repeat,
         "prompt_tokens": len(prompt), "new_tokens": n, "wall_s": gen.wall_s, "ttft_s": gen.ttft_s,
@@ -111,7 +111,8 @@ def _row(strategy: str, item: SuiteItem, turn: int, repeat: int, prompt: list[in
         "acceptance_rate": gen.accepted / gen.drafted if gen.drafted else None,
         "accept_by_position": gen.accept_by_position, "draft_by_position": gen.draft_by_position,
         "prefill_s": gen.prefill_s, "draft_s": gen.draft_s, "verify_s": gen.verify_s, "other_s": gen.other_s,
-        "peak_mem_bytes": peak, "stop_reason": gen.stop_reason, "mismatch": mismatch, "first_divergence": first,
+        "peak_mem_bytes": peak, "stop_reason": gen.stop_reason,
+        "mismatch": first is not None, "first_divergence": first, "divergence_margin": margin,
         "output_ids": gen.tokens,
     }
 
@@ -154,7 +155,7 @@ def measure_prompt(bench: Bench, item: SuiteItem, done: set[tuple[str, int, int]
                 if strategy.drafter is None:
                     reference = gen.tokens if bench.sampling.greedy else None
                     previous[key] = gen.tokens
-                rows.append(_row(strategy.name, item, turn, repeat, prompt, gen, reference,
+                rows.append(_row(bench.target.model, strategy.name, item, turn, repeat, prompt, gen, reference,
                                  _peak_memory(bench.target.device)))
             on_rows(rows)
         answers.append(tokenizer.decode(previous[(item.id, turn, 0)], skip_special_tokens=True))

@@ -90,6 +90,7 @@ def run(
     """Run strategies against plain autoregressive decoding on a prompt suite."""
     from specbench.bench import run_benchmark
     from specbench.config import load_config_file, resolve
+    from specbench.measure.lossless import mismatch_detail
     from specbench.report import comparison, load_runs, render
     from specbench.strategies import parse_sets
 
@@ -121,9 +122,12 @@ def run(
             return
         runs, _ = load_runs([report.run_dir])
         print_table(render(comparison(runs), "table" if out.is_terminal else "markdown"))
-        mismatched = [r["strategy"] for r in report.results if r["mismatches"]]
-        if mismatched and cfg.temperature == 0:
-            err.print(f"LOSSLESS CHECK FAILED: greedy outputs differ from ar for {', '.join(mismatched)}", style="bold red")
+        if cfg.temperature == 0:
+            for r in report.results:
+                if r["mismatches"]:
+                    err.print(f"LOSSLESS CHECK FAILED: {r['strategy']}: {r['mismatches']} of {r['prompts']} greedy "
+                              "outputs differ from ar" + mismatch_detail(r["first_divergence"], r["divergence_margin"]),
+                              style="bold red", highlight=False)
         err.print(f"results: {report.run_dir}", highlight=False)
 
 

@@ -20,6 +20,7 @@ import pandas as pd
 from rich.table import Table
 
 from specbench.errors import SpecbenchError
+from specbench.measure.lossless import mismatch_detail
 from specbench.measure.stats import geometric_mean
 
 ROW_KEYS = (
@@ -92,11 +93,11 @@ def load_runs(dirs: Sequence[Path | str]) -> tuple[list[Run], list[str]]:
             warnings.append(f"run {path} is incomplete: showing what it has ({have})")
         if len(run.rows):
             bad = run.rows[run.rows["mismatch"].astype(bool)]
-            for strategy, n in bad.groupby("strategy").size().items():
-                warnings.append(
-                    f"run {path}: strategy {strategy} has {n} greedy mismatch(es) against ar "
-                    "(the lossless check failed or a low-precision near-tie flipped)"
-                )
+            for strategy, rows in bad.groupby("strategy"):
+                margins = rows["divergence_margin"] if "divergence_margin" in rows else pd.Series(dtype=float)
+                warnings.append(f"run {path}: strategy {strategy} has {len(rows)} greedy mismatch(es) against ar"
+                                + mismatch_detail([int(v) for v in rows["first_divergence"].dropna()],
+                                                  [float(v) for v in margins.dropna()]))
     return runs, warnings
 
 

@@ -14,8 +14,8 @@ from rich.console import Console
 from rich.table import Table
 
 from specbench.errors import SpecbenchError
-from specbench.plots import write_plots
 from specbench.measure.stats import geometric_mean
+from specbench.plots import write_plots
 from specbench.report import ROW_KEYS, comparison, load_runs, render
 
 STRATEGIES = ("ar", "eagle", "dflash+eagle")
@@ -113,7 +113,7 @@ def write_run(
     (run / "environment.json").write_text(json.dumps({"python": "3.11", "torch": "2.13"}))
     rows = make_rows(strategies)
     if mismatch:
-        rows[-1]["mismatch"], rows[-1]["first_divergence"] = True, 17
+        rows[-1].update(mismatch=True, first_divergence=17, divergence_margin=0.02)
     text = "".join(json.dumps(r) + "\n" for r in rows)
     if truncate_rows:
         text = text[: len(text) - 40]  # the bench was killed mid-write
@@ -209,7 +209,8 @@ def test_missing_row_keys(tmp_path):
 
 def test_mismatch_is_warned(tmp_path):
     _, warnings = load_runs([write_run(tmp_path, mismatch=True)])
-    assert any("mismatch" in w and "dflash+eagle" in w for w in warnings)
+    assert any("mismatch" in w and "dflash+eagle" in w and "token 17" in w and "logit margin there 0.02" in w
+               for w in warnings)
 
 
 # -- tables ---------------------------------------------------------------------------------

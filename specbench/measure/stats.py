@@ -73,6 +73,7 @@ def summarize_strategy(rows: pd.DataFrame, ar_rows: pd.DataFrame, seed: int = 0)
         "per_position_acceptance": per_position,
         "mismatches": int(rows.mismatch.sum()),
         "first_divergence": [int(v) for v in rows.first_divergence.dropna()],
+        "divergence_margin": [float(v) for v in rows.get("divergence_margin", pd.Series(dtype=float)).dropna()],
         "draft_frac": _safe_div(rows.draft_s.sum(), wall),
         "verify_frac": _safe_div(rows.verify_s.sum(), wall),
         "other_frac": _safe_div(rows.other_s.sum(), wall),

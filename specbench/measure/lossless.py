@@ -1,0 +1,38 @@
+"""The lossless check: where a greedy output first leaves `ar`'s, and how close the target's call was there.
+
+A float32 mismatch is a bug. In bfloat16 or float16 a verify forward over several tokens rounds
+differently from a one-token forward, so two near-tied logits can swap; the margin between `ar`'s
+token and the strategy's token at the first divergence tells the two apart (a margin near 0 is a
+rounding tie, a large one is a real error).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def first_divergence(tokens: list[int], reference: list[int]) -> int | None:
+    """The first position where `tokens` differs from `reference` (or where the shorter one ends); None if equal."""
+    if tokens == reference:
+        return None
+    return next((i for i, (a, b) in enumerate(zip(tokens, reference)) if a != b), min(len(tokens), len(reference)))
+
+
+@torch.inference_mode()
+def divergence_margin(model, prompt: list[int], reference: list[int], position: int, token: int) -> float | None:
+    """logit(ar's token) - logit(the strategy's token) at `position`, from one plain forward over the prompt
+    and `ar`'s first `position` tokens; None when either output simply ended there."""
+    if position >= len(reference) or token is None:
+        return None
+    ids = torch.tensor([prompt + reference[:position]], dtype=torch.long, device=model.device)
+    logits = model(input_ids=ids).logits[0, -1].float()
+    return float(logits[reference[position]] - logits[token])
+
+
+def mismatch_detail(first_divergences: list[int], margins: list[float]) -> str:
+    """Where greedy outputs first left `ar`'s and the logit margins there, as a clause to append."""
+    text = f"; earliest divergence at token {min(first_divergences)}" if first_divergences else ""
+    if margins:
+        text += (f"; logit margin there {min(margins):.3g} to {max(margins):.3g} "
+                 "(near 0: low-precision ties; large: a bug)")
+    return text
