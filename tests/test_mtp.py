@@ -16,10 +16,17 @@ from specbench.strategies.controllers import FixedController, HeuristicControlle
 from specbench.strategies.mtp import MtpDrafter, MtpModel, MtpOptions, module_mask, mtp_tree
 from specbench.training.drafter_dir import save_drafter
 from tests.conftest import TINY_SHAPES, tiny_target
-from tests.test_eagle import one_thread  # noqa: F401  (autouse fixture)
-from tests.test_eagle import (Spy, always, check_distribution, cut_steps_with_eos_and_length_inside_drafts,
-                              train_to_memorisation,
-                              one_batch, record_drafting, small_vocab_target)
+from tests.test_eagle import (
+    Spy,
+    always,
+    check_distribution,
+    cut_steps_with_eos_and_length_inside_drafts,
+    one_batch,
+    one_thread,  # noqa: F401  (autouse fixture)
+    record_drafting,
+    small_vocab_target,
+    train_to_memorisation,
+)
 from tests.test_engine import random_prompt
 
 EVERYWHERE = MtpOptions(entropy_threshold=math.inf)  # untrained modules are unsure: never prune
