@@ -1,8 +1,8 @@
 """Rebuild the drafters of the embedded default model: eagle, mtp, dflash and dspark.
 
 Self-distillation (DESIGN.md §3): the default target regenerates its own answers to training
-prompts made from the Python standard library (function signatures and docstring summaries,
-not the benchmark suite), its hidden states of every layer are kept once, and each drafter is
+prompts of many kinds made from the Python standard library's functions and docstrings (never
+the benchmark suite), its hidden states of every layer are kept once, and each drafter is
 trained on the layers it reads. Written to specbench/assets/default/drafters/<strategy>.
 
     python scripts/build_default_drafters.py                       # all four
@@ -12,6 +12,7 @@ trained on the layers it reads. Written to specbench/assets/default/drafters/<st
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import random
 import sys
@@ -32,17 +33,45 @@ DRAFTERS = ("eagle", "mtp", "dflash", "dspark")
 
 
 def training_prompts(count: int) -> list[list[str]]:
-    asks = []
-    for _, source in stdlib_sources():
+    """`count` prompts of many kinds (code, explanation, summary, extraction, translation, arithmetic,
+    verse), written here from standard-library material: the drafters learn the target's answers to
+    the sort of requests a suite holds without ever seeing a suite."""
+    rng = random.Random(1)
+    functions, passages = [], []
+    for module, source in stdlib_sources():
         for pair in instruction_pairs(source):
-            asks.append(pair.split("<|end|>")[0].removeprefix("<|user|>\n"))
-    return [[ask] for ask in random.Random(1).sample(asks, count)]
+            functions.append((module, pair.split("<|end|>")[0].removeprefix("<|user|>\n")))
+        tree = ast.parse(source) if source.isascii() else None
+        doc = ast.get_docstring(tree) if tree else None
+        if doc and 200 <= len(doc) <= 1200:
+            passages.append((module, doc.strip()))
+
+    def prose() -> tuple[str, str]:
+        module, doc = rng.choice(passages)
+        return module.removesuffix(".py").replace("/", "."), doc
+
+    def sentence() -> str:
+        return rng.choice([s.strip() for s in prose()[1].replace("\n", " ").split(". ") if 20 < len(s) < 160]
+                          or ["The module reads the configuration file."])
+
+    kinds = [
+        lambda: rng.choice(functions)[1],
+        lambda: "In two sentences, what is the purpose of the Python module `{}`?".format(prose()[0]),
+        lambda: "Give a one-sentence summary of this text.\n\n" + prose()[1],
+        lambda: "List every function or class name this text mentions, as a JSON array.\n\n" + prose()[1],
+        lambda: 'Translate into {}: "{}"'.format(rng.choice(["Spanish", "Italian", "Dutch", "French"]), sentence()),
+        lambda: "What is {} * {} - {}? Explain each step.".format(rng.randint(12, 99), rng.randint(3, 40),
+                                                                  rng.randint(1, 500)),
+        lambda: "Write four lines of verse about the `{}` module.".format(prose()[0]),
+        lambda: "Describe exactly what happens, step by step, when a program imports `{}`.".format(prose()[0]),
+    ]
+    return [[kinds[i % len(kinds)]()] for i in range(count)]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", choices=DRAFTERS, action="append")
-    parser.add_argument("--prompts", type=int, default=160)
+    parser.add_argument("--prompts", type=int, default=240)
     parser.add_argument("--answer-tokens", type=int, default=96)
     parser.add_argument("--steps", type=int, default=300)
     args = parser.parse_args()
@@ -62,7 +91,8 @@ def main() -> None:
         started = time.time()
         losses = train(model, data, DEFAULT_DIR / "drafters" / name, name, fingerprint(target.model), args.steps,
                        batch_size=8, lr=1e-3, max_len=192, seed=0,
-                       on_step=lambda s, loss: print(f"{name} step {s} loss {loss:.3f}", flush=True) if s % 25 == 0 else None)
+                       on_step=lambda s, loss: print(f"{name} step {s} loss {loss:.3f}", flush=True)
+                       if s % 25 == 0 else None)
         record[name] = {"steps": args.steps, "prompts": args.prompts, "answer_tokens": args.answer_tokens,
                         "first_loss": losses[0], "final_loss": sum(losses[-10:]) / 10,
                         "parameters": sum(p.numel() for p in model.parameters()),

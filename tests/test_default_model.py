@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from specbench.cli import app
-from specbench.models import DEFAULT_DIR
+from specbench.engine.decode import generate
+from specbench.models import DEFAULT_DIR, encode_turns, load_target
+from specbench.suites import load_suite
 
 pytestmark = pytest.mark.skipif(not (DEFAULT_DIR / "drafters" / "dspark" / "config.json").is_file(),
                                 reason="the embedded default model is not built")
@@ -29,7 +33,19 @@ def test_all_strategies_on_the_shipped_drafters_are_lossless(tmp_path):
 
 def test_default_model_size_and_real_architecture():
     config = json.loads((DEFAULT_DIR / "target" / "config.json").read_text())
-    assert config["model_type"] == "qwen3" and config["num_hidden_layers"] == 9
+    assert config["model_type"] == "qwen3" and config["num_hidden_layers"] == 13
     build = json.loads((DEFAULT_DIR / "BUILD.json").read_text())
     assert build["target"]["parameters"] >= 20_000_000
     assert build["draft"]["parameters"] < build["target"]["parameters"] / 4
+
+
+def test_default_models_greedy_answers_are_not_degenerate():
+    """One prompt per category: the answer is text or code, not a token repeated (issue 2's bar)."""
+    target = load_target(None, torch.device("cpu"), torch.float32)
+    suite = load_suite("specbench")
+    for category in suite.categories():
+        item = next(i for i in suite.items if i.category == category)
+        tokens = generate(target.model, encode_turns(target.tokenizer, list(item.turns[:1]), []), 48,
+                          eos_ids=target.eos_ids).tokens
+        longest_run = max(len(list(run)) for _, run in itertools.groupby(tokens))
+        assert len(set(tokens)) >= 5 and longest_run < 8, (category, target.tokenizer.decode(tokens))

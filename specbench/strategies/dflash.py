@@ -83,9 +83,7 @@ class BlockConfig:
 
     @classmethod
     def for_target(cls, model: nn.Module, layers: int) -> BlockConfig:
-        arch = Arch.of(model.config)
-        return cls(dataclasses.replace(arch, intermediate_size=2 * arch.hidden_size),
-                   model.get_output_embeddings().weight.shape[0], layers,
+        return cls(Arch.drafter_block(model.config), model.get_output_embeddings().weight.shape[0], layers,
                    context_layers(model.config.num_hidden_layers))
 
     @classmethod

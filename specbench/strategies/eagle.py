@@ -3,9 +3,10 @@
 Architecture: the hidden states of a low, a middle and a high target layer are fused by a linear
 layer 3H -> H. At every drafter row the fused feature and the target's embedding of the next token
 are each RMS-normed, concatenated and projected 2H -> H, then pass one standard pre-norm decoder
-block (RoPE attention over the drafter's own KV cache, SwiGLU MLP). The drafter's own RMSNorm and
-the target's frozen LM head turn the block output into draft logits; deeper draft levels feed the
-block output back in place of the target feature, as EAGLE does.
+block (RoPE attention over the drafter's own KV cache, a SwiGLU MLP of 2H, narrower than the
+target's). The drafter's own RMSNorm and the target's frozen LM head turn the block output into
+draft logits; deeper draft levels feed the block output back in place of the target feature, as
+EAGLE does.
 
 Rows: drafter row i pairs the target feature of position i with the embedding of token i + 1 and
 predicts token i + 2, at position id i. With n committed tokens the target has features for
@@ -29,6 +30,7 @@ from specbench.errors import SpecbenchError
 from specbench.strategies.base import StrategyDef, load_trained
 from specbench.strategies.layers import KV, Arch, FeatureLayer, causal_mask, embed, lm_head
 from specbench.training.distill import DistillBatch
+
 
 def feature_layers(num_layers: int) -> tuple[int, ...]:
     """Low, middle and high target layers as `output_hidden_states` indices (0 = embeddings, i = layer i)."""
@@ -64,7 +66,7 @@ class EagleModel(nn.Module):
     def for_target(cls, target, options: EagleOptions | None = None) -> EagleModel:
         """A fresh (random) drafter for `target`, on its device and in its dtype (the knobs do not shape it)."""
         config = target.model.config
-        model = cls(target.model, Arch.of(config), feature_layers(config.num_hidden_layers))
+        model = cls(target.model, Arch.drafter_block(config), feature_layers(config.num_hidden_layers))
         return model.to(target.device, target.model.dtype)
 
     @classmethod

@@ -1,8 +1,9 @@
 """Building blocks shared by the feature drafters (eagle, mtp, dflash, dspark): a decoder block
-shaped like a target layer, RoPE, and frozen use of the target's embedding and LM head."""
+with a target layer's attention shape and an MLP of 2H, RoPE, and frozen use of the target's embedding and LM head."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -31,6 +32,13 @@ class Arch:
         return cls(config.hidden_size, heads, getattr(config, "num_key_value_heads", None) or heads,
                    getattr(config, "head_dim", None) or config.hidden_size // heads, config.intermediate_size,
                    config.rms_norm_eps, float(rope.get("rope_theta", getattr(config, "rope_theta", 10000.0))))
+
+    @classmethod
+    def drafter_block(cls, config) -> Arch:
+        """A target layer's attention shape with an MLP of 2H: DFlash's draft-layer width, used by every
+        feature drafter so that the four of them stay small beside the target."""
+        arch = cls.of(config)
+        return dataclasses.replace(arch, intermediate_size=2 * arch.hidden_size)
 
 
 def rope(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:

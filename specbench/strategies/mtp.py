@@ -81,7 +81,7 @@ class MtpModel(nn.Module):
     def for_target(cls, target, options: MtpOptions) -> MtpModel:
         """Fresh (random) modules for `target`, on its device and in its dtype."""
         config = target.model.config
-        model = cls(target.model, Arch.of(config), options.n_modules, config.num_hidden_layers)
+        model = cls(target.model, Arch.drafter_block(config), options.n_modules, config.num_hidden_layers)
         return model.to(target.device, target.model.dtype)
 
     @classmethod
