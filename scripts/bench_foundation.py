@@ -44,23 +44,35 @@ def hf_versus_ours(bench, strategy_name: str, hf_kwargs: dict, prompts: list[lis
     target = bench.target
     ours = build_strategy(StrategySpec((strategy_name,)), target, {}, {})
     ratios, ours_tok, ours_s, hf_tok, hf_s, same = [], 0, 0.0, 0, 0.0, 0
+    forwards = {"ours": 0, "transformers": 0}  # target forwards: equal counts show equal drafting
+    side = "ours"
+
+    def count(*_) -> None:
+        forwards[side] += 1
+
+    hook = target.model.register_forward_hook(count)
     for i, prompt in enumerate([prompts[0]] + prompts):  # the first pass is a warm-up
+        side = "ours"
         gen, t_ours = timed(lambda: generate(target.model, prompt, max_new, bench.sampling, target.eos_ids,
                                              ours.drafter, ours.new_controller()))
         ids = torch.tensor([prompt], device=target.device)
+        side = "transformers"
         out, t_hf = timed(lambda: target.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
                                                         max_new_tokens=max_new, **hf_kwargs))
         hf_tokens = out[0, len(prompt):].tolist()
         if i == 0:
+            forwards.update(ours=0, transformers=0)
             continue
         same += hf_tokens == gen.tokens
         ours_tok, ours_s = ours_tok + len(gen.tokens), ours_s + t_ours
         hf_tok, hf_s = hf_tok + len(hf_tokens), hf_s + t_hf
         ratios.append((len(gen.tokens) / t_ours) / (len(hf_tokens) / t_hf))
+    hook.remove()
     centre, low, high = geometric_mean_ci(np.array(ratios))
     return {"ours_tokens_per_s": ours_tok / ours_s, "hf_tokens_per_s": hf_tok / hf_s,
             "ratio": (ours_tok / ours_s) / (hf_tok / hf_s), "per_prompt_ratio_geomean": centre,
-            "per_prompt_ratio_ci": [low, high], "identical_outputs": f"{same}/{len(ratios)}"}
+            "per_prompt_ratio_ci": [low, high], "identical_outputs": f"{same}/{len(ratios)}",
+            "target_forwards": forwards}
 
 
 def main() -> None:
@@ -77,11 +89,14 @@ def main() -> None:
     draft_k = REGISTRY["draft"].options().k
     ngram = REGISTRY["ngram"].options()
     draft_model = build_strategy(StrategySpec(("draft",)), bench.target, {}, {}).drafter.model
+    # transformers reads the draft length from the assistant's own generation config (arguments to
+    # generate() are ignored for it): exactly k tokens a round, no confidence-based early stop
+    draft_model.generation_config.num_assistant_tokens = draft_k
+    draft_model.generation_config.num_assistant_tokens_schedule = "constant"
+    draft_model.generation_config.assistant_confidence_threshold = 0.0
     result = {
-        "a_draft_vs_transformers": hf_versus_ours(
-            bench, "draft", {"assistant_model": draft_model, "num_assistant_tokens": draft_k,
-                             "num_assistant_tokens_schedule": "constant", "assistant_confidence_threshold": 0.0},
-            prompts, args.max_new_tokens),
+        "a_draft_vs_transformers": hf_versus_ours(bench, "draft", {"assistant_model": draft_model},
+                                                  prompts, args.max_new_tokens),
         "b_ngram_vs_transformers": hf_versus_ours(
             bench, "ngram", {"prompt_lookup_num_tokens": ngram.num_pred_tokens,
                              "max_matching_ngram_size": ngram.max_ngram},
@@ -104,7 +119,8 @@ def main() -> None:
         md.append(f"- {key}: ours {r['ours_tokens_per_s']:.1f} tok/s, transformers {r['hf_tokens_per_s']:.1f} tok/s, "
                   f"ratio {r['ratio']:.2f} (per-prompt geomean {r['per_prompt_ratio_geomean']:.2f}, 95% CI "
                   f"{r['per_prompt_ratio_ci'][0]:.2f}-{r['per_prompt_ratio_ci'][1]:.2f}); identical outputs "
-                  f"{r['identical_outputs']}")
+                  f"{r['identical_outputs']}; target forwards {r['target_forwards']['ours']} vs "
+                  f"{r['target_forwards']['transformers']}")
     md.append(f"- c: time outside the model forward in an `ar` step: {100 * result['c_ar_outside_forward_share']:.1f}%")
     md += ["", "## d: speedup over ar per category", "", render(by_category, "markdown"),
            "## Run summary", "", render(comparison(runs), "markdown")]

@@ -10,6 +10,7 @@ import torch
 from specbench.engine.decode import generate
 from specbench.engine.kv_cache import keep_path, new_cache
 from specbench.engine.protocol import DraftContext, StepOutcome
+from specbench.engine.sampling import Sampling
 from specbench.engine.tree import DraftTree, ancestor_matrix, tree_attention_mask
 from specbench.engine.verify import accept_greedy
 from specbench.strategies.controllers import FixedController, HeuristicController
@@ -209,3 +210,15 @@ def test_per_position_counts():
     assert got.tokens == free
     assert got.accept_by_position[:2] == got.draft_by_position[:2]
     assert got.draft_by_position[2] == got.accept_by_position[1]
+
+
+@pytest.mark.parametrize("tokens, expected", [
+    ([1, 2, 3, 9, 9, 1, 2, 3, 7, 5, 1, 2, 3], [7, 5, 1, 2]),  # the latest occurrence, a full draft after it
+    ([4, 1, 2, 1, 2, 1, 2, 1, 2], [1, 2, 1, 2]),  # a repetitive tail: the latest full one, not the one at the end
+    ([1, 2, 8, 1, 2], [8, 1, 2]),  # no full draft anywhere: the longest there is
+    ([5, 6, 7], []),  # no earlier occurrence of any suffix
+])
+def test_ngram_draft_choice(tokens, expected):
+    drafter = NgramDrafter(NgramOptions(max_ngram=3, num_pred_tokens=4))
+    ctx = DraftContext(torch.tensor(tokens), 4, Sampling(), None, FixedController(4))
+    assert drafter.propose(ctx).tokens == expected

@@ -1,4 +1,9 @@
-"""Prompt lookup: copy what followed the latest earlier occurrence of the context's last n-gram."""
+"""Prompt lookup: copy what followed an earlier occurrence of the context's last n-gram.
+
+Of several occurrences, the latest one with a full draft after it is used (recent text predicts
+best); in a repetitive tail the latest occurrence sits right before the end and would leave only a
+token or two to copy, so then the earliest (the longest continuation) is used.
+"""
 
 from __future__ import annotations
 
@@ -38,7 +43,10 @@ class NgramDrafter:
             windows = tokens[:-1].unfold(0, n, 1)  # every n-gram that has a successor
             hits = (windows == tokens[-n:]).all(-1).nonzero()
             if len(hits):
-                start = int(hits[-1]) + n
+                starts = hits[:, 0] + n
+                # the latest occurrence that still has a full draft after it; else the earliest (longest)
+                full = starts[len(tokens) - starts >= ctx.budget]
+                start = int(full[-1]) if len(full) else int(starts[0])
                 return DraftTree.chain(tokens[start:start + ctx.budget].tolist(), self.name)
         return DraftTree()
 
