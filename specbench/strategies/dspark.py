@@ -20,9 +20,10 @@ target's tokens. The draft-length scheduler (strategies/dspark_scheduler.py) is 
 
 Default confidence_threshold 0.2 (DeepSpec's evaluator defaults to 0, no cut; neither the paper's
 code nor the source articles give a value): on the CPU default target one more verified position
-costs about a tenth of a target forward (measured on two shared cores: ~18 ms to verify 1 token,
-~31 ms for 8), so at a typical 3 tokens per step a draft whose whole prefix survives with
-probability under ~0.2 costs more than it is expected to earn.
+costs about a twentieth of a target forward (measured on two cores: ~20 ms to verify 1 token,
+~28 ms for 8), and one drafted position of the 2-layer drafter about as much again, so at a
+typical 4 tokens per step a draft whose whole prefix survives with probability under ~0.2
+costs more than it is expected to earn.
 """
 
 from __future__ import annotations
