@@ -33,6 +33,7 @@ def test_mismatch_detail_names_position_and_margins():
     assert mismatch_detail([], []) == ""
     text = mismatch_detail([7, 3], [0.01, 2.5])
     assert "earliest divergence at token 3" in text and "0.01 to 2.5" in text
+    assert "logit margin there 0 (" in mismatch_detail([37], [0.0])  # one bf16 tie, as measured on the default
 
 
 def test_a_broken_strategy_is_reported_with_its_margin(tiny_model_dir, tmp_path, monkeypatch):

@@ -33,6 +33,7 @@ def mismatch_detail(first_divergences: list[int], margins: list[float]) -> str:
     """Where greedy outputs first left `ar`'s and the logit margins there, as a clause to append."""
     text = f"; earliest divergence at token {min(first_divergences)}" if first_divergences else ""
     if margins:
-        text += (f"; logit margin there {min(margins):.3g} to {max(margins):.3g} "
-                 "(near 0: low-precision ties; large: a bug)")
+        low, high = min(margins), max(margins)
+        span = f"{low:.3g}" if low == high else f"{low:.3g} to {high:.3g}"
+        text += f"; logit margin there {span} (near 0: low-precision ties; large: a bug)"
     return text
