@@ -41,7 +41,7 @@ def training_prompts(count: int) -> list[list[str]]:
     for module, source in stdlib_sources():
         for pair in instruction_pairs(source):
             functions.append((module, pair.split("<|end|>")[0].removeprefix("<|user|>\n")))
-        tree = ast.parse(source) if source.isascii() else None
+        tree = ast.parse(source) if source.isascii() else None  # ASCII modules: English prose passages
         doc = ast.get_docstring(tree) if tree else None
         if doc and 200 <= len(doc) <= 1200:
             passages.append((module, doc.strip()))

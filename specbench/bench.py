@@ -99,9 +99,7 @@ def _row(model, strategy: str, item: SuiteItem, turn: int, repeat: int, prompt: 
          reference: list[int] | None, peak: int) -> dict[str, Any]:
     n = len(gen.tokens)
     first = first_divergence(gen.tokens, reference) if reference is not None else None
-    margin = None
-    if first is not None and first < n:
-        margin = divergence_margin(model, prompt, reference, first, gen.tokens[first])
+    margin = divergence_margin(model, prompt, gen.tokens, reference, first) if first is not None else None
     return {
         "strategy": strategy, "prompt_id": item.id, "category": item.category, "turn": turn, "repeat": repeat,
         "prompt_tokens": len(prompt), "new_tokens": n, "wall_s": gen.wall_s, "ttft_s": gen.ttft_s,

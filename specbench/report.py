@@ -20,7 +20,7 @@ import pandas as pd
 from rich.table import Table
 
 from specbench.errors import SpecbenchError
-from specbench.measure.lossless import mismatch_detail
+from specbench.measure.lossless import divergences, mismatch_detail
 from specbench.measure.stats import geometric_mean
 
 ROW_KEYS = (
@@ -94,10 +94,8 @@ def load_runs(dirs: Sequence[Path | str]) -> tuple[list[Run], list[str]]:
         if len(run.rows):
             bad = run.rows[run.rows["mismatch"].astype(bool)]
             for strategy, rows in bad.groupby("strategy"):
-                margins = rows["divergence_margin"] if "divergence_margin" in rows else pd.Series(dtype=float)
                 warnings.append(f"run {path}: strategy {strategy} has {len(rows)} greedy mismatch(es) against ar"
-                                + mismatch_detail([int(v) for v in rows["first_divergence"].dropna()],
-                                                  [float(v) for v in margins.dropna()]))
+                                + mismatch_detail(*divergences(rows)))
     return runs, warnings
 
 

@@ -24,9 +24,9 @@ def test_divergence_margin_is_the_logit_gap_after_ars_prefix(target):
     with torch.inference_mode():
         logits = target.model(input_ids=torch.tensor([prompt + reference[:2]])).logits[0, -1]
     other = int(logits.argsort()[0])  # the least likely token: a large margin
-    margin = divergence_margin(target.model, prompt, reference, 2, other)
+    margin = divergence_margin(target.model, prompt, reference[:2] + [other], reference, 2)
     assert abs(margin - float(logits[reference[2]] - logits[other])) < 1e-5
-    assert divergence_margin(target.model, prompt, reference, 4, other) is None  # ar's output ended there
+    assert divergence_margin(target.model, prompt, reference + [other], reference, 4) is None  # ar's ended there
 
 
 def test_mismatch_detail_names_position_and_margins():
@@ -39,14 +39,14 @@ def test_mismatch_detail_names_position_and_margins():
 def test_a_broken_strategy_is_reported_with_its_margin(tiny_model_dir, tmp_path, monkeypatch):
     """A run whose `ngram` outputs are corrupted at token 3 must say so, with the target's margin there."""
     real_generate = specbench.bench.generate
-    corrupted = []  # (model, prompt, ar's tokens, the corrupted token)
+    corrupted = []  # (model, prompt, the corrupted tokens, ar's tokens)
 
     def corrupting_generate(model, prompt, *args, **kwargs):
         gen = real_generate(model, prompt, *args, **kwargs)
         if args[3] is not None:  # generate(model, prompt, max_new_tokens, sampling, eos_ids, drafter, ...): not ar
             original = list(gen.tokens)
             gen.tokens[3] = (gen.tokens[3] + 1) % model.config.vocab_size
-            corrupted.append((model, prompt, original, gen.tokens[3]))
+            corrupted.append((model, prompt, gen.tokens, original))
         return gen
 
     monkeypatch.setattr(specbench.bench, "generate", corrupting_generate)
@@ -55,7 +55,7 @@ def test_a_broken_strategy_is_reported_with_its_margin(tiny_model_dir, tmp_path,
     assert result.exit_code == 0, result.output
     ngram = next(r for r in json.loads(result.stdout)["results"] if r["strategy"] == "ngram")
     assert ngram["mismatches"] == 2 and ngram["first_divergence"] == [3, 3]
-    expected = sorted(divergence_margin(*c[:3], 3, c[3]) for c in corrupted)
+    expected = sorted(divergence_margin(*c, 3) for c in corrupted)
     assert all(m > 0 for m in expected)  # ar took the argmax, so its token leads
     assert sorted(ngram["divergence_margin"]) == pytest.approx(expected, abs=1e-4)
 

@@ -8,6 +8,7 @@ rounding tie, a large one is a real error).
 
 from __future__ import annotations
 
+import pandas as pd
 import torch
 
 
@@ -19,14 +20,21 @@ def first_divergence(tokens: list[int], reference: list[int]) -> int | None:
 
 
 @torch.inference_mode()
-def divergence_margin(model, prompt: list[int], reference: list[int], position: int, token: int) -> float | None:
+def divergence_margin(model, prompt: list[int], tokens: list[int], reference: list[int], position: int) -> float | None:
     """logit(ar's token) - logit(the strategy's token) at `position`, from one plain forward over the prompt
     and `ar`'s first `position` tokens; None when either output simply ended there."""
-    if position >= len(reference) or token is None:
+    if position >= min(len(tokens), len(reference)):
         return None
     ids = torch.tensor([prompt + reference[:position]], dtype=torch.long, device=model.device)
     logits = model(input_ids=ids).logits[0, -1].float()
-    return float(logits[reference[position]] - logits[token])
+    return float(logits[reference[position]] - logits[tokens[position]])
+
+
+def divergences(rows: pd.DataFrame) -> tuple[list[int], list[float]]:
+    """The first divergences and logit margins recorded in a run's rows (runs written before margins
+    were recorded have none)."""
+    margins = rows["divergence_margin"].dropna() if "divergence_margin" in rows else []
+    return [int(v) for v in rows["first_divergence"].dropna()], [float(v) for v in margins]
 
 
 def mismatch_detail(first_divergences: list[int], margins: list[float]) -> str:

@@ -11,6 +11,7 @@ import pandas as pd
 from scipy.stats import bootstrap
 
 from specbench.measure.cost_model import predict
+from specbench.measure.lossless import divergences
 
 BASELINE = "ar"
 
@@ -60,6 +61,7 @@ def summarize_strategy(rows: pd.DataFrame, ar_rows: pd.DataFrame, seed: int = 0)
     steps, wall = rows.steps.sum(), rows.wall_s.sum()
     accepted, reached = _position_sums(rows.accept_by_position), _position_sums(rows.draft_by_position)
     per_position = [float(a / r) for a, r in zip(accepted, reached) if r > 0]
+    first_divergences, margins = divergences(rows)
     summary = {
         "strategy": rows.strategy.iloc[0],
         "prompts": int(rows.groupby(["prompt_id", "turn"]).ngroups),
@@ -72,8 +74,8 @@ def summarize_strategy(rows: pd.DataFrame, ar_rows: pd.DataFrame, seed: int = 0)
         "acceptance_rate": _safe_div(rows.accepted.sum(), rows.drafted.sum()),
         "per_position_acceptance": per_position,
         "mismatches": int(rows.mismatch.sum()),
-        "first_divergence": [int(v) for v in rows.first_divergence.dropna()],
-        "divergence_margin": [float(v) for v in rows.get("divergence_margin", pd.Series(dtype=float)).dropna()],
+        "first_divergence": first_divergences,
+        "divergence_margin": margins,
         "draft_frac": _safe_div(rows.draft_s.sum(), wall),
         "verify_frac": _safe_div(rows.verify_s.sum(), wall),
         "other_frac": _safe_div(rows.other_s.sum(), wall),
