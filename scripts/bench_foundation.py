@@ -28,7 +28,9 @@ from specbench.engine.decode import generate
 from specbench.measure.stats import geometric_mean_ci
 from specbench.models import encode_turns
 from specbench.report import comparison, load_runs, render
-from specbench.strategies import REGISTRY, StrategySpec, build_strategy
+from specbench.strategies.build import build_strategy
+from specbench.strategies.registry import definition
+from specbench.strategies.spec import StrategySpec
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "benchmarks"
 
@@ -86,8 +88,8 @@ def main() -> None:
                        device="cpu", out=str(OUT.parent))
     bench = prepare(config)
     prompts = [encode_turns(bench.target.tokenizer, list(item.turns[:1]), []) for item in bench.suite.items]
-    draft_k = REGISTRY["draft"].options().k
-    ngram = REGISTRY["ngram"].options()
+    draft_k = definition("draft").options().k
+    ngram = definition("ngram").options()
     draft_model = build_strategy(StrategySpec(("draft",)), bench.target, {}, {}).drafter.model
     # transformers reads the draft length from the assistant's own generation config (arguments to
     # generate() are ignored for it): exactly k tokens a round, no confidence-based early stop

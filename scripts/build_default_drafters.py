@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from build_default_model import instruction_pairs, stdlib_sources  # noqa: E402
 
 from specbench.models import DEFAULT_DIR, fingerprint, load_target  # noqa: E402
-from specbench.strategies import REGISTRY  # noqa: E402
+from specbench.strategies.registry import definition  # noqa: E402
 from specbench.training.distill import collect, pick_layers  # noqa: E402
 from specbench.training.trainer import train  # noqa: E402
 
@@ -84,9 +84,9 @@ def main() -> None:
     record_file = DEFAULT_DIR / "drafters" / "BUILD.json"
     record = json.loads(record_file.read_text()) if record_file.exists() else {}
     for name in args.only or DRAFTERS:
-        definition = REGISTRY[name]
+        method = definition(name)
         torch.manual_seed(0)
-        model = definition.trainable(target, definition.options())
+        model = method.trainable(target, method.options())
         data = pick_layers(sequences, all_layers, tuple(model.hidden_layers))
         started = time.time()
         losses = train(model, data, DEFAULT_DIR / "drafters" / name, name, fingerprint(target.model), args.steps,

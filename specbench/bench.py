@@ -29,7 +29,9 @@ from specbench.plots import write_plots
 from specbench.projection import WorkloadShape, kv_bytes_per_token
 from specbench.projection import project as projection
 from specbench.results import RunDir, write_atomic
-from specbench.strategies import Strategy, build_strategy, drafter_dirs_by_strategy, parse_strategies, validate_knobs
+from specbench.strategies.build import Strategy, build_strategy, drafter_dirs_by_strategy
+from specbench.strategies.knobs import validate_knobs
+from specbench.strategies.spec import parse_strategies
 from specbench.suites import Suite, SuiteItem, load_suite, select
 
 Progress = Callable[[str, int, int], None]  # what, done, total

@@ -15,7 +15,7 @@ from specbench.errors import SpecbenchError
 class RunConfig:
     model: str | None = None  # HF id, local directory, or None for the embedded default
     drafters: list[str] = field(default_factory=list)  # drafter directories
-    strategies: list[str] = field(default_factory=lambda: ["all"])
+    strategies: list[str] = field(default_factory=lambda: ["default"])
     suite: str = "default"
     categories: list[str] = field(default_factory=list)
     limit: int | None = None

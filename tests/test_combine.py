@@ -9,11 +9,11 @@ import torch
 from specbench.engine.decode import generate
 from specbench.engine.sampling import Sampling
 from specbench.engine.tree import DraftTree
-from specbench.strategies import StrategySpec, parse_strategy
 from specbench.strategies.combine import CombinedDrafter, member_path, merge_trees
 from specbench.strategies.controllers import FixedController
 from specbench.strategies.draft_model import DraftModelDrafter, DraftOptions
 from specbench.strategies.ngram import NgramDrafter, NgramOptions
+from specbench.strategies.spec import StrategySpec, parse_strategy
 from tests.conftest import TINY_SHAPES, tiny_lm, tiny_target
 from tests.sampling_check import chi_square_pvalue
 from tests.test_engine import random_prompt

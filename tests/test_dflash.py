@@ -20,8 +20,8 @@ from specbench.errors import SpecbenchError
 from specbench.models import Target, fingerprint
 from specbench.strategies.controllers import EntropyController, FixedController, HeuristicController
 from specbench.strategies.dflash import STRATEGY, DFlashDrafter, DFlashOptions, context_layers
+from specbench.strategies.drafter_dir import read_drafter_config
 from specbench.training.distill import DistillSequence, make_batch
-from specbench.training.drafter_dir import read_drafter_config
 from specbench.training.trainer import train
 from tests.conftest import TINY_SHAPES, tiny_target
 

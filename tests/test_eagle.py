@@ -16,7 +16,8 @@ from specbench.errors import SpecbenchError
 from specbench.models import Target, fingerprint
 from specbench.strategies.controllers import FixedController, HeuristicController
 from specbench.strategies.eagle import EagleDrafter, EagleModel, EagleOptions, eagle_tree, feature_layers
-from specbench.training.distill import DistillBatch, DistillSequence
+from specbench.strategies.trainable import DistillBatch
+from specbench.training.distill import DistillSequence
 from specbench.training.trainer import train
 from tests.conftest import TINY_SHAPES, tiny_target
 from tests.test_engine import random_prompt

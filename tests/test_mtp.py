@@ -13,8 +13,8 @@ from specbench.engine.decode import generate
 from specbench.errors import SpecbenchError
 from specbench.models import fingerprint
 from specbench.strategies.controllers import FixedController, HeuristicController
+from specbench.strategies.drafter_dir import save_drafter
 from specbench.strategies.mtp import MtpDrafter, MtpModel, MtpOptions, module_mask, mtp_tree
-from specbench.training.drafter_dir import save_drafter
 from tests.conftest import TINY_SHAPES, tiny_target
 from tests.test_eagle import (
     Spy,

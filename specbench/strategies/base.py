@@ -11,7 +11,7 @@ import torch
 from specbench.engine.protocol import Drafter
 from specbench.errors import SpecbenchError
 from specbench.models import ASSETS, DEFAULT_MODEL, fingerprint
-from specbench.training.drafter_dir import load_drafter
+from specbench.strategies.drafter_dir import load_drafter
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from specbench.engine.tree import DraftTree
 from specbench.errors import SpecbenchError
 from specbench.strategies.base import StrategyDef, load_trained
 from specbench.strategies.layers import Arch, embed, lm_head, rope, rotate
-from specbench.training.distill import DistillBatch
+from specbench.strategies.trainable import DistillBatch
 
 ANCHORS = 32  # blocks sampled per training sequence
 CONTEXT_LAYERS = 3  # target layers concatenated into the context features

@@ -40,7 +40,7 @@ from specbench.errors import SpecbenchError
 from specbench.strategies.base import StrategyDef
 from specbench.strategies.dflash import BlockConfig, DFlashDrafter, DFlashModel, check_block_knobs, pick
 from specbench.strategies.dspark_scheduler import check_knobs
-from specbench.training.distill import DistillBatch
+from specbench.strategies.trainable import DistillBatch
 
 CE_WEIGHT, L1_WEIGHT, CONFIDENCE_WEIGHT = 0.1, 0.9, 1.0  # DeepSpec's dspark config
 

@@ -29,7 +29,7 @@ from specbench.engine.tree import DraftTree, tree_attention_mask
 from specbench.errors import SpecbenchError
 from specbench.strategies.base import StrategyDef, load_trained
 from specbench.strategies.layers import KV, Arch, FeatureLayer, causal_mask, embed, lm_head
-from specbench.training.distill import DistillBatch
+from specbench.strategies.trainable import DistillBatch
 
 
 def feature_layers(num_layers: int) -> tuple[int, ...]:

@@ -26,7 +26,7 @@ from specbench.engine.tree import DraftTree
 from specbench.errors import SpecbenchError
 from specbench.strategies.base import StrategyDef, load_trained
 from specbench.strategies.layers import KV, Arch, FeatureLayer, embed, lm_head
-from specbench.training.distill import DistillBatch
+from specbench.strategies.trainable import DistillBatch
 
 
 def parse_branching(text: str) -> tuple[int, ...]:

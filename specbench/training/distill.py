@@ -15,6 +15,7 @@ import torch
 
 from specbench.engine.decode import generate
 from specbench.models import Target, encode_turns
+from specbench.strategies.trainable import DistillBatch
 
 
 @dataclass
@@ -22,19 +23,6 @@ class DistillSequence:
     input_ids: torch.Tensor  # (T,) prompt then the target's answer
     answer_start: int  # first answer position
     hidden: torch.Tensor  # (len(layers) + 1, T, H) bfloat16: requested layers, then the final normed state
-
-
-@dataclass
-class DistillBatch:
-    input_ids: torch.Tensor  # (B, T), padded with 0
-    hidden: torch.Tensor  # (B, len(layers) + 1, T, H) float32
-    mask: torch.Tensor  # (B, T) bool: positions inside an answer (prediction targets)
-    attention: torch.Tensor  # (B, T) bool: real (not padding) positions
-
-    @property
-    def final(self) -> torch.Tensor:
-        """The target's final normed hidden state; its LM head maps it to the target's logits."""
-        return self.hidden[:, -1]
 
 
 @torch.inference_mode()

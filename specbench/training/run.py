@@ -10,7 +10,8 @@ import torch
 
 from specbench.errors import SpecbenchError
 from specbench.models import fingerprint, load_target, resolve_device, resolve_dtype
-from specbench.strategies import REGISTRY, make_options
+from specbench.strategies.knobs import make_options
+from specbench.strategies.registry import definitions
 from specbench.suites import load_suite, select
 from specbench.training.distill import collect
 from specbench.training.trainer import partial_dir, train
@@ -29,7 +30,7 @@ class TrainResult:
 
 
 def trainable_strategies() -> list[str]:
-    return [name for name, d in REGISTRY.items() if d.trainable is not None]
+    return [name for name, d in definitions().items() if d.trainable is not None]
 
 
 def train_drafter(strategy: str, prompts: str | Path, out_dir: Path, model: str | None = None,
@@ -45,7 +46,7 @@ def train_drafter(strategy: str, prompts: str | Path, out_dir: Path, model: str 
     dev = resolve_device(device)
     target = load_target(model, dev, resolve_dtype("float32", dev))
     options = make_options(strategy, knobs or {})
-    drafter = REGISTRY[strategy].trainable(target, options).to(dev)
+    drafter = definitions()[strategy].trainable(target, options).to(dev)
     work = partial_dir(out_dir)
     work.mkdir(parents=True, exist_ok=True)
     cache = work / "distill.pt"

@@ -1,6 +1,6 @@
 """The training loop shared by every drafter: checkpoints, resume, atomic save.
 
-A trainable drafter is an nn.Module with `hidden_layers` (the target layers it reads),
+A trainable drafter is an nn.Module following `strategies.trainable.TrainableDrafter`: `hidden_layers`,
 `training_loss(batch) -> scalar` and `drafter_config() -> dict`; its state_dict holds only its own
 weights (the target's embedding and LM head are used, not registered).
 """
@@ -14,8 +14,8 @@ from typing import Callable
 
 import torch
 
+from specbench.strategies.drafter_dir import save_drafter
 from specbench.training.distill import DistillSequence, make_batch
-from specbench.training.drafter_dir import save_drafter
 
 
 def partial_dir(out_dir: Path) -> Path:

@@ -1,0 +1,33 @@
+"""Every drafting method, by the name the command line uses; each method is one module here.
+
+Names are known without importing the method modules (they import torch), so a strategy name is
+checked at once; a method's definition (its knobs, search space and builder) is imported on first
+use. Adding a method means one new module and one line in MODULES.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+
+from specbench.strategies.base import StrategyDef
+
+MODULES = {  # strategy name -> module in specbench.strategies
+    "ngram": "ngram",
+    "draft": "draft_model",
+    "eagle": "eagle",
+    "mtp": "mtp",
+    "dflash": "dflash",
+    "dspark": "dspark",
+}
+DRAFTER_NAMES = tuple(MODULES)
+
+
+@functools.cache
+def definition(name: str) -> StrategyDef:
+    """The StrategyDef a method module declares as STRATEGY."""
+    return importlib.import_module(f"specbench.strategies.{MODULES[name]}").STRATEGY
+
+
+def definitions() -> dict[str, StrategyDef]:
+    return {name: definition(name) for name in DRAFTER_NAMES}
