@@ -23,6 +23,7 @@ from specbench.hardware import GpuProfile, detect_local_gpu, get_profile, load_p
 from specbench.measure.device_metrics import RunMetrics
 from specbench.measure.host import peak_rss_bytes
 from specbench.measure.lossless import divergence_margin, first_divergence
+from specbench.measure.memory import needed_bytes
 from specbench.measure.stats import paired_speedups, summarize
 from specbench.models import Target, encode_turns, load_target, resolve_device, resolve_dtype
 from specbench.plots import write_plots
@@ -97,20 +98,21 @@ def _peak_memory(device: torch.device) -> int:
     return peak_rss_bytes() or 0
 
 
-def _row(model, strategy: str, item: SuiteItem, turn: int, repeat: int, prompt: list[int], gen: Generation,
+def _row(model, strategy: Strategy, item: SuiteItem, turn: int, repeat: int, prompt: list[int], gen: Generation,
          reference: list[int] | None, peak: int) -> dict[str, Any]:
     n = len(gen.tokens)
+    context = len(prompt) + n + gen.max_verified
     first = first_divergence(gen.tokens, reference) if reference is not None else None
     margin = divergence_margin(model, prompt, gen.tokens, reference, first) if first is not None else None
     return {
-        "strategy": strategy, "prompt_id": item.id, "category": item.category, "turn": turn, "repeat": repeat,
+        "strategy": strategy.name, "prompt_id": item.id, "category": item.category, "turn": turn, "repeat": repeat,
         "prompt_tokens": len(prompt), "new_tokens": n, "wall_s": gen.wall_s, "ttft_s": gen.ttft_s,
         "tpot_s": (gen.wall_s - gen.ttft_s) / (n - 1) if n > 1 else None,
         "steps": gen.steps, "tau": n / gen.steps if gen.steps else None,
         "drafted": gen.drafted, "accepted": gen.accepted, "verified": gen.verified, "draft_depth": gen.draft_depth,
-        "acceptance_rate": gen.accepted / gen.drafted if gen.drafted else None,
-        "accept_by_position": gen.accept_by_position, "draft_by_position": gen.draft_by_position,
+        "accept_by_position": gen.accept_by_position,
         "prefill_s": gen.prefill_s, "draft_s": gen.draft_s, "verify_s": gen.verify_s, "other_s": gen.other_s,
+        "memory_bytes": needed_bytes(model, strategy.drafter, context, gen.drafter_state_bytes),
         "peak_mem_bytes": peak, "stop_reason": gen.stop_reason,
         "mismatch": first is not None, "first_divergence": first, "divergence_margin": margin,
         "output_ids": gen.tokens,
@@ -155,7 +157,7 @@ def measure_prompt(bench: Bench, item: SuiteItem, done: set[tuple[str, int, int]
                 if strategy.drafter is None:
                     reference = gen.tokens if bench.sampling.greedy else None
                     previous[key] = gen.tokens
-                rows.append(_row(bench.target.model, strategy.name, item, turn, repeat, prompt, gen, reference,
+                rows.append(_row(bench.target.model, strategy, item, turn, repeat, prompt, gen, reference,
                                  _peak_memory(bench.target.device)))
             on_rows(rows)
         answers.append(tokenizer.decode(previous[(item.id, turn, 0)], skip_special_tokens=True))

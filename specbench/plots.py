@@ -20,6 +20,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from specbench.errors import SpecbenchError  # noqa: E402
+from specbench.measure.stats import acceptance_by_position  # noqa: E402
 from specbench.report import Run, comparison, load_runs  # noqa: E402
 
 Labeller = Callable[[str, str], str]
@@ -136,16 +137,13 @@ def _tau_by_category(runs: Sequence[Run], label: Labeller) -> Figure | None:
 
 
 def _position_rates(rows: pd.DataFrame) -> np.ndarray:
-    """P(draft position k accepted | position k drafted), summed over a strategy's rows."""
+    """a_k = P(draft position k accepted | position k - 1 accepted), over a strategy's rows."""
     accepted = [np.asarray(v, dtype=float) for v in rows["accept_by_position"] if v is not None]
-    drafted = [np.asarray(v, dtype=float) for v in rows["draft_by_position"] if v is not None]
-    length = max((len(v) for v in drafted), default=0)
+    length = max((len(v) for v in accepted), default=0)
     if length == 0:
         return np.array([])
-    acc = sum(np.pad(v, (0, length - len(v))) for v in accepted)
-    drf = sum(np.pad(v, (0, length - len(v))) for v in drafted)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(drf > 0, acc / drf, np.nan)
+    return np.array(acceptance_by_position(sum(np.pad(v, (0, length - len(v))) for v in accepted),
+                                           int(rows["steps"].sum())))
 
 
 def _acceptance(runs: Sequence[Run], label: Labeller) -> Figure | None:
@@ -161,7 +159,7 @@ def _acceptance(runs: Sequence[Run], label: Labeller) -> Figure | None:
     for name, rates in curves:
         ax.plot(np.arange(1, rates.size + 1), rates, marker="o", label=name)
     ax.set_xlabel("draft position k")
-    ax.set_ylabel("P(position k accepted | drafted)")
+    ax.set_ylabel("P(position k accepted | k - 1 accepted)")
     ax.set_title("Per-position acceptance")
     ax.set_ylim(0, 1.05)
     ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))

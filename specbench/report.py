@@ -25,8 +25,8 @@ from specbench.measure.stats import geometric_mean
 
 ROW_KEYS = (
     "strategy", "prompt_id", "category", "turn", "repeat", "prompt_tokens", "new_tokens", "wall_s",
-    "ttft_s", "tpot_s", "steps", "tau", "drafted", "accepted", "acceptance_rate",
-    "accept_by_position", "draft_by_position", "draft_s", "verify_s", "other_s", "peak_mem_bytes",
+    "ttft_s", "tpot_s", "steps", "tau", "drafted", "accepted",
+    "accept_by_position", "draft_s", "verify_s", "other_s", "peak_mem_bytes",
     "mismatch", "first_divergence", "speedup",
 )
 STATUSES = ("complete", "incomplete")
@@ -34,13 +34,13 @@ FORMATS = ("table", "markdown", "csv", "json")
 GROUPINGS = ("strategy", "category")
 STRATEGY_COLUMNS = (
     "run", "model", "suite", "strategy", "prompts", "new_tokens", "tokens_per_s", "speedup",
-    "speedup_ci_low", "speedup_ci_high", "tau", "acceptance_rate", "mismatches", "draft_frac",
+    "speedup_ci_low", "speedup_ci_high", "tau", "draft_efficiency", "mismatches", "draft_frac",
     "verify_frac", "other_frac", "peak_mem_gb",
 )
 """Columns of comparison(by="strategy"); cost-model, NVML and projection columns follow when present."""
 CATEGORY_COLUMNS = (
     "run", "model", "suite", "strategy", "category", "prompts", "new_tokens", "tokens_per_s",
-    "speedup", "tau", "acceptance_rate", "mismatches", "peak_mem_gb",
+    "speedup", "tau", "draft_efficiency", "mismatches", "peak_mem_gb",
 )
 
 
@@ -206,7 +206,7 @@ def _aggregate_rows(rows: pd.DataFrame, strategy: str) -> dict[str, Any]:
         "speedup_ci_low": math.nan,
         "speedup_ci_high": math.nan,
         "tau": _ratio((rows["tau"] * rows["steps"]).sum(), steps),
-        "acceptance_rate": _ratio(rows["accepted"].sum(), rows["drafted"].sum()),
+        "draft_efficiency": _ratio(rows["accepted"].sum(), rows["drafted"].sum()),
         "mismatches": int(rows["mismatch"].astype(bool).sum()),
         "draft_frac": _ratio(rows["draft_s"].sum(), time_total),
         "verify_frac": _ratio(rows["verify_s"].sum(), time_total),
@@ -226,15 +226,15 @@ def _from_summary(result: dict[str, Any]) -> dict[str, Any]:
         "speedup_ci_low": ci[0],
         "speedup_ci_high": ci[1],
         "tau": result.get("tau"),
-        "acceptance_rate": result.get("acceptance_rate"),
+        "draft_efficiency": result.get("draft_efficiency"),
         "mismatches": result.get("mismatches"),
         "draft_frac": result.get("draft_frac"),
         "verify_frac": result.get("verify_frac"),
         "other_frac": result.get("other_frac"),
         "peak_mem_gb": (result["peak_mem_bytes"] / 1e9) if result.get("peak_mem_bytes") is not None else None,
     }
-    if result.get("per_position_acceptance"):
-        out["accept_by_position"] = " ".join(f"{a:.2f}" for a in result["per_position_acceptance"][:8])
+    if result.get("acceptance_by_position"):
+        out["accept_by_position"] = " ".join(f"{a:.2f}" for a in result["acceptance_by_position"][:8])
     cost = result.get("cost_model") or {}
     if cost:
         out["predicted_tau"] = cost.get("predicted_tau")
@@ -286,14 +286,14 @@ def comparison(runs: Sequence[Run], by: str = "strategy") -> pd.DataFrame:
 
 # -- rendering -------------------------------------------------------------------------------
 
-_PERCENT = {"acceptance_rate", "draft_frac", "verify_frac", "other_frac"}
+_PERCENT = {"draft_efficiency", "draft_frac", "verify_frac", "other_frac"}
 _INTEGER = {"prompts", "new_tokens", "mismatches"}
 _HEADERS = {
     "new_tokens": "tokens",
     "tokens_per_s": "tok/s",
     "speedup": "speedup [95% CI]",
     "tau": "tau",
-    "acceptance_rate": "accept",
+    "draft_efficiency": "accept",
     "mismatches": "mismatch",
     "draft_frac": "draft",
     "verify_frac": "verify",

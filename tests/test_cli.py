@@ -35,7 +35,7 @@ def test_run_json_shape(json_run):
     report, _ = json_run
     assert [r["strategy"] for r in report["results"]] == ["ar", "ngram", "draft"]
     for r in report["results"]:
-        for key in ("strategy", "prompts", "tokens_per_s", "speedup", "speedup_ci", "tau", "acceptance_rate",
+        for key in ("strategy", "prompts", "tokens_per_s", "speedup", "speedup_ci", "tau", "draft_efficiency",
                     "mismatches"):
             assert key in r
         assert r["mismatches"] == 0

@@ -30,8 +30,9 @@ def test_merge_shares_common_prefixes_and_keeps_every_proposer():
     assert merged.tokens == [5, 6, 7, 9]
     assert merged.parents == [-1, 0, 1, 0]
     assert maps == [[0, 1, 2], [0, 3, 1]]
-    assert [name for name, _ in merged.proposals[1]] == ["a", "b"]
-    assert merged.proposals[1][1][1] is not None  # b's q survives the merge
+    assert [(t.node, t.drafter) for t in merged.trials[0]] == [(0, "a"), (0, "b")]
+    assert [(t.node, t.drafter) for t in merged.trials[1]] == [(1, "a"), (3, "b"), (1, "b")]
+    assert merged.trials[1][2].q is not None  # b's q survives the merge
     assert member_path([0, 1, 2], maps[1]) == [0, 2]
     assert member_path([0, 3], maps[0]) == [0]
 

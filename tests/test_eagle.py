@@ -51,6 +51,9 @@ class Spy:
         self.outcomes.append(outcome)
         self.drafter.observe(outcome)
 
+    def state_bytes(self) -> int:
+        return self.drafter.state_bytes()
+
     def cut_steps(self) -> int:
         """Steps whose accepted path went past what was committed (EOS or length inside the draft)."""
         return sum(len(o.committed) < len(o.path) + 1 for o in self.outcomes)

@@ -44,6 +44,9 @@ class ScriptedDrafter:
     def observe(self, outcome: StepOutcome) -> None:
         pass
 
+    def state_bytes(self) -> int:
+        return 0
+
 
 def oracle_tree(target_model, branching: int, depth: int, vocab: int, rng: random.Random):
     """A tree whose first child is sometimes the target's true next token, mixed with wrong siblings."""
@@ -208,8 +211,8 @@ def test_per_position_counts():
 
     got = generate(target.model, prompt, 30, drafter=ScriptedDrafter(half_right), controller=FixedController(4))
     assert got.tokens == free
-    assert got.accept_by_position[:2] == got.draft_by_position[:2]
-    assert got.draft_by_position[2] == got.accept_by_position[1]
+    assert got.steps == 10 and got.accept_by_position == [10, 10]  # every step accepts two, then a wrong token
+    assert got.drafted == 4 * got.steps and got.accepted == 2 * got.steps
 
 
 @pytest.mark.parametrize("tokens, expected", [

@@ -54,10 +54,9 @@ def make_rows(strategies=STRATEGIES, categories=CATEGORIES, prompts_per_category
                     "repeat": 0, "prompt_tokens": 50, "new_tokens": new_tokens, "wall_s": wall,
                     "ttft_s": 0.02, "tpot_s": wall / new_tokens, "steps": steps,
                     "tau": new_tokens / steps, "drafted": drafted, "accepted": accepted,
-                    "acceptance_rate": accepted / drafted if drafted else None,
-                    "accept_by_position": acc_pos, "draft_by_position": drf_pos,
+                    "accept_by_position": acc_pos,
                     "draft_s": draft, "verify_s": verify, "other_s": other,
-                    "peak_mem_bytes": int(2.0e9 + 0.3e9 * strategies.index(strategy)),
+                    "memory_bytes": int(1.0e9), "peak_mem_bytes": int(2.0e9 + 0.3e9 * strategies.index(strategy)),
                     "mismatch": False, "first_divergence": None,
                     "speedup": None if strategy == "ar" else ar_wall[prompt_id] / wall,
                 })
@@ -75,8 +74,8 @@ def summarise(rows: list[dict], with_extras: bool = True) -> dict:
             "new_tokens": int(g["new_tokens"].sum()), "wall_s": float(g["wall_s"].sum()),
             "tokens_per_s": float(g["new_tokens"].sum() / g["wall_s"].sum()), "speedup": speed,
             "speedup_ci": [speed * 0.93, speed * 1.06], "tau": float(g["new_tokens"].sum() / g["steps"].sum()),
-            "acceptance_rate": float(g["accepted"].sum() / g["drafted"].sum()) if g["drafted"].sum() else None,
-            "per_position_acceptance": ACCEPT.get(strategy, []), "mismatches": 0,
+            "draft_efficiency": float(g["accepted"].sum() / g["drafted"].sum()) if g["drafted"].sum() else None,
+            "acceptance_by_position": ACCEPT.get(strategy, []), "mismatches": 0,
             "draft_frac": float(g["draft_s"].sum() / total), "verify_frac": float(g["verify_s"].sum() / total),
             "other_frac": float(g["other_s"].sum() / total), "peak_mem_bytes": int(g["peak_mem_bytes"].max()),
         }
@@ -258,7 +257,7 @@ def test_csv_and_json_parse_back(tmp_path):
         assert len(records) == len(df) and set(records[0]) == set(df.columns)
     df = comparison(runs)
     for col in ("run", "model", "strategy", "tokens_per_s", "speedup", "speedup_ci_low", "speedup_ci_high",
-                "tau", "acceptance_rate", "mismatches", "peak_mem_gb"):
+                "tau", "draft_efficiency", "mismatches", "peak_mem_gb"):
         assert col in df.columns
     ar = json.loads(render(df, "json"))[0]
     assert ar["strategy"] == "ar" and ar["predicted_tau"] is None  # NaN is written as null

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import torch
 
-from specbench.engine import verify
 from specbench.engine.sampling import Sampling
 from specbench.strategies.controllers import FixedController
 from specbench.strategies.draft_model import DraftModelDrafter, DraftOptions
@@ -43,10 +42,9 @@ def test_a_wrong_verifier_fails_the_same_test(monkeypatch):
     """Accepting every proposal (no rejection step) is the classic bug; the test must catch it."""
     target, draft = small_vocab_lm(0), small_vocab_lm(1)
 
-    def accept_everything(tree, logits, sampling, generator):
+    def accept_everything(tree, logits, sampling, rng):
         path = list(range(len(tree))) if tree.is_chain() else []
-        row = len(path)
-        return path, verify.sample(sampling.probs(logits[row]), generator)
+        return path, rng.draw(sampling.probs(logits[len(path)]))
 
     monkeypatch.setattr("specbench.engine.decode.accept_sampling", accept_everything)
     p = chi_square_pvalue(target, PROMPT, Sampling(temperature=1.0), RUNS,

@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from specbench.engine.kv_cache import cache_length, keep_path, new_cache
+from specbench.engine.kv_cache import attention_masks, cache_length, keep_path, new_cache
 from specbench.engine.protocol import Controller, DraftContext, Drafter, StepOutcome
-from specbench.engine.sampling import Sampling
-from specbench.engine.tree import DraftTree, tree_attention_mask
+from specbench.engine.sampling import Rng, Sampling, seeded
+from specbench.engine.tree import DraftTree
 from specbench.engine.verify import accept_greedy, accept_sampling
 
 
@@ -18,12 +18,13 @@ from specbench.engine.verify import accept_greedy, accept_sampling
 class Generation:
     tokens: list[int]
     steps: int = 0  # target verify forwards
-    drafted: int = 0  # draft positions reached: drafted, with every earlier position accepted
+    drafted: int = 0  # draft tokens proposed: every node of every tree
     accepted: int = 0  # draft tokens accepted
     verified: int = 0  # positions in the target's verify forwards (tree size + 1 per step)
+    max_verified: int = 0  # the largest verify forward
     draft_depth: int = 0  # sum over steps of the proposed tree's depth
-    accept_by_position: list[int] = field(default_factory=list)
-    draft_by_position: list[int] = field(default_factory=list)  # reached at k: accept_by_position[k] / this = a_k
+    accept_by_position: list[int] = field(default_factory=list)  # [k]: steps that accepted more than k drafts
+    drafter_state_bytes: int = 0  # the drafter's per-sequence state (its caches) at the end
     prefill_s: float = 0.0
     draft_s: float = 0.0
     verify_s: float = 0.0
@@ -32,15 +33,16 @@ class Generation:
     wall_s: float = 0.0
     stop_reason: str = "length"
 
-    def record(self, path_length: int, reached_next: bool) -> None:
-        for k in range(path_length + int(reached_next)):
-            if k == len(self.draft_by_position):
-                self.draft_by_position.append(0)
-                self.accept_by_position.append(0)
-            self.draft_by_position[k] += 1
-            self.accept_by_position[k] += int(k < path_length)
-        self.drafted += path_length + int(reached_next)
-        self.accepted += path_length
+    def record(self, tree: DraftTree, accepted: int) -> None:
+        self.steps += 1
+        self.drafted += len(tree)
+        self.accepted += accepted
+        self.verified += len(tree) + 1
+        self.max_verified = max(self.max_verified, len(tree) + 1)
+        self.draft_depth += max(tree.depths(), default=0)
+        self.accept_by_position += [0] * (accepted - len(self.accept_by_position))
+        for k in range(accepted):
+            self.accept_by_position[k] += 1
 
 
 class _Clock:
@@ -53,18 +55,35 @@ class _Clock:
         return time.perf_counter()
 
 
-def _forward(target, tokens: torch.Tensor, cache, tree: DraftTree | None, layers: tuple[int, ...]):
-    """Run the target over `tokens`; for a branching tree, with a tree mask and depth position ids."""
+def forward(target, tokens: torch.Tensor, cache, tree: DraftTree | None,
+            layers: tuple[int, ...]) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+    """Run the target over `tokens` (the root, then the tree's nodes); a branching tree gets a tree mask
+    and depth position ids. Returns the logits and the requested hidden states, one row per token."""
     position_ids = mask = None
     if tree is not None and not tree.is_chain():
         cached = cache_length(cache)
         depth = torch.tensor([0] + tree.depths(), device=tokens.device)
         position_ids = (depth + cached)[None]
-        mask = tree_attention_mask(tree, cached, target.dtype, tokens.device)
+        mask = attention_masks(target.config, tree, cached, target.dtype, tokens.device)
     out = target(input_ids=tokens[None], cache=cache, use_cache=True, position_ids=position_ids,
                  attention_mask=mask, output_hidden_states=bool(layers))
     hidden = tuple(out.hidden_states[i][0] for i in layers) if layers else ()
     return out.logits[0], hidden
+
+
+def prefill(target, committed: torch.Tensor, cache, layers: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
+    """Fill the cache with every committed token but the last (the first step's root); its hidden states."""
+    if len(committed) < 2:
+        return tuple(torch.empty(0, device=committed.device) for _ in layers)
+    return forward(target, committed[:-1], cache, None, layers)[1]
+
+
+def accept(tree: DraftTree, logits: torch.Tensor, cache, cached: int, sampling: Sampling,
+           rng: Rng) -> tuple[list[int], int]:
+    """The accepted path and the bonus token; the cache is compacted to root + path."""
+    path, bonus = accept_greedy(tree, logits) if sampling.greedy else accept_sampling(tree, logits, sampling, rng)
+    keep_path(cache, cached, [0] + [node + 1 for node in path])
+    return path, bonus
 
 
 @torch.inference_mode()
@@ -74,16 +93,14 @@ def generate(target, prompt: list[int], max_new_tokens: int, sampling: Sampling 
     """Decode up to `max_new_tokens` after `prompt`; without a drafter this is plain decoding."""
     device = target.device
     clock = _Clock(device)
-    generator = torch.Generator(device=device).manual_seed(seed)
+    rng = seeded(seed, device)
     layers = drafter.hidden_layers if drafter else ()
     committed = torch.tensor(prompt, dtype=torch.long, device=device)
     cache = new_cache(target.config)
     result = Generation(tokens=[])
 
     started = clock()
-    hidden: tuple[torch.Tensor, ...] = tuple(torch.empty(0, device=device) for _ in layers)
-    if len(prompt) > 1:
-        _, hidden = _forward(target, committed[:-1], cache, None, layers)
+    hidden = prefill(target, committed, cache, layers)
     if drafter:
         drafter.start(committed, hidden)
     result.prefill_s = clock() - started
@@ -92,18 +109,13 @@ def generate(target, prompt: list[int], max_new_tokens: int, sampling: Sampling 
         t0 = clock()
         tree = DraftTree()
         if drafter:
-            tree = drafter.propose(DraftContext(committed, controller.budget(), sampling, generator, controller))
+            tree = drafter.propose(DraftContext(committed, controller.budget(), sampling, rng, controller))
         t1 = clock()
         cached = cache_length(cache)
         tokens = torch.tensor([int(committed[-1])] + tree.tokens, dtype=torch.long, device=device)
-        logits, hidden = _forward(target, tokens, cache, tree, layers)
+        logits, hidden = forward(target, tokens, cache, tree, layers)
         t2 = clock()
-        if sampling.greedy:
-            path, bonus = accept_greedy(tree, logits)
-        else:
-            path, bonus = accept_sampling(tree, logits, sampling, generator)
-        kept = [0] + [node + 1 for node in path]
-        keep_path(cache, cached, kept)
+        path, bonus = accept(tree, logits, cache, cached, sampling, rng)
         new = [tree.tokens[node] for node in path] + [bonus]
         new = new[:max_new_tokens - len(result.tokens)]
         eos_at = next((i for i, t in enumerate(new) if t in eos_ids), None)
@@ -112,16 +124,11 @@ def generate(target, prompt: list[int], max_new_tokens: int, sampling: Sampling 
             result.stop_reason = "eos"
         result.tokens.extend(new)
         committed = torch.cat([committed, torch.tensor(new, dtype=torch.long, device=device)])
-        result.steps += 1
-        result.verified += len(tokens)
-        depth = max(tree.depths(), default=0)
-        result.draft_depth += depth
-        leaf = path[-1] + 1 if path else 0
-        result.record(len(path), bool(tree.children()[leaf]))
+        result.record(tree, len(path))
         if drafter:
-            kept_hidden = tuple(h[kept] for h in hidden)
-            drafter.observe(StepOutcome(tree, path, bonus, new, kept_hidden))
-            controller.update(depth, len(path))
+            kept = [0] + [node + 1 for node in path]
+            drafter.observe(StepOutcome(tree, path, bonus, new, tuple(h[kept] for h in hidden)))
+            controller.update(max(tree.depths(), default=0), len(path))
         t3 = clock()
         result.draft_s += t1 - t0
         result.verify_s += t2 - t1
@@ -131,4 +138,6 @@ def generate(target, prompt: list[int], max_new_tokens: int, sampling: Sampling 
         if eos_at is not None:
             break
     result.wall_s = clock() - started
+    if drafter:
+        result.drafter_state_bytes = drafter.state_bytes()
     return result

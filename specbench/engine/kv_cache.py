@@ -2,6 +2,13 @@
 
 transformers 5.x: a DynamicCache holds `layers`, each with `keys` / `values` of shape
 (batch, kv_heads, seq, head_dim); `crop` takes a negative count of tokens to drop.
+
+Layer types: full attention, and sliding-window attention (Mistral's `sliding_window`, Gemma's and
+Qwen3's `layer_types`). The cache always keeps every position of every layer (transformers'
+sliding layers drop old positions, which would break compaction by position); sliding layers get
+the window through the attention mask instead, in the tree masks built here as in transformers'
+own. Any other layer type (linear attention, state-space or chunked layers) holds state that cannot
+be compacted to an accepted path, and such a target is refused.
 """
 
 from __future__ import annotations
@@ -9,9 +16,32 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache, PretrainedConfig
 
+from specbench.engine.tree import DraftTree, tree_attention_mask
+from specbench.errors import SpecbenchError
+
+FULL, SLIDING = "full_attention", "sliding_attention"
+
+
+def layer_types(config: PretrainedConfig) -> list[str]:
+    """Each decoder layer's attention type, as transformers names them."""
+    declared = getattr(config, "layer_types", None)
+    if declared:
+        return list(declared)
+    return [SLIDING if getattr(config, "sliding_window", None) else FULL] * config.num_hidden_layers
+
+
+def check_supported(config: PretrainedConfig, what: str = "target") -> None:
+    """Refuse a model whose cache cannot be compacted to an accepted path, naming the layer type."""
+    unsupported = sorted(set(layer_types(config)) - {FULL, SLIDING})
+    if unsupported:
+        raise SpecbenchError(f"the {what} has {', '.join(unsupported)} layers, whose cached state cannot be cut back "
+                             "to an accepted draft; specbench verifies drafts on full and sliding-window "
+                             "attention layers only")
+
 
 def new_cache(config: PretrainedConfig) -> DynamicCache:
-    return DynamicCache(config=config)
+    check_supported(config)
+    return DynamicCache()  # full layers throughout: windows are applied by the masks
 
 
 def cache_length(cache: DynamicCache) -> int:
@@ -37,3 +67,28 @@ def keep_path(cache: DynamicCache, start: int, offsets: list[int]) -> None:
             layer.keys[..., start:start + len(offsets), :] = layer.keys.index_select(-2, index)
             layer.values[..., start:start + len(offsets), :] = layer.values.index_select(-2, index)
     truncate(cache, start + len(offsets))
+
+
+def attention_masks(config: PretrainedConfig, tree: DraftTree, cached: int, dtype: torch.dtype,
+                    device: torch.device) -> torch.Tensor | dict[str, torch.Tensor]:
+    """The tree mask in the form the model takes: one tensor, or one per layer type where the config
+    declares `layer_types` and mixes or windows them."""
+    types = set(layer_types(config))
+    masks = {kind: tree_attention_mask(tree, cached, dtype, device, config.sliding_window if kind == SLIDING else None)
+             for kind in types}
+    if len(masks) == 1 and (types == {FULL} or not getattr(config, "layer_types", None)):
+        return next(iter(masks.values()))
+    return masks
+
+
+def state_bytes(*states) -> int:
+    """Bytes of the tensors in `states`: tensors, caches, or (nested) tuples and lists of them."""
+    total = 0
+    for state in states:
+        if isinstance(state, torch.Tensor):
+            total += state.numel() * state.element_size()
+        elif isinstance(state, DynamicCache):
+            total += state_bytes(*[(layer.keys, layer.values) for layer in state.layers if layer.keys is not None])
+        elif isinstance(state, (tuple, list)):
+            total += state_bytes(*state)
+    return total

@@ -12,7 +12,7 @@ from typing import Protocol
 
 import torch
 
-from specbench.engine.sampling import Sampling
+from specbench.engine.sampling import Rng, Sampling
 from specbench.engine.tree import DraftTree
 
 
@@ -21,7 +21,7 @@ class DraftContext:
     tokens: torch.Tensor  # committed token ids, 1D, on the target's device; the last one is not in the target cache yet
     budget: int  # how many positions deep the controller allows this step
     sampling: Sampling
-    generator: torch.Generator | None
+    rng: Rng  # every draw goes through it
     controller: Controller
 
 
@@ -57,3 +57,6 @@ class Drafter(Protocol):
 
     def observe(self, outcome: StepOutcome) -> None:
         """Learn from the verification of the last proposal."""
+
+    def state_bytes(self) -> int:
+        """Bytes of the per-sequence state it holds now (its caches), for the memory a strategy needs."""

@@ -1,4 +1,5 @@
-"""Logits processing shared by the target and every drafter, so that p and q match exactly."""
+"""Logits processing shared by the target and every drafter, so that p and q match exactly, and the
+one source of randomness of a decode."""
 
 from __future__ import annotations
 
@@ -32,9 +33,28 @@ class Sampling:
         return logits.softmax(-1)
 
 
-def sample(probs: torch.Tensor, generator: torch.Generator | None) -> int:
-    return int(torch.multinomial(probs, 1, generator=generator))
+class Rng:
+    """Every random choice of one decode: the drafters' draws and the verifier's coins.
+
+    Drafters and the verifier draw only through this object, so a test can substitute one that
+    enumerates every outcome with its probability and compute an output distribution exactly.
+    """
+
+    def __init__(self, generator: torch.Generator | None = None):
+        self.generator = generator
+
+    def draw(self, probs: torch.Tensor) -> int:
+        """One token from a distribution over the last dimension (1D)."""
+        return int(torch.multinomial(probs, 1, generator=self.generator))
+
+    def draw_rows(self, probs: torch.Tensor) -> torch.Tensor:
+        """One token from each row of a 2D tensor of distributions, independently."""
+        return torch.multinomial(probs, 1, generator=self.generator)[:, 0]
+
+    def accept(self, probability: float) -> bool:
+        """True with the given probability."""
+        return float(torch.rand((), generator=self.generator)) < probability
 
 
-def uniform(generator: torch.Generator | None) -> float:
-    return float(torch.rand((), generator=generator))
+def seeded(seed: int, device: torch.device) -> Rng:
+    return Rng(torch.Generator(device=device).manual_seed(seed))

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from specbench.engine.sampling import Sampling, sample, uniform
-from specbench.engine.tree import DraftTree
+from specbench.engine.sampling import Rng, Sampling
+from specbench.engine.tree import DraftTree, Draw, Trial
 
 
 def accept_greedy(tree: DraftTree, logits: torch.Tensor) -> tuple[list[int], int]:
@@ -26,39 +26,49 @@ def accept_greedy(tree: DraftTree, logits: torch.Tensor) -> tuple[list[int], int
         row = nxt + 1
 
 
-def accept_sampling(tree: DraftTree, logits: torch.Tensor, sampling: Sampling,
-                    generator: torch.Generator | None) -> tuple[list[int], int]:
-    """Lossless multi-candidate speculative sampling (Leviathan et al.; SpecInfer for trees).
+def proposal(trial: Trial, token: int, drawn_before: list[int], vocab: int) -> torch.Tensor:
+    """The distribution the trial's token was drawn from, given the tokens its drafter drew before it
+    without replacement under the same parent."""
+    if trial.q is None:
+        return torch.nn.functional.one_hot(torch.tensor(token), vocab).float()
+    if trial.draw is Draw.WITHOUT_REPLACEMENT and drawn_before:
+        q = trial.q.float().clone()
+        q[drawn_before] = 0.0
+        return q / q.sum()
+    return trial.q.float()
 
-    At a node with target distribution p, each child is tried once per drafter that proposed it:
-    a token x drawn from q is accepted with probability min(1, p(x) / q(x)), and on rejection
-    p <- norm(max(0, p - q)); a deterministic proposal (q = delta) is accepted with probability
-    p(x), and on rejection p(x) <- 0. If no child is accepted, the bonus is sampled from p.
+
+def accept_sampling(tree: DraftTree, logits: torch.Tensor, sampling: Sampling, rng: Rng) -> tuple[list[int], int]:
+    """Lossless multi-candidate speculative sampling (Leviathan et al.; SpecInfer and Sequoia for trees).
+
+    At a row with target distribution p, the trials are taken in their fixed order. A token x
+    drawn from q is accepted with probability min(1, p(x) / q(x)); on rejection
+    p <- norm(max(0, p - q)) and the next trial is taken. A deterministic token has q = a point
+    mass (so a rejection zeroes p(x)); a token drawn without replacement has q renormalised
+    without its drafter's earlier draws there. When no trial is accepted the bonus token is drawn
+    from p. Each step keeps the output distributed as the target's, provided every trial's token
+    is, given the trials before it, distributed as its q: which the fixed order guarantees.
     """
-    children = tree.children()
     path: list[int] = []
     row = 0
     while True:
         p = sampling.probs(logits[row])
+        drawn: dict[str, list[int]] = {}  # per drafter: tokens drawn without replacement at this row so far
         accepted = None
-        for child in children[row]:
-            x = tree.tokens[child]
-            for _, q in tree.proposals[child]:
-                if q is None:
-                    if uniform(generator) < p[x]:
-                        accepted = child
-                        break
-                    p = p.clone()
-                    p[x] = 0.0
-                else:
-                    if uniform(generator) * q[x] < p[x]:
-                        accepted = child
-                        break
-                    p = (p - q).clamp_min(0.0)
-                p = p / p.sum()
-            if accepted is not None:
+        for trial in tree.trials[row]:
+            x = tree.tokens[trial.node]
+            earlier = drawn.setdefault(trial.drafter, []) if trial.draw is Draw.WITHOUT_REPLACEMENT else []
+            q = proposal(trial, x, earlier, p.shape[-1])
+            if q[x] <= 0:
+                raise ValueError(f"{trial.drafter} proposed token {x}, which its own q gives probability 0")
+            earlier.append(x)
+            if rng.accept(min(1.0, float(p[x] / q[x]))):
+                accepted = trial.node
                 break
+            residual = (p - q).clamp_min(0.0)
+            total = residual.sum()
+            p = residual / total if total > 0 else p  # total 0 means p == q: a rejection of probability 0
         if accepted is None:
-            return path, sample(p, generator)
+            return path, rng.draw(p)
         path.append(accepted)
         row = accepted + 1

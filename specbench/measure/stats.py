@@ -50,6 +50,13 @@ def _position_sums(column: pd.Series) -> np.ndarray:
     return total
 
 
+def acceptance_by_position(accepted: np.ndarray, steps: int) -> list[float]:
+    """a_k = P(draft k accepted | draft k - 1 accepted) from how many steps accepted more than k - 1
+    drafts (`accepted[k - 1]`); a step that drafted nothing counts as rejected at position 1."""
+    reached = np.concatenate([[steps], accepted[:-1]])
+    return [float(a / r) for a, r in zip(accepted, reached) if r > 0]
+
+
 def _safe_div(num: float, den: float) -> float:
     return num / den if den else float("nan")
 
@@ -59,8 +66,7 @@ def summarize_strategy(rows: pd.DataFrame, ar_rows: pd.DataFrame, seed: int = 0)
     per_prompt = rows.dropna(subset=["speedup"]).groupby(["prompt_id", "turn"]).speedup.apply(geometric_mean)
     speedup, low, high = geometric_mean_ci(per_prompt.to_numpy(), seed) if len(per_prompt) else (math.nan,) * 3
     steps, wall = rows.steps.sum(), rows.wall_s.sum()
-    accepted, reached = _position_sums(rows.accept_by_position), _position_sums(rows.draft_by_position)
-    per_position = [float(a / r) for a, r in zip(accepted, reached) if r > 0]
+    per_position = acceptance_by_position(_position_sums(rows.accept_by_position), steps)
     first_divergences, margins = divergences(rows)
     summary = {
         "strategy": rows.strategy.iloc[0],
@@ -71,8 +77,8 @@ def summarize_strategy(rows: pd.DataFrame, ar_rows: pd.DataFrame, seed: int = 0)
         "speedup": speedup,
         "speedup_ci": [low, high],
         "tau": _safe_div(rows.new_tokens.sum(), steps),
-        "acceptance_rate": _safe_div(rows.accepted.sum(), rows.drafted.sum()),
-        "per_position_acceptance": per_position,
+        "draft_efficiency": _safe_div(rows.accepted.sum(), rows.drafted.sum()),
+        "acceptance_by_position": per_position,
         "mismatches": int(rows.mismatch.sum()),
         "first_divergence": first_divergences,
         "divergence_margin": margins,
@@ -80,13 +86,12 @@ def summarize_strategy(rows: pd.DataFrame, ar_rows: pd.DataFrame, seed: int = 0)
         "verify_frac": _safe_div(rows.verify_s.sum(), wall),
         "other_frac": _safe_div(rows.other_s.sum(), wall),
         "prefill_frac": _safe_div(rows.prefill_s.sum(), wall),
+        "memory_bytes": int(rows.memory_bytes.max()),
         "peak_mem_bytes": int(rows.peak_mem_bytes.max()),
     }
     ar_step = _safe_div(ar_rows.verify_s.sum() + ar_rows.other_s.sum(), ar_rows.steps.sum())
     if steps and ar_step > 0 and summary["strategy"] != BASELINE:
-        # a step that drafted nothing (no n-gram match, a cut block) counts as rejected at position 1
-        drafted_at_all = [accepted[0] / steps] + per_position[1:] if per_position else []
-        summary["cost_model"] = predict(drafted_at_all, rows.draft_s.sum() / steps / ar_step,
+        summary["cost_model"] = predict(per_position, rows.draft_s.sum() / steps / ar_step,
                                         rows.verify_s.sum() / steps / ar_step, rows.other_s.sum() / steps / ar_step)
     return summary
 

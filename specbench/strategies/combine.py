@@ -1,13 +1,16 @@
 """Combinations `a+b[+c]`: the members' proposals merge into one trie verified in one target forward.
 
-The trie is keyed by the full path from the root (SpecInfer's merged token tree); a node that
-several members proposed keeps every member's (name, q), so sampling verification tries it once
-per proposer and stays exact. Each member keeps its own controller and learns from its own view
-of the outcome: its own tree and the part of the accepted path that it proposed.
+The trie is keyed by the full path from the root (SpecInfer's merged token tree): a token several
+members proposed is verified once, in one target forward. For sampling, every member's trials are
+kept, each with its proposer's q and draw, in an order fixed before anything is drawn (members in
+their canonical order, each member's candidates in its own order), so the verification stays
+exact (engine/verify.py). Each member keeps its own controller and learns from its own view of
+the outcome: its own tree and the part of the accepted path that it proposed.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
 import torch
@@ -17,22 +20,23 @@ from specbench.engine.tree import DraftTree
 
 
 def merge_trees(trees: list[DraftTree]) -> tuple[DraftTree, list[list[int]]]:
-    """One trie from several trees, and for each tree the merged index of each of its nodes."""
+    """One trie from several trees, and for each tree the merged index of each of its nodes.
+
+    Each merged row tries the first tree's trials there (in that tree's order), then the second's,
+    and so on: an order fixed by the members, never by the tokens they drew.
+    """
     merged = DraftTree()
     by_path: dict[tuple[int, int], int] = {}  # (merged parent, token) -> merged node
     maps = []
     for tree in trees:
         where: list[int] = []
-        for token, parent, proposals in zip(tree.tokens, tree.parents, tree.proposals):
+        for token, parent in zip(tree.tokens, tree.parents):
             key = (where[parent] if parent >= 0 else -1, token)
-            if key in by_path:
-                merged.proposals[by_path[key]].extend(proposals)
-            else:
-                by_path[key] = len(merged)
-                merged.tokens.append(token)
-                merged.parents.append(key[0])
-                merged.proposals.append(list(proposals))
+            if key not in by_path:
+                by_path[key] = merged.add_node(token, key[0])
             where.append(by_path[key])
+        for row, trials in enumerate(tree.trials):
+            merged.trials[where[row - 1] + 1 if row else 0] += [replace(t, node=where[t.node]) for t in trials]
         maps.append(where)
     return merged, maps
 
@@ -68,7 +72,7 @@ class CombinedDrafter:
 
     def propose(self, ctx: DraftContext) -> DraftTree:
         trees = [member.propose(DraftContext(ctx.tokens, min(ctrl.budget(), ctx.budget), ctx.sampling,
-                                             ctx.generator, ctrl))
+                                             ctx.rng, ctrl))
                  for member, ctrl in zip(self.members, self.controllers)]
         merged, maps = merge_trees(trees)
         self._last = (trees, maps)
@@ -80,3 +84,6 @@ class CombinedDrafter:
             member.observe(StepOutcome(tree, path, outcome.bonus, outcome.committed,
                                        self._hidden_for(i, outcome.hidden)))
             ctrl.update(max(tree.depths(), default=0), len(path))
+
+    def state_bytes(self) -> int:
+        return sum(member.state_bytes() for member in self.members)

@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specbench.engine.kv_cache import state_bytes
 from specbench.engine.protocol import DraftContext, StepOutcome
 from specbench.engine.tree import DraftTree
 from specbench.errors import SpecbenchError
@@ -254,7 +255,7 @@ def pick(logits: torch.Tensor, ctx: DraftContext) -> tuple[torch.Tensor, list[to
     if ctx.sampling.greedy:
         return logits.argmax(-1), [None] * len(logits)
     q = ctx.sampling.probs(logits)
-    return torch.multinomial(q, 1, generator=ctx.generator)[:, 0], list(q)
+    return ctx.rng.draw_rows(q), list(q)
 
 
 class DFlashDrafter:
@@ -296,6 +297,9 @@ class DFlashDrafter:
 
     def observe(self, outcome: StepOutcome) -> None:
         self.pending.append(torch.cat(outcome.hidden, -1))
+
+    def state_bytes(self) -> int:
+        return state_bytes(self.context, self.pending)
 
     def _absorb(self) -> None:
         """Project the new context features and append them to the window (drafting work, so done in propose)."""

@@ -6,9 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
-from specbench.engine.kv_cache import new_cache, truncate
+from specbench.engine.kv_cache import new_cache, state_bytes, truncate
 from specbench.engine.protocol import DraftContext, StepOutcome
-from specbench.engine.sampling import sample
 from specbench.engine.tree import DraftTree
 from specbench.errors import SpecbenchError
 from specbench.models import DEFAULT_DIR, load_lm
@@ -55,7 +54,7 @@ class DraftModelDrafter:
             logits = self.model(input_ids=feed[None], cache=self.cache, use_cache=True).logits[0, -1]
             self.cached = torch.cat([self.cached, feed])
             q = None if ctx.sampling.greedy else ctx.sampling.probs(logits)
-            token = int(logits.argmax()) if q is None else sample(q, ctx.generator)
+            token = int(logits.argmax()) if q is None else ctx.rng.draw(q)
             drafted.append(token)
             qs.append(q)
             if not ctx.controller.keep_drafting(depth + 1, logits):
@@ -65,6 +64,9 @@ class DraftModelDrafter:
 
     def observe(self, outcome: StepOutcome) -> None:
         pass
+
+    def state_bytes(self) -> int:
+        return state_bytes(self.cache)
 
 
 def _build(target, options: DraftOptions, drafter_dir) -> DraftModelDrafter:

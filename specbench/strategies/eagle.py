@@ -24,6 +24,7 @@ from typing import Callable
 import torch
 from torch import nn
 
+from specbench.engine.kv_cache import state_bytes
 from specbench.engine.protocol import DraftContext, StepOutcome
 from specbench.engine.tree import DraftTree, tree_attention_mask
 from specbench.errors import SpecbenchError
@@ -178,6 +179,9 @@ class EagleDrafter:
 
     def observe(self, outcome: StepOutcome) -> None:
         self.pending.append(torch.cat(outcome.hidden, -1))
+
+    def state_bytes(self) -> int:
+        return state_bytes(self.kv, self.pending)
 
     def _sync(self, tokens: torch.Tensor) -> None:
         """Run the committed rows not run yet (rows up to n - 2 for n committed tokens)."""

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specbench.engine.kv_cache import state_bytes
 from specbench.engine.protocol import DraftContext, StepOutcome
 from specbench.engine.tree import DraftTree
 from specbench.errors import SpecbenchError
@@ -183,6 +184,9 @@ class MtpDrafter:
 
     def observe(self, outcome: StepOutcome) -> None:
         self.out[0] = torch.cat([self.out[0], outcome.hidden[0]])
+
+    def state_bytes(self) -> int:
+        return state_bytes(self.kv, self.out)
 
     def _sync(self, tokens: torch.Tensor, modules: int) -> None:
         """Run modules 1..`modules` over their committed rows not run yet."""

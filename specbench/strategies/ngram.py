@@ -53,6 +53,9 @@ class NgramDrafter:
     def observe(self, outcome: StepOutcome) -> None:
         pass
 
+    def state_bytes(self) -> int:
+        return 0
+
 
 def _build(target, options: NgramOptions, drafter_dir) -> NgramDrafter:
     if drafter_dir is not None:
