@@ -85,7 +85,7 @@ def _seed(config: RunConfig, item: SuiteItem, turn: int, repeat: int) -> int:
     return config.seed * 1_000_003 + zlib.crc32(f"{item.id}/{turn}/{repeat}".encode())
 
 
-def _run_one(bench: Bench, strategy: Strategy, prompt: list[int], seed: int) -> Generation:
+def run_one(bench: Bench, strategy: Strategy, prompt: list[int], seed: int) -> Generation:
     torch.manual_seed(seed)
     controller = strategy.new_controller() if strategy.new_controller else None
     return generate(bench.target.model, prompt, bench.config.max_new_tokens, bench.sampling,
@@ -98,7 +98,7 @@ def _peak_memory(device: torch.device) -> int:
     return peak_rss_bytes() or 0
 
 
-def _row(model, strategy: Strategy, item: SuiteItem, turn: int, repeat: int, prompt: list[int], gen: Generation,
+def make_row(model, strategy: Strategy, item: SuiteItem, turn: int, repeat: int, prompt: list[int], gen: Generation,
          reference: list[int] | None, peak: int) -> dict[str, Any]:
     n = len(gen.tokens)
     context = len(prompt) + n + gen.max_verified
@@ -125,7 +125,7 @@ def warm_up(bench: Bench) -> None:
     prompt = encode_turns(bench.target.tokenizer, list(item.turns[:1]), [])
     for _ in range(bench.config.warmup):
         for strategy in bench.strategies:
-            _run_one(bench, strategy, prompt, 0)
+            run_one(bench, strategy, prompt, 0)
 
 
 def measure_prompt(bench: Bench, item: SuiteItem, done: set[tuple[str, int, int]],
@@ -153,11 +153,11 @@ def measure_prompt(bench: Bench, item: SuiteItem, done: set[tuple[str, int, int]
                 if bench.target.device.type == "cuda":
                     torch.cuda.reset_peak_memory_stats(bench.target.device)
                 with bench.metrics.measure(strategy.name):
-                    gen = _run_one(bench, strategy, prompt, _seed(bench.config, item, turn, repeat))
+                    gen = run_one(bench, strategy, prompt, _seed(bench.config, item, turn, repeat))
                 if strategy.drafter is None:
                     reference = gen.tokens if bench.sampling.greedy else None
                     previous[key] = gen.tokens
-                rows.append(_row(bench.target.model, strategy, item, turn, repeat, prompt, gen, reference,
+                rows.append(make_row(bench.target.model, strategy, item, turn, repeat, prompt, gen, reference,
                                  _peak_memory(bench.target.device)))
             on_rows(rows)
         answers.append(tokenizer.decode(previous[(item.id, turn, 0)], skip_special_tokens=True))

@@ -35,11 +35,16 @@ def geometric_mean_ci(ratios: np.ndarray, seed: int = 0, confidence: float = 0.9
 
 
 def paired_speedups(rows: pd.DataFrame) -> pd.Series:
-    """Per row: the `ar` wall time of the same prompt, turn and repeat over this row's wall time."""
+    """Per row: its tokens per second over `ar`'s on the same prompt, turn and repeat.
+
+    Per generated token, not per answer: at temperature > 0 (or after a greedy mismatch) the two
+    answers differ in length, and an earlier EOS must not read as a speedup.
+    """
     key = ["prompt_id", "turn", "repeat"]
-    base = rows[rows.strategy == BASELINE].set_index(key).wall_s
+    rate = rows.new_tokens / rows.wall_s
+    base = rate[rows.strategy == BASELINE].set_axis(pd.MultiIndex.from_frame(rows.loc[rows.strategy == BASELINE, key]))
     base_for_row = pd.Series(base.reindex(pd.MultiIndex.from_frame(rows[key])).to_numpy(), index=rows.index)
-    return base_for_row / rows.wall_s
+    return rate / base_for_row
 
 
 def _position_sums(column: pd.Series) -> np.ndarray:
