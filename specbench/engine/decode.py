@@ -45,7 +45,9 @@ class Generation:
             self.accept_by_position[k] += 1
 
 
-class _Clock:
+class Clock:
+    """Wall-clock seconds, synchronising CUDA first so that queued kernels are counted."""
+
     def __init__(self, device: torch.device):
         self.cuda = device.type == "cuda"
 
@@ -86,13 +88,22 @@ def accept(tree: DraftTree, logits: torch.Tensor, cache, cached: int, sampling: 
     return path, bonus
 
 
+def commit(tree: DraftTree, path: list[int], bonus: int, room: int,
+           eos_ids: frozenset[int]) -> tuple[list[int], bool]:
+    """The tokens a step commits: the accepted drafts and the bonus, cut to `room` tokens and after
+    the first EOS; and whether an EOS ended them."""
+    new = ([tree.tokens[node] for node in path] + [bonus])[:room]
+    eos_at = next((i for i, t in enumerate(new) if t in eos_ids), None)
+    return (new, False) if eos_at is None else (new[:eos_at + 1], True)
+
+
 @torch.inference_mode()
 def generate(target, prompt: list[int], max_new_tokens: int, sampling: Sampling = Sampling(),
              eos_ids: frozenset[int] = frozenset(), drafter: Drafter | None = None,
              controller: Controller | None = None, seed: int = 0) -> Generation:
     """Decode up to `max_new_tokens` after `prompt`; without a drafter this is plain decoding."""
     device = target.device
-    clock = _Clock(device)
+    clock = Clock(device)
     rng = seeded(seed, device)
     layers = drafter.hidden_layers if drafter else ()
     committed = torch.tensor(prompt, dtype=torch.long, device=device)
@@ -116,11 +127,8 @@ def generate(target, prompt: list[int], max_new_tokens: int, sampling: Sampling 
         logits, hidden = forward(target, tokens, cache, tree, layers)
         t2 = clock()
         path, bonus = accept(tree, logits, cache, cached, sampling, rng)
-        new = [tree.tokens[node] for node in path] + [bonus]
-        new = new[:max_new_tokens - len(result.tokens)]
-        eos_at = next((i for i, t in enumerate(new) if t in eos_ids), None)
-        if eos_at is not None:
-            new = new[:eos_at + 1]
+        new, eos = commit(tree, path, bonus, max_new_tokens - len(result.tokens), eos_ids)
+        if eos:
             result.stop_reason = "eos"
         result.tokens.extend(new)
         committed = torch.cat([committed, torch.tensor(new, dtype=torch.long, device=device)])
@@ -135,7 +143,7 @@ def generate(target, prompt: list[int], max_new_tokens: int, sampling: Sampling 
         result.other_s += t3 - t2
         if result.steps == 1:
             result.ttft_s = t3 - started
-        if eos_at is not None:
+        if eos:
             break
     result.wall_s = clock() - started
     if drafter:

@@ -13,6 +13,8 @@ be compacted to an accepted path, and such a target is refused.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from transformers import DynamicCache, PretrainedConfig
 
@@ -69,16 +71,33 @@ def keep_path(cache: DynamicCache, start: int, offsets: list[int]) -> None:
     truncate(cache, start + len(offsets))
 
 
-def attention_masks(config: PretrainedConfig, tree: DraftTree, cached: int, dtype: torch.dtype,
-                    device: torch.device) -> torch.Tensor | dict[str, torch.Tensor]:
-    """The tree mask in the form the model takes: one tensor, or one per layer type where the config
-    declares `layer_types` and mixes or windows them."""
+def per_layer_type(config: PretrainedConfig,
+                   build: Callable[[int | None], torch.Tensor]) -> torch.Tensor | dict[str, torch.Tensor]:
+    """`build(window)` (window None for full attention) in the form the model takes: one mask, or one
+    per layer type where the config declares `layer_types` and mixes or windows them."""
     types = set(layer_types(config))
-    masks = {kind: tree_attention_mask(tree, cached, dtype, device, config.sliding_window if kind == SLIDING else None)
-             for kind in types}
+    masks = {kind: build(config.sliding_window if kind == SLIDING else None) for kind in types}
     if len(masks) == 1 and (types == {FULL} or not getattr(config, "layer_types", None)):
         return next(iter(masks.values()))
     return masks
+
+
+def attention_masks(config: PretrainedConfig, tree: DraftTree, cached: int, dtype: torch.dtype,
+                    device: torch.device) -> torch.Tensor | dict[str, torch.Tensor]:
+    """The tree mask in the form the model takes (see per_layer_type)."""
+    return per_layer_type(config, lambda window: tree_attention_mask(tree, cached, dtype, device, window))
+
+
+def move_positions(cache: DynamicCache, rows: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> None:
+    """Batched compaction: in batch row rows[k], position src[k] moves to dst[k] (all reads before any write)."""
+    for layer in cache.layers:
+        layer.keys[rows, :, dst] = layer.keys[rows, :, src]
+        layer.values[rows, :, dst] = layer.values[rows, :, src]
+
+
+def keep_rows(cache: DynamicCache, rows: torch.Tensor) -> None:
+    """Keep only these batch rows (sequences that finished leave the batch)."""
+    cache.batch_select_indices(rows)
 
 
 def state_bytes(*states) -> int:

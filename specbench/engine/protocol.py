@@ -50,7 +50,10 @@ class Drafter(Protocol):
     hidden_layers: tuple[int, ...]  # target hidden-state layers it reads (0 = embeddings); () for none
 
     def start(self, prompt: torch.Tensor, hidden: tuple[torch.Tensor, ...]) -> None:
-        """A new sequence: its prompt, and the target's hidden states of every prompt token but the last."""
+        """A new sequence: its prompt, and the target's hidden states of every prompt token but the last.
+
+        It (re)sets every piece of per-sequence state, so a shallow copy of a drafter shares its weights
+        and nothing else: batched decoding (engine/batch.py) runs one copy per sequence."""
 
     def propose(self, ctx: DraftContext) -> DraftTree:
         """Draft up to ctx.budget positions ahead of ctx.tokens."""

@@ -1,0 +1,195 @@
+"""B sequences in lockstep: every sequence proposes a chain, one batched target forward verifies them
+all, each sequence accepts its own prefix.
+
+Cache layout: batch row r holds its sequence's committed KV at positions [0, lengths[r]) (the cache
+slot is the token's position); every slot after that, up to the cache's end, is dead: prompt
+padding, rejected drafts, or slots another row used. Every query is masked from dead slots. A
+step appends a block of 1 + max drafts slots to every row (the row's last committed token, its
+drafts, padding), with position ids lengths[r] + j; then each row's kept slots (the root and its
+accepted drafts) move down to follow its committed KV, and the cache is cut to its longest row.
+A sequence that finishes (EOS, its max_new_tokens) leaves the batch: its row is dropped.
+
+Greedy: every sequence decodes the tokens decode.generate gives it alone; sampling is exact per
+sequence, with one Rng per sequence and the same verifier. Drafters run per sequence, each its
+own copy with its own state (`drafter_copies`): batching the drafters' forwards is left for later,
+and the cost model counts drafting as B per-sequence proposals (measure/costs.py measures it so).
+Trees are refused: a batched tree mask is not built here (eagle, mtp and combinations run at batch
+size 1).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+from torch.nn.utils.rnn import pad_sequence
+
+from specbench.engine.decode import Clock, Generation, commit
+from specbench.engine.kv_cache import cache_length, keep_rows, move_positions, new_cache, per_layer_type, truncate
+from specbench.engine.protocol import Controller, DraftContext, Drafter, StepOutcome
+from specbench.engine.sampling import Sampling, seeded
+from specbench.engine.tree import DraftTree
+from specbench.engine.verify import accept_greedy, accept_sampling
+from specbench.errors import SpecbenchError
+
+
+@dataclass
+class BatchGeneration:
+    sequences: list[Generation]  # per input sequence, in order: its tokens, counts, ttft_s and wall_s (its latency)
+    steps: int = 0  # batched target verify forwards
+    rows: int = 0  # sequence-rows over those forwards (sum of the batch size at each step)
+    verified: int = 0  # positions in them, padding included (rows x block length, summed)
+    prefill_s: float = 0.0
+    draft_s: float = 0.0  # every sequence's proposal, one after another
+    verify_s: float = 0.0
+    other_s: float = 0.0
+    wall_s: float = 0.0
+    block_lengths: list[int] = field(default_factory=list)  # the verify block length of each step
+
+
+def drafter_copies(drafter: Drafter, n: int) -> list[Drafter]:
+    """One drafter per sequence, sharing the weights (a drafter's start() resets all its per-sequence state)."""
+    return [copy.copy(drafter) for _ in range(n)]
+
+
+def block_mask(config, lengths: torch.Tensor, cached: int, block_lengths: torch.Tensor, width: int,
+               dtype: torch.dtype) -> torch.Tensor | dict[str, torch.Tensor]:
+    """Additive masks (rows, 1, width, cached + width) for a block appended to every row.
+
+    Query j of row r sees the row's committed slots [0, lengths[r]) and the block's slots up to j
+    that are the row's own (below block_lengths[r]); with a sliding window only keys whose position
+    is within the window of the query's.
+    """
+    device = lengths.device
+    slot = torch.arange(cached + width, device=device)
+    j = torch.arange(width, device=device)
+    in_block = slot - cached
+    committed = slot[None, None, :] < lengths[:, None, None]
+    own = (in_block[None, None, :] <= j[None, :, None]) & (in_block[None, None, :] < block_lengths[:, None, None])
+    visible = committed | ((in_block >= 0)[None, None, :] & own)
+    query = lengths[:, None] + j[None, :]
+    key = torch.where(slot[None, :] < cached, slot[None, :], lengths[:, None] + in_block[None, :])
+
+    def build(window: int | None) -> torch.Tensor:
+        seen = visible & (key[:, None, :] > query[:, :, None] - window) if window else visible
+        mask = torch.zeros(seen.shape, dtype=dtype, device=device)
+        return mask.masked_fill_(~seen, torch.finfo(dtype).min)[:, None]
+
+    return per_layer_type(config, build)
+
+
+def forward_block(target, blocks: list[torch.Tensor], lengths: torch.Tensor, cache,
+                  layers: tuple[int, ...]) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+    """Run the target over one block of tokens per row (right-padded), appended after each row's
+    committed KV. Returns logits (rows, width, V) and the requested hidden states (rows, width, H)."""
+    tokens = pad_sequence(blocks, batch_first=True)
+    block_lengths = torch.tensor([len(b) for b in blocks], device=tokens.device)
+    positions = lengths[:, None] + torch.arange(tokens.shape[1], device=tokens.device)
+    mask = block_mask(target.config, lengths, cache_length(cache), block_lengths, tokens.shape[1], target.dtype)
+    out = target(input_ids=tokens, cache=cache, use_cache=True, position_ids=positions, attention_mask=mask,
+                 output_hidden_states=bool(layers))
+    return out.logits, tuple(out.hidden_states[i] for i in layers) if layers else ()
+
+
+def compact(cache, lengths: torch.Tensor, cached: int, kept: torch.Tensor) -> torch.Tensor:
+    """Move each row's first kept[r] block slots to follow its committed KV; cut the cache to the
+    longest row. Returns the new lengths."""
+    rows = torch.repeat_interleave(torch.arange(len(kept), device=kept.device), kept)
+    offset = torch.arange(int(kept.sum()), device=kept.device) - torch.repeat_interleave(kept.cumsum(0) - kept, kept)
+    move_positions(cache, rows, cached + offset, lengths[rows] + offset)
+    lengths = lengths + kept
+    truncate(cache, int(lengths.max()))
+    return lengths
+
+
+@torch.inference_mode()
+def generate_batch(target, prompts: Sequence[list[int]], max_new_tokens: int | Sequence[int],
+                   sampling: Sampling = Sampling(), eos_ids: frozenset[int] = frozenset(),
+                   drafters: Sequence[Drafter] | None = None, controllers: Sequence[Controller] | None = None,
+                   seeds: Sequence[int] | None = None) -> BatchGeneration:
+    """Decode every prompt in one batch; `drafters` and `controllers` are one per sequence (None: plain
+    decoding), `seeds` one per sequence (sequence i's Rng is the one decode.generate(seed=seeds[i]) uses)."""
+    count = len(prompts)
+    limits = [max_new_tokens] * count if isinstance(max_new_tokens, int) else list(max_new_tokens)
+    device = target.device
+    clock = Clock(device)
+    rngs = [seeded(seed, device) for seed in (seeds if seeds is not None else [0] * count)]
+    layers = drafters[0].hidden_layers if drafters else ()
+    committed = [torch.tensor(p, dtype=torch.long, device=device) for p in prompts]
+    cache = new_cache(target.config)
+    result = BatchGeneration([Generation(tokens=[]) for _ in prompts])
+
+    started = clock()
+    active = [i for i in range(count) if limits[i] > 0]  # the sequence in each cache row
+    lengths = torch.zeros(len(active), dtype=torch.long, device=device)  # committed KV per row
+    heads = [committed[i][:-1] for i in active]
+    hidden: tuple[torch.Tensor, ...] = tuple(torch.empty(len(active), 0, 0, device=device) for _ in layers)
+    if any(len(h) for h in heads):
+        _, hidden = forward_block(target, heads, lengths, cache, layers)
+        lengths += torch.tensor([len(h) for h in heads], device=device)
+    if drafters:
+        for row, i in enumerate(active):
+            drafters[i].start(committed[i], tuple(h[row, :len(heads[row])] for h in hidden))
+    result.prefill_s = clock() - started
+
+    while active:
+        t0 = clock()
+        trees = [propose(drafters[i], controllers[i], committed[i], sampling, rngs[i]) if drafters else DraftTree()
+                 for i in active]
+        t1 = clock()
+        cached = cache_length(cache)
+        blocks = [torch.tensor([int(committed[i][-1])] + tree.tokens, device=device) for i, tree in zip(active, trees)]
+        logits, hidden = forward_block(target, blocks, lengths, cache, layers)
+        t2 = clock()
+        paths = [accept_greedy(tree, logits[row, :len(tree) + 1]) if sampling.greedy
+                 else accept_sampling(tree, logits[row, :len(tree) + 1], sampling, rngs[i])
+                 for row, (i, tree) in enumerate(zip(active, trees))]
+        kept = torch.tensor([len(path) + 1 for path, _ in paths], device=device)
+        lengths = compact(cache, lengths, cached, kept)
+        staying = []
+        for row, (i, tree, (path, bonus)) in enumerate(zip(active, trees, paths)):
+            gen = result.sequences[i]
+            new, eos = commit(tree, path, bonus, limits[i] - len(gen.tokens), eos_ids)
+            gen.tokens.extend(new)
+            gen.record(tree, len(path))
+            committed[i] = torch.cat([committed[i], torch.tensor(new, dtype=torch.long, device=device)])
+            if drafters:
+                drafters[i].observe(StepOutcome(tree, path, bonus, new, tuple(h[row, :len(path) + 1] for h in hidden)))
+                controllers[i].update(len(tree), len(path))
+            if eos:
+                gen.stop_reason = "eos"
+            if eos or len(gen.tokens) >= limits[i]:
+                gen.wall_s = clock() - started
+                gen.drafter_state_bytes = drafters[i].state_bytes() if drafters else 0
+            else:
+                staying.append(row)
+        t3 = clock()
+        for i in active:
+            gen = result.sequences[i]
+            gen.ttft_s = gen.ttft_s or t3 - started
+        result.steps += 1
+        result.rows += len(active)
+        result.verified += len(active) * logits.shape[1]
+        result.block_lengths.append(logits.shape[1])
+        result.draft_s += t1 - t0
+        result.verify_s += t2 - t1
+        result.other_s += t3 - t2
+        if len(staying) < len(active):
+            keep = torch.tensor(staying, dtype=torch.long, device=device)
+            keep_rows(cache, keep)
+            lengths = lengths[keep]
+            active = [active[row] for row in staying]
+            if active:
+                truncate(cache, int(lengths.max()))
+    result.wall_s = clock() - started
+    return result
+
+
+def propose(drafter: Drafter, controller: Controller, tokens: torch.Tensor, sampling: Sampling, rng) -> DraftTree:
+    tree = drafter.propose(DraftContext(tokens, controller.budget(), sampling, rng, controller))
+    if not tree.is_chain():
+        raise SpecbenchError(f"{drafter.name} proposed a tree; batched decoding verifies chains only "
+                             "(run tree strategies at batch size 1)")
+    return tree
