@@ -1,0 +1,177 @@
+"""Batched decoding: every sequence of a batch decodes exactly what it decodes alone (greedy), samples
+exactly from the target (temperature > 0), and trees are refused."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from transformers import Qwen3Config, Qwen3ForCausalLM
+
+from specbench.engine.batch import drafter_copies, generate_batch
+from specbench.engine.decode import generate
+from specbench.engine.sampling import Sampling
+from specbench.engine.tree import DraftTree
+from specbench.errors import SpecbenchError
+from specbench.models import DEFAULT_DIR, encode_turns, load_target
+from specbench.strategies.build import build_strategy
+from specbench.strategies.controllers import FixedController
+from specbench.strategies.draft_model import DraftModelDrafter, DraftOptions
+from specbench.strategies.ngram import NgramDrafter, NgramOptions
+from specbench.strategies.spec import parse_strategy
+from specbench.suites import load_suite
+from tests.conftest import TINY_SHAPES, tiny_target
+from tests.sampling_check import samples_pvalue
+from tests.test_engine import ScriptedDrafter, random_prompt
+from tests.test_sampling import small_vocab_lm
+
+CHAIN_STRATEGIES = ("ar", "ngram", "draft", "dflash", "dspark")
+
+
+def alone(model, prompts, limits, eos_ids=frozenset(), make=None, sampling=Sampling(), seeds=None):
+    """Each sequence decoded by itself (decode.generate), with a fresh drafter state and controller."""
+    out = []
+    for i, (prompt, limit) in enumerate(zip(prompts, limits)):
+        drafter, controller = make() if make else (None, None)
+        out.append(generate(model, prompt, limit, sampling, eos_ids, drafter, controller,
+                            seeds[i] if seeds else 0))
+    return out
+
+
+def together(model, prompts, limits, eos_ids=frozenset(), make=None, sampling=Sampling(), seeds=None):
+    drafters = controllers = None
+    if make:
+        pairs = [make() for _ in prompts]
+        drafters, controllers = [d for d, _ in pairs], [c for _, c in pairs]
+    return generate_batch(model, prompts, limits, sampling, eos_ids, drafters, controllers, seeds)
+
+
+def assert_same(batched, singles) -> None:
+    for got, want in zip(batched.sequences, singles):
+        assert got.tokens == want.tokens
+        assert got.stop_reason == want.stop_reason
+        assert (got.steps, got.drafted, got.accepted) == (want.steps, want.drafted, want.accepted)
+        assert got.accept_by_position == want.accept_by_position
+
+
+def oracle_chain(model, rng: random.Random, vocab: int, depth: int = 5):
+    """The target's true continuation, corrupted at a random position: acceptance differs per step and sequence."""
+
+    def make(ctx):
+        truth = generate(model, ctx.tokens.tolist(), depth).tokens
+        cut = rng.randint(0, depth)
+        return DraftTree.chain(truth[:cut] + [rng.randrange(vocab)] * (depth - cut), "oracle")
+
+    return make
+
+
+@pytest.mark.parametrize("shape", list(TINY_SHAPES))
+def test_ragged_batch_matches_batch_one(shape):
+    """Prompts of different lengths (one of a single token: nothing to prefill), one sequence stopping at
+    an early EOS, others at their own max_new_tokens, and acceptance that differs per sequence and step."""
+    vocab = TINY_SHAPES[shape][2]
+    rng = random.Random(3)
+    target = tiny_target(shape, seed=2)
+    prompts = [random_prompt(rng, vocab, length) for length in (1, 4, 19, 9)]
+    limits = [18, 3, 22, 12]
+    eos = frozenset({generate(target.model, prompts[2], 6).tokens[5]})  # sequence 2 ends at its 6th token
+    make = lambda: (ScriptedDrafter(oracle_chain(target.model, random.Random(5), vocab)), FixedController(5))  # noqa: E731
+    for drafter in (None, make):
+        singles = alone(target.model, prompts, limits, eos, drafter)
+        batched = together(target.model, prompts, limits, eos, drafter)
+        assert singles[2].stop_reason == "eos" and len(singles[2].tokens) <= 6
+        assert_same(batched, singles)
+        assert batched.steps == max(s.steps for s in singles)
+    assert len({tuple(s.accept_by_position) for s in singles}) > 1  # ragged: sequences accepted differently
+
+
+def test_sliding_window_target():
+    """Sliding-window layers (alone and mixed with full ones) see only their window in the batched masks."""
+    rng = random.Random(0)
+    prompts = [random_prompt(rng, 50, length) for length in (2, 9, 20)]
+    for types in (["sliding_attention", "full_attention"], ["sliding_attention"] * 2):
+        torch.manual_seed(0)
+        config = Qwen3Config(vocab_size=50, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2, head_dim=16, initializer_range=0.3,
+                             use_sliding_window=True, sliding_window=4, layer_types=types)
+        model = Qwen3ForCausalLM(config).eval()
+        make = lambda: (NgramDrafter(NgramOptions(max_ngram=2, num_pred_tokens=4)), FixedController(4))  # noqa: E731
+        for drafter in (None, make):
+            assert_same(together(model, prompts, [12] * 3, make=drafter), alone(model, prompts, [12] * 3, make=drafter))
+
+
+@pytest.fixture(scope="module")
+def default_target():
+    if not (DEFAULT_DIR / "drafters" / "dspark" / "config.json").is_file():
+        pytest.skip("the embedded default model is not built")
+    return load_target(None, torch.device("cpu"), torch.float32)
+
+
+@pytest.mark.parametrize("name", CHAIN_STRATEGIES)
+def test_every_chain_strategy_on_the_default_model(default_target, name):
+    """The shipped drafters on real prompts of different lengths: batched greedy equals batch 1."""
+    items = load_suite("specbench").items
+    prompts = [encode_turns(default_target.tokenizer, list(item.turns[:1]), []) for item in items[:40:10]]
+    assert len({len(p) for p in prompts}) == len(prompts)
+    limits = [20, 9, 20, 14]
+    eos = frozenset(default_target.eos_ids | {generate(default_target.model, prompts[1], 4).tokens[3]})
+    strategy = build_strategy(parse_strategy(name), default_target, {}, {})
+    make = (lambda: (strategy.drafter, strategy.new_controller())) if strategy.drafter else None
+    singles = alone(default_target.model, prompts, limits, eos, make)
+    if strategy.drafter:
+        copies = iter(drafter_copies(strategy.drafter, len(prompts)))
+        make = lambda: (next(copies), strategy.new_controller())  # noqa: E731
+    batched = together(default_target.model, prompts, limits, eos, make)
+    assert singles[1].stop_reason == "eos"
+    assert_same(batched, singles)
+    if name != "ar":
+        assert len({s.steps for s in singles}) > 1  # sequences needed different numbers of steps
+
+
+def test_drafter_copies_share_weights_not_state(default_target):
+    drafter = build_strategy(parse_strategy("dflash"), default_target, {}, {}).drafter
+    a, b = drafter_copies(drafter, 2)
+    assert a.model is b.model is drafter.model
+    a.start(torch.tensor([1, 2, 3]), (torch.zeros(2, 320),) * 3)
+    assert a.pending and not getattr(b, "pending", None)
+
+
+def test_batched_sampling_is_exact_per_sequence():
+    """Each sequence of a batch samples its first two tokens from the target's exact distribution."""
+    target, draft = small_vocab_lm(0), small_vocab_lm(1)
+    prompts = [[1, 2, 1, 2, 1], [3], [4, 0, 4]]
+    sampling = Sampling(temperature=1.0)
+    runs = 1200
+    batches = [together(target, prompts, [2] * 3, sampling=sampling, seeds=[3 * run + k for k in range(3)],
+                        make=lambda: (DraftModelDrafter(draft, DraftOptions(k=2)), FixedController(2)))
+               for run in range(runs)]
+    for k, prompt in enumerate(prompts):
+        assert samples_pvalue(target, prompt, sampling, [b.sequences[k].tokens for b in batches]) > 0.001, k
+    assert 0 < sum(b.sequences[0].accepted for b in batches) < 2 * runs  # drafts accepted, and rejected
+
+
+def test_a_wrong_batched_verifier_fails_the_same_test(monkeypatch):
+    def accept_everything(tree, logits, sampling, rng):
+        return list(range(len(tree))), rng.draw(sampling.probs(logits[len(tree)]))
+
+    monkeypatch.setattr("specbench.engine.batch.accept_sampling", accept_everything)
+    target, draft = small_vocab_lm(0), small_vocab_lm(1)
+    sampling = Sampling(temperature=1.0)
+    runs = 600
+    samples = [together(target, [[1, 2, 1, 2, 1], [3]], [2, 2], sampling=sampling, seeds=[2 * run, 2 * run + 1],
+                        make=lambda: (DraftModelDrafter(draft, DraftOptions(k=2)), FixedController(2)))
+               .sequences[0].tokens for run in range(runs)]
+    assert samples_pvalue(target, [1, 2, 1, 2, 1], sampling, samples) < 1e-6
+
+
+def test_trees_are_refused():
+    target = tiny_target()
+
+    def tree(ctx):
+        t = DraftTree.chain([1, 2], "t")
+        t.add(3, -1, "t")
+        return t
+
+    with pytest.raises(SpecbenchError, match="batched decoding verifies chains only"):
+        together(target.model, [[1, 2], [3]], [4, 4], make=lambda: (ScriptedDrafter(tree), FixedController(2)))
