@@ -50,6 +50,17 @@ class RunConfig:
         return self
 
 
+def check_sizes(values: tuple[int, ...] | list[int], option: str, low: int = 1) -> None:
+    """A list of sizes must name at least one, each at least `low`, in increasing order without repeats."""
+    if not values:
+        raise SpecbenchError(f"{option} names no size; give a comma list such as 1,4,16")
+    if any(not isinstance(v, int) or isinstance(v, bool) or v < low for v in values):
+        raise SpecbenchError(f"{option} {','.join(map(str, values))}: every size must be an integer of at least {low}")
+    if list(values) != sorted(set(values)):
+        raise SpecbenchError(f"{option} {','.join(map(str, values))}: list the sizes in increasing order, "
+                             "each once")
+
+
 FIELDS = {f.name for f in dataclasses.fields(RunConfig)}
 ALIASES = {"strategy": "strategies", "drafter": "drafters", "category": "categories"}
 

@@ -52,6 +52,17 @@ def split_list(values: list[str] | None) -> list[str] | None:
     return [v.strip() for value in values or [] for v in value.split(",") if v.strip()] or None
 
 
+def size_list(text: str | None, option: str) -> tuple[int, ...] | None:
+    """A comma list of sizes, "1,4,16" -> (1, 4, 16); None when the option was not given. The values
+    are checked (order, range) where they are used."""
+    if text is None:
+        return None
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise SpecbenchError(f"{option} {text}: expected a comma list of integers such as 1,4,16") from None
+
+
 def _version(value: bool) -> None:
     if value:
         out.print(f"specbench {__version__}", highlight=False)

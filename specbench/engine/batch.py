@@ -42,11 +42,23 @@ class BatchGeneration:
     rows: int = 0  # sequence-rows over those forwards (sum of the batch size at each step)
     verified: int = 0  # positions in them, padding included (rows x block length, summed)
     prefill_s: float = 0.0
-    draft_s: float = 0.0  # every sequence's proposal, one after another
-    verify_s: float = 0.0
-    other_s: float = 0.0
     wall_s: float = 0.0
     block_lengths: list[int] = field(default_factory=list)  # the verify block length of each step
+    step_times: list[tuple[float, float, float]] = field(default_factory=list)  # per step: draft, verify, other s
+
+    @property
+    def draft_s(self) -> float:
+        """Every sequence's proposals, one after another."""
+        return sum(t[0] for t in self.step_times)
+
+    @property
+    def verify_s(self) -> float:
+        return sum(t[1] for t in self.step_times)
+
+    @property
+    def other_s(self) -> float:
+        """Acceptance, compaction, commits and the drafters' observe."""
+        return sum(t[2] for t in self.step_times)
 
 
 def drafter_copies(drafter: Drafter, n: int) -> list[Drafter]:
@@ -173,9 +185,7 @@ def generate_batch(target, prompts: Sequence[list[int]], max_new_tokens: int | S
         result.rows += len(active)
         result.verified += len(active) * logits.shape[1]
         result.block_lengths.append(logits.shape[1])
-        result.draft_s += t1 - t0
-        result.verify_s += t2 - t1
-        result.other_s += t3 - t2
+        result.step_times.append((t1 - t0, t2 - t1, t3 - t2))
         if len(staying) < len(active):
             keep = torch.tensor(staying, dtype=torch.long, device=device)
             keep_rows(cache, keep)

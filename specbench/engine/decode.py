@@ -24,6 +24,7 @@ class Generation:
     max_verified: int = 0  # the largest verify forward
     draft_depth: int = 0  # sum over steps of the proposed tree's depth
     accept_by_position: list[int] = field(default_factory=list)  # [k]: steps that accepted more than k drafts
+    steps_by_drafted: list[int] = field(default_factory=list)  # [n]: steps whose draft tree had n nodes
     drafter_state_bytes: int = 0  # the drafter's per-sequence state (its caches) at the end
     prefill_s: float = 0.0
     draft_s: float = 0.0
@@ -41,6 +42,8 @@ class Generation:
         self.max_verified = max(self.max_verified, len(tree) + 1)
         self.draft_depth += max(tree.depths(), default=0)
         self.accept_by_position += [0] * (accepted - len(self.accept_by_position))
+        self.steps_by_drafted += [0] * (len(tree) + 1 - len(self.steps_by_drafted))
+        self.steps_by_drafted[len(tree)] += 1
         for k in range(accepted):
             self.accept_by_position[k] += 1
 

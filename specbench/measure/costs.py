@@ -1,8 +1,13 @@
 """Measured forward costs: what one target verify forward and one drafter proposal take on this device.
 
-The target is timed at batch B x verify length n x context c (a KV cache of c positions, then n new
-tokens, with a chain's causal mask or a tree mask), and each drafter's `propose` at each draft
-budget, on a real context. Each entry is the median of repeats after a warm-up, with its spread
+The target is timed at batch B x verify length n x context c (a KV cache of c positions per row,
+then n new tokens per row, with a chain's causal mask or a tree mask), and each drafter's `propose`
+at each draft budget, on a real context. Above batch 1 chains go through the batched engine's own
+forward (engine/batch.py: per-row positions and masks); trees, which the engine verifies at batch 1
+only, are timed with the same tree mask in every row, for the model's batch axis. The batched
+engine's step overhead (acceptance, compaction, commits) is timed too, at each batch size and block
+length. Drafters run per sequence (engine/batch.py), so a batch's drafting costs B proposals: the
+table holds one. Each entry is the median of repeats after a warm-up, with its spread
 (interquartile range over the median). A table is stored under results/costs/ keyed by model,
 device, dtype and torch version; drafters are keyed inside it by strategy, knobs and weights, and
 entries already measured are reused instead of timed again.
@@ -23,16 +28,22 @@ from typing import Callable
 import numpy as np
 import torch
 
-from specbench.engine.decode import forward, prefill
-from specbench.engine.kv_cache import new_cache, truncate
-from specbench.engine.protocol import DraftContext
+from specbench.config import check_sizes
+from specbench.engine.batch import forward_block, generate_batch
+from specbench.engine.decode import forward, generate, prefill
+from specbench.engine.kv_cache import new_cache, per_layer_type, truncate
+from specbench.engine.protocol import DraftContext, StepOutcome
 from specbench.engine.sampling import Sampling, seeded
-from specbench.engine.tree import DraftTree
+from specbench.engine.tree import DraftTree, tree_attention_mask
+from specbench.errors import SpecbenchError
 from specbench.measure.host import cpu_name
-from specbench.models import fingerprint
+from specbench.models import DEFAULT_MODEL, encode_turns, fingerprint
 from specbench.results import write_json
-from specbench.strategies.build import Strategy
+from specbench.strategies.build import Strategy, build_strategy, drafter_dirs_by_strategy
 from specbench.strategies.controllers import FixedController
+from specbench.strategies.registry import DRAFTER_NAMES
+from specbench.strategies.spec import parse_strategy
+from specbench.suites import load_suite
 
 Progress = Callable[[str, int, int], None]  # what, done, total
 
@@ -51,6 +62,26 @@ class Grid:
     budgets: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16)
     repeats: int = 7
     warmup: int = 2
+    overhead_steps: int = 3  # batched decode steps timed for the step overhead at each batch and block length
+
+    def check(self, max_positions: int | None = None) -> Grid:
+        """Bad input as one clear line: empty or unsorted lists, sizes below 1, contexts beyond the model."""
+        check_sizes(self.batch_sizes, "--batch-sizes")
+        check_sizes(self.verify_lengths, "--verify-lengths")
+        check_sizes(self.context_lens, "--context-lens", low=0)
+        check_sizes(self.budgets, "draft budgets")
+        if max_positions is not None and self.context_lens[-1] + self.verify_lengths[-1] > max_positions:
+            raise SpecbenchError(f"--context-lens {self.context_lens[-1]} plus a verify length of "
+                                 f"{self.verify_lengths[-1]} is beyond the model's maximum of {max_positions} "
+                                 "positions")
+        if self.repeats < 1 or self.warmup < 0:
+            raise SpecbenchError("cost timing needs at least 1 repeat and no negative warm-up")
+        return self
+
+
+# `specbench costs`' default: the load axis of issue 12, about two minutes on 2 CPU cores for the embedded model
+BATCH_GRID = Grid(batch_sizes=(1, 2, 4, 8, 16, 32), verify_lengths=(1, 2, 4, 8, 16), context_lens=(128, 1024),
+                  budgets=(1, 3, 7, 15), repeats=5, warmup=1)
 
 
 def device_name(device: torch.device) -> str:
@@ -76,17 +107,24 @@ def drafter_key(strategy: Strategy) -> str:
     return f"{strategy.name}:{digest.hexdigest()[:12]}"
 
 
-def _time(fn: Callable[[], None], repeats: int, warmup: int, device: torch.device) -> tuple[float, float]:
-    """Median seconds of `fn` over `repeats` runs after `warmup`, and the spread (IQR / median)."""
+def _time(fn: Callable[[], None], repeats: int, warmup: int, device: torch.device,
+          setup: Callable[[], None] = lambda: None) -> tuple[float, float]:
+    """Median seconds of `fn` over `repeats` runs after `warmup` (each after an untimed `setup`), and
+    the spread (IQR / median)."""
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     times = []
     for i in range(warmup + repeats):
+        setup()
         sync()
         start = time.perf_counter()
         fn()
         sync()
         if i >= warmup:
             times.append(time.perf_counter() - start)
+    return _median_spread(times)
+
+
+def _median_spread(times: list[float]) -> tuple[float, float]:
     q1, median, q3 = np.percentile(times, [25, 50, 75])
     return float(median), float((q3 - q1) / median) if median > 0 else 0.0
 
@@ -99,41 +137,112 @@ def complete_tree(nodes: int, width: int = TREE_WIDTH) -> DraftTree:
     return tree
 
 
-@torch.inference_mode()
-def time_target(model, batch: int, tokens: int, context: int, mask: str, repeats: int, warmup: int) -> dict:
-    """One verify forward of `tokens` positions over a cache of `context` positions (trees at batch 1)."""
-    device = model.device
+def filled_cache(model, batch: int, context: int):
+    """A cache of `context` positions in each of `batch` rows: one row's prefill repeated (what the
+    keys hold does not change what a forward over them costs)."""
     cache = new_cache(model.config)
-    ids = torch.randint(model.config.vocab_size, (batch, context + tokens), device=device)
     if context:
-        model(input_ids=ids[:, :context], cache=cache, use_cache=True)
+        model(input_ids=torch.randint(model.config.vocab_size, (1, context), device=model.device), cache=cache,
+              use_cache=True)
+        cache.batch_repeat_interleave(batch)
+    return cache
+
+
+def verify_forward(model, ids: torch.Tensor, cache, context: int, tree: DraftTree | None) -> None:
+    """One verify forward of ids (batch, n) after `context` cached positions, as the engine runs it:
+    decode.forward at batch 1, the batched engine's forward above; a tree gets its mask in every row."""
+    batch = ids.shape[0]
+    if batch == 1:
+        forward(model, ids[0], cache, tree, ())
+    elif tree is None:
+        forward_block(model, list(ids), torch.full((batch,), context, device=ids.device), cache, ())
+    else:
+        positions = (context + torch.tensor([0] + tree.depths(), device=ids.device)).expand(batch, -1)
+        mask = per_layer_type(model.config, lambda window: tree_attention_mask(
+            tree, context, model.dtype, ids.device, window).expand(batch, -1, -1, -1))
+        model(input_ids=ids, cache=cache, use_cache=True, position_ids=positions, attention_mask=mask)
+
+
+@torch.inference_mode()
+def time_target(model, batch: int, tokens: int, context: int, mask: str, repeats: int, warmup: int,
+                cache=None) -> dict:
+    """One verify forward of `tokens` positions per row over `context` cached positions (`cache`, when
+    given, holds them and is cut back to them after each forward)."""
+    device = model.device
+    cache = cache if cache is not None else filled_cache(model, batch, context)
+    ids = torch.randint(model.config.vocab_size, (batch, tokens), device=device)
     tree = complete_tree(tokens - 1) if mask == TREE else None
 
     def verify() -> None:
-        if tree is not None:
-            forward(model, ids[0, context:], cache, tree, ())
-        else:
-            model(input_ids=ids[:, context:], cache=cache, use_cache=True)
+        verify_forward(model, ids, cache, context, tree)
         truncate(cache, context)
 
     median, spread = _time(verify, repeats, warmup, device)
     return {"batch": batch, "tokens": tokens, "context": context, "mask": mask, "median_s": median, "spread": spread}
 
 
+class FixedChain:
+    """A drafter proposing `depth` copies of one token: what the batched engine's bookkeeping costs
+    around a verify block of depth + 1, whatever the drafts are."""
+
+    name = "cost"
+    hidden_layers: tuple[int, ...] = ()
+
+    def __init__(self, depth: int):
+        self.depth = depth
+
+    def start(self, prompt: torch.Tensor, hidden: tuple[torch.Tensor, ...]) -> None:
+        pass
+
+    def propose(self, ctx: DraftContext) -> DraftTree:
+        return DraftTree.chain([0] * min(self.depth, ctx.budget), self.name)
+
+    def observe(self, outcome: StepOutcome) -> None:
+        pass
+
+    def state_bytes(self) -> int:
+        return 0
+
+
+OVERHEAD_PROMPT = 16  # tokens per sequence: the overhead hardly depends on the context, the forwards do
+
+
+def time_overhead(model, batch: int, tokens: int, steps: int) -> dict:
+    """The batched engine's step time outside the drafters and the forward (acceptance, compaction,
+    commits), at `batch` rows and a verify block of `tokens`, over `steps` measured steps."""
+    drafters = [FixedChain(tokens - 1)] * batch if tokens > 1 else None
+    controllers = [FixedController(tokens - 1)] * batch if tokens > 1 else None
+    prompts = [list(range(1, OVERHEAD_PROMPT + 1))] * batch
+    run = generate_batch(model, prompts, steps + 1, drafters=drafters, controllers=controllers)
+    times = [other for _, _, other in run.step_times[1:steps + 1]] or [run.step_times[0][2]]
+    median, spread = _median_spread(times)
+    return {"batch": batch, "tokens": tokens, "median_s": median, "spread": spread}
+
+
 @torch.inference_mode()
 def time_drafter(model, strategy: Strategy, context_ids: list[int], budget: int, repeats: int, warmup: int) -> dict:
-    """One proposal at `budget` after the drafter absorbed `context_ids` (its first proposal is unmeasured)."""
+    """One proposal at `budget` after the drafter absorbed `context_ids` (its first proposal is unmeasured).
+
+    Before each proposal one more token is committed and observed, as after a step that accepted no
+    draft, so a feature drafter's proposal includes absorbing that token's target features."""
     drafter = strategy.drafter
     committed = torch.tensor(context_ids, dtype=torch.long, device=model.device)
-    drafter.start(committed, prefill(model, committed, new_cache(model.config), drafter.hidden_layers))
+    hidden = prefill(model, committed, new_cache(model.config), drafter.hidden_layers)
+    drafter.start(committed, hidden)
+    last = tuple(h[-1:] for h in hidden)
     rng = seeded(0, model.device)
     depth: list[int] = []
+    tokens = [committed]
+
+    def commit_one() -> None:
+        drafter.observe(StepOutcome(DraftTree(), [], int(tokens[0][-1]), [int(tokens[0][-1])], last))
+        tokens[0] = torch.cat([tokens[0], tokens[0][-1:]])
 
     def propose() -> None:
-        tree = drafter.propose(DraftContext(committed, budget, Sampling(), rng, FixedController(budget)))
+        tree = drafter.propose(DraftContext(tokens[0], budget, Sampling(), rng, FixedController(budget)))
         depth.append(max(tree.depths(), default=0))
 
-    median, spread = _time(propose, repeats, warmup, model.device)
+    median, spread = _time(propose, repeats, warmup, model.device, setup=commit_one)
     return {"budget": budget, "depth": float(np.mean(depth)), "median_s": median, "spread": spread}
 
 
@@ -152,12 +261,16 @@ class CostTable:
     key: dict[str, str]
     target: list[dict] = field(default_factory=list)
     drafters: dict[str, list[dict]] = field(default_factory=dict)  # drafter key -> rows
+    overhead: list[dict] = field(default_factory=list)  # the batched engine's step overhead by batch and block
 
     def _target_rows(self, batch: int, mask: str) -> list[dict]:
         rows = [r for r in self.target if r["batch"] == batch and r["mask"] == mask]
         if not rows:
             raise KeyError(f"no {mask} target costs at batch {batch}")
         return rows
+
+    def batch_sizes(self) -> list[int]:
+        return sorted({r["batch"] for r in self.target})
 
     def target_s(self, tokens: float, context: float, batch: int = 1, tree: bool = False) -> float:
         """Seconds of one verify forward of `tokens` positions at `context`, interpolated over the grid."""
@@ -174,12 +287,21 @@ class CostTable:
         line = sorted((r["budget"], r["median_s"]) for r in self.drafters[key])
         return _interpolate(budget, [b for b, _ in line], [s for _, s in line])
 
+    def overhead_s(self, tokens: float, batch: int) -> float:
+        """The batched engine's step overhead at `batch` rows and a verify block of `tokens`; 0 where
+        the table has none (a table measured before it was recorded)."""
+        line = sorted((r["tokens"], r["median_s"]) for r in self.overhead if r["batch"] == batch)
+        return _interpolate(tokens, [t for t, _ in line], [s for _, s in line]) if line else 0.0
+
     def has_target(self, batch: int, tokens: int, context: int, mask: str) -> bool:
         return any((r["batch"], r["tokens"], r["context"], r["mask"]) == (batch, tokens, context, mask)
                    for r in self.target)
 
+    def has_overhead(self, batch: int, tokens: int) -> bool:
+        return any((r["batch"], r["tokens"]) == (batch, tokens) for r in self.overhead)
+
     def as_json(self) -> dict:
-        return {"key": self.key, "target": self.target, "drafters": self.drafters}
+        return {"key": self.key, "target": self.target, "drafters": self.drafters, "overhead": self.overhead}
 
 
 def table_path(out_dir: str | Path, key: dict[str, str]) -> Path:
@@ -193,36 +315,86 @@ def load_table(out_dir: str | Path, key: dict[str, str]) -> CostTable:
         return CostTable(key)
     try:
         data = json.loads(path.read_text())
-        return CostTable(key, list(data["target"]), {k: list(v) for k, v in data["drafters"].items()})
+        return CostTable(key, list(data["target"]), {k: list(v) for k, v in data["drafters"].items()},
+                         list(data.get("overhead", [])))
     except (OSError, ValueError, KeyError, TypeError):
         return CostTable(key)  # a damaged table is measured again, not trusted
+
+
+def save_table(out_dir: str | Path, table: CostTable) -> Path:
+    path = table_path(out_dir, table.key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json(path, table.as_json())
+    return path
 
 
 def measure_costs(model, strategies: list[Strategy], context_ids: list[int], out_dir: str | Path,
                   grid: Grid = Grid(), progress: Progress | None = None) -> CostTable:
     """The cost table for `model` and `strategies`: what is stored is reused, what is missing is timed
-    (and stored, atomically)."""
+    and stored (atomically, after each group of entries, so an interruption keeps what was timed)."""
+    grid.check(getattr(model.config, "max_position_embeddings", None))
     table = load_table(out_dir, table_key(model))
-    todo_target = [(b, n, c, m) for b in grid.batch_sizes for c in grid.context_lens for m in grid.masks
-                   for n in grid.verify_lengths
-                   if not (m == TREE and (b > 1 or n < 2)) and not table.has_target(b, n, c, m)]
-    todo_drafters = [s for s in strategies if s.drafter is not None and drafter_key(s) not in table.drafters]
-    total, done = len(todo_target) + len(todo_drafters) * len(grid.budgets), 0
-    for b, n, c, m in todo_target:
-        table.target.append(time_target(model, b, n, c, m, grid.repeats, grid.warmup))
+    groups = {(b, c): [(n, m) for m in grid.masks for n in grid.verify_lengths
+                       if not (m == TREE and n < 2) and not table.has_target(b, n, c, m)]
+              for b in grid.batch_sizes for c in grid.context_lens}
+    groups = {k: v for k, v in groups.items() if v}
+    overhead = [(b, n) for b in grid.batch_sizes for n in grid.verify_lengths if not table.has_overhead(b, n)]
+    drafters = {drafter_key(s): s for s in strategies if s.drafter is not None}
+    budgets = {key: [b for b in grid.budgets if b not in {r["budget"] for r in table.drafters.get(key, [])}]
+               for key in drafters}
+    total = sum(map(len, groups.values())) + len(overhead) + sum(map(len, budgets.values()))
+    done = 0
+
+    def advance(what: str) -> None:
+        nonlocal done
         done += 1
         if progress:
-            progress("target forwards", done, total)
-    for strategy in todo_drafters:
-        rows = []
-        for budget in grid.budgets:
-            rows.append(time_drafter(model, strategy, context_ids, budget, grid.repeats, grid.warmup))
-            done += 1
-            if progress:
-                progress(f"{strategy.name} proposals", done, total)
-        table.drafters[drafter_key(strategy)] = rows
-    if todo_target or todo_drafters:
-        path = table_path(out_dir, table.key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_json(path, table.as_json())
+            progress(what, done, total)
+
+    for (b, c), shapes in groups.items():
+        cache = filled_cache(model, b, c)
+        for n, m in shapes:
+            table.target.append(time_target(model, b, n, c, m, grid.repeats, grid.warmup, cache))
+            advance(f"target: batch {b}, context {c}")
+        save_table(out_dir, table)
+    for b, n in overhead:
+        table.overhead.append(time_overhead(model, b, n, grid.overhead_steps))
+        advance(f"step overhead: batch {b}")
+    if overhead:
+        save_table(out_dir, table)
+    for key, strategy in drafters.items():
+        for budget in budgets[key]:
+            table.drafters.setdefault(key, []).append(
+                time_drafter(model, strategy, context_ids, budget, grid.repeats, grid.warmup))
+            advance(f"{strategy.name} proposals")
+        if budgets[key]:
+            save_table(out_dir, table)
     return table
+
+
+def cost_strategies(target, drafter_dirs: list[Path], names: list[str] | None = None) -> list[Strategy]:
+    """The strategies whose proposals a table times: `names`, or every drafter this target has (ngram
+    always, the trained ones where the embedded default ships them or a --drafter directory gives them)."""
+    dirs = drafter_dirs_by_strategy(drafter_dirs)
+    if names is None:
+        names = [n for n in DRAFTER_NAMES if n == "ngram" or n in dirs or target.name == DEFAULT_MODEL]
+    return [build_strategy(parse_strategy(name), target, {}, dirs) for name in names]
+
+
+def real_context(target, length: int) -> list[int]:
+    """`length` tokens of real text for the drafters' context: the default suite's first prompt and
+    the target's own greedy answer (or the prompt repeated where there is no tokenizer)."""
+    item = load_suite("default").items[0]
+    prompt = encode_turns(target.tokenizer, list(item.turns[:1]), [])
+    answer = generate(target.model, prompt, max(0, length - len(prompt))).tokens
+    return (prompt + answer)[:length]
+
+
+def measure_target_costs(target, drafter_dirs: list[Path], out_dir: str | Path, grid: Grid = BATCH_GRID,
+                         names: list[str] | None = None, progress: Progress | None = None) -> tuple[CostTable, Path]:
+    """`specbench costs`: the cost table of a loaded target and its drafters, and where it is stored."""
+    grid.check(getattr(target.model.config, "max_position_embeddings", None))
+    strategies = cost_strategies(target, drafter_dirs, names)
+    table = measure_costs(target.model, strategies, real_context(target, min(grid.context_lens[-1], 256) or 64),
+                          out_dir, grid, progress)
+    return table, table_path(out_dir, table.key)
