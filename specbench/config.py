@@ -33,6 +33,10 @@ class RunConfig:
     knobs: dict[str, dict[str, Any]] = field(default_factory=dict)  # strategy -> knob -> value
     gpu: str | None = None
     profiles: str | None = None  # TOML file with extra GPU profiles
+    batch_sizes: list[int] = field(default_factory=lambda: [1])  # each runs in turn; prompts decoded B at a time
+    # strategy -> {"batch_sizes": [...], "draft_tokens": [...]}: at most that many drafts per step from each
+    # listed batch size on (vLLM's num_speculative_tokens_per_batch_size; 0 = plain decoding)
+    draft_schedule: dict[str, dict[str, list[int]]] = field(default_factory=dict)
 
     def validate(self) -> RunConfig:
         if self.max_new_tokens < 1:
@@ -47,6 +51,9 @@ class RunConfig:
             raise SpecbenchError(f"--limit must be at least 1, got {self.limit}")
         if self.warmup < 0 or self.repeats < 1:
             raise SpecbenchError("--warmup must be >= 0 and --repeats at least 1")
+        check_sizes(self.batch_sizes, "--batch-sizes")
+        for strategy, entry in self.draft_schedule.items():
+            check_draft_schedule(strategy, entry)
         return self
 
 
@@ -59,6 +66,17 @@ def check_sizes(values: tuple[int, ...] | list[int], option: str, low: int = 1) 
     if list(values) != sorted(set(values)):
         raise SpecbenchError(f"{option} {','.join(map(str, values))}: list the sizes in increasing order, "
                              "each once")
+
+
+def check_draft_schedule(strategy: str, entry: Any) -> None:
+    where = f"draft_schedule.{strategy}"
+    if not isinstance(entry, dict) or set(entry) != {"batch_sizes", "draft_tokens"}:
+        raise SpecbenchError(f"{where} must hold exactly batch_sizes = [...] and draft_tokens = [...]")
+    check_sizes(entry["batch_sizes"], f"{where}.batch_sizes")
+    tokens = entry["draft_tokens"]
+    if (not isinstance(tokens, list) or len(tokens) != len(entry["batch_sizes"])
+            or any(not isinstance(t, int) or isinstance(t, bool) or t < 0 for t in tokens)):
+        raise SpecbenchError(f"{where}.draft_tokens must hold one integer >= 0 per batch size")
 
 
 FIELDS = {f.name for f in dataclasses.fields(RunConfig)}

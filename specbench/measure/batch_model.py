@@ -1,0 +1,126 @@
+"""Modelled speedup at any batch size: acceptance and draft shape from a run, costs from the cost table.
+
+Per sequence a strategy commits tau = 1 + sum_k prod_{i<=k} a_i tokens per step (Leviathan et al.
+§3), a_k the acceptance at draft position k given the one before it. Acceptance belongs to the
+drafter and the text, not to the load; what the load changes is the cost of a step. In the batched
+engine (engine/batch.py) a step of B sequences costs
+
+    T(B) = T_target(B, n_B, c) + B x T_propose + T_overhead(B, n_B)
+
+with n_B the verify block, 1 + the most drafts any of the B sequences proposed (shorter chains are
+padded to it): its expectation over B independent steps follows from the distribution of draft
+sizes the run measured. Drafters run per sequence, hence B proposals. Plain decoding costs
+T_target(B, 1, c) + T_overhead(B, 1) per step for one token per sequence, so the modelled speedup
+is tau x T_ar(B) / T(B). Tree strategies get the tree mask's costs; the engine verifies them at
+batch 1 only, so above it their figures are modelled, never measured.
+
+A draft cap K (at most K drafts per step, `draft_tokens` in a run's draft schedule) cuts tau to
+its first K positions and the draft sizes at K; the best cap per batch size maximises modelled
+throughput, 0 meaning plain decoding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from specbench.errors import SpecbenchError
+from specbench.measure.costs import CostTable
+
+
+@dataclass(frozen=True)
+class DraftShape:
+    """What a run measured of one strategy, per sequence and step: independent of the batch size."""
+
+    acceptance: tuple[float, ...]  # a_k, k = 1, 2, ...
+    drafted: tuple[float, ...]  # [n]: the share of steps that drafted n tokens (tree nodes)
+    context: float  # mean context length of a step (prompt plus half the answer)
+    drafter: str | None  # the drafter's key in the cost table; None for plain decoding
+    tree: bool = False  # verified as a token tree
+
+    @classmethod
+    def measured(cls, acceptance: Sequence[float], steps_by_drafted: Sequence[float], context: float,
+                 drafter: str | None, tree: bool = False) -> DraftShape:
+        counts = np.asarray(steps_by_drafted, dtype=float)
+        if counts.sum() <= 0:
+            raise SpecbenchError("a draft shape needs at least one measured step")
+        return cls(tuple(float(a) for a in acceptance), tuple(counts / counts.sum()), float(context), drafter, tree)
+
+    @property
+    def max_drafted(self) -> int:
+        return len(self.drafted) - 1
+
+    def capped(self, cap: int | None) -> tuple[float, ...]:
+        """The draft-size distribution when at most `cap` tokens are drafted per step."""
+        if cap is None or cap >= self.max_drafted:
+            return self.drafted
+        return self.drafted[:cap] + (sum(self.drafted[cap:]),)
+
+
+def tau(shape: DraftShape, cap: int | None = None) -> float:
+    """Tokens committed per step per sequence, the bonus token included."""
+    reach, total = 1.0, 1.0
+    for a in shape.acceptance[:cap]:
+        reach *= a
+        total += reach
+    return total
+
+
+def expected_block(drafted: Sequence[float], batch: int) -> float:
+    """1 + E[the largest of `batch` independent draft sizes]: the padded verify block's length."""
+    below = np.cumsum(drafted)[:-1]  # P(size <= n), n = 0 .. max - 1
+    return 1.0 + float(np.sum(1.0 - np.clip(below, 0.0, 1.0) ** batch))
+
+
+def step_cost(table: CostTable, shape: DraftShape, batch: int, cap: int | None = None) -> dict[str, float]:
+    """Seconds of one step of `batch` sequences, split as verify, draft and overhead."""
+    drafted = shape.capped(cap)
+    block = expected_block(drafted, batch) if shape.drafter else 1.0
+    verify = table.target_s(block, shape.context, batch, tree=shape.tree)
+    draft = 0.0
+    mean_drafted = float(np.dot(np.arange(len(drafted)), drafted))
+    if shape.drafter and mean_drafted > 0:
+        if shape.drafter not in table.drafters:
+            raise SpecbenchError(f"the cost table has no proposal costs for {shape.drafter.split(':')[0]} "
+                                 "with these knobs; time them with `specbench costs`")
+        draft = batch * table.drafter_s(shape.drafter, max(1.0, mean_drafted))
+    overhead = table.overhead_s(block, batch)
+    return {"block": block, "verify_s": verify, "draft_s": draft, "overhead_s": overhead,
+            "step_s": verify + draft + overhead}
+
+
+def modelled(table: CostTable, shape: DraftShape, batch: int, cap: int | None = None) -> dict[str, Any]:
+    """The modelled speedup over plain decoding at `batch`, tokens/s of the batch, and the step split."""
+    step = step_cost(table, shape, batch, cap)
+    ar = table.target_s(1, shape.context, batch) + table.overhead_s(1, batch)
+    committed = tau(shape, cap) if shape.drafter else 1.0
+    return {"batch_size": batch, "modelled": True, "tau": committed, **step, "ar_step_s": ar,
+            "tokens_per_s": batch * committed / step["step_s"], "speedup": committed * ar / step["step_s"]}
+
+
+def sweep(table: CostTable, shape: DraftShape, batch_sizes: Sequence[int] | None = None,
+          cap: int | None = None) -> list[dict[str, Any]]:
+    """`modelled` at every batch size of the table (or the ones given)."""
+    return [modelled(table, shape, b, cap) for b in batch_sizes or table.batch_sizes()]
+
+
+def stops_paying(points: Sequence[dict[str, Any]]) -> int | None:
+    """The first batch size whose speedup is below 1 (points in increasing batch order); None if none is."""
+    return next((p["batch_size"] for p in points if p["speedup"] < 1.0), None)
+
+
+def best_caps(table: CostTable, shape: DraftShape, batch_sizes: Sequence[int] | None = None) -> list[dict[str, Any]]:
+    """Per batch size, the draft cap that maximises modelled throughput (0: plain decoding pays best).
+
+    Chains try every cap up to the longest draft the run measured (acceptance beyond it is unknown);
+    a tree is all or nothing: its measured shape, or no drafting."""
+    caps = [0, None] if shape.tree else list(range(shape.max_drafted + 1))
+    best = []
+    for batch in batch_sizes or table.batch_sizes():
+        point, cap = max(((modelled(table, shape, batch, cap), cap) for cap in caps), key=lambda o: o[0]["speedup"])
+        best.append({"batch_size": batch, "draft_tokens": shape.max_drafted if cap is None else cap,
+                     "speedup": point["speedup"], "tokens_per_s": point["tokens_per_s"]})
+    return best
