@@ -26,19 +26,11 @@ def exact_pair_distribution(model, prompt: list[int], sampling: Sampling) -> dic
 
 def chi_square_pvalue(model, prompt: list[int], sampling: Sampling, runs: int, make_strategy) -> float:
     """Sample `runs` two-token continuations with `make_strategy()` -> (drafter, controller)."""
-    samples = []
-    for seed in range(runs):
-        drafter, controller = make_strategy()
-        samples.append(generate(model, prompt, 2, sampling, drafter=drafter, controller=controller, seed=seed).tokens)
-    return samples_pvalue(model, prompt, sampling, samples)
-
-
-def samples_pvalue(model, prompt: list[int], sampling: Sampling, samples: list[list[int]]) -> float:
-    """Chi-square p-value of sampled two-token continuations of `prompt` against the exact distribution."""
     exact = exact_pair_distribution(model, prompt, sampling)
     counts = dict.fromkeys(exact, 0)
-    runs = len(samples)
-    for tokens in samples:
+    for seed in range(runs):
+        drafter, controller = make_strategy()
+        tokens = generate(model, prompt, 2, sampling, drafter=drafter, controller=controller, seed=seed).tokens
         counts[tuple(tokens)] += 1
     # pool rare cells so every expected count is >= 5, as the test requires
     keys = sorted(exact, key=exact.get, reverse=True)

@@ -11,7 +11,7 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from specbench.engine.batch import drafter_copies, generate_batch
 from specbench.engine.decode import generate
-from specbench.engine.sampling import Sampling
+from specbench.engine.sampling import Sampling, seeded
 from specbench.engine.tree import DraftTree
 from specbench.errors import SpecbenchError
 from specbench.models import DEFAULT_DIR, encode_turns, load_target
@@ -22,29 +22,29 @@ from specbench.strategies.ngram import NgramDrafter, NgramOptions
 from specbench.strategies.spec import parse_strategy
 from specbench.suites import load_suite
 from tests.conftest import TINY_SHAPES, tiny_target
-from tests.sampling_check import samples_pvalue
+from tests.exact import enumerate_outcomes
+from tests.sampling_check import exact_pair_distribution
 from tests.test_engine import ScriptedDrafter, random_prompt
 from tests.test_sampling import small_vocab_lm
 
 CHAIN_STRATEGIES = ("ar", "ngram", "draft", "dflash", "dspark")
 
 
-def alone(model, prompts, limits, eos_ids=frozenset(), make=None, sampling=Sampling(), seeds=None):
+def alone(model, prompts, limits, eos_ids=frozenset(), make=None):
     """Each sequence decoded by itself (decode.generate), with a fresh drafter state and controller."""
     out = []
-    for i, (prompt, limit) in enumerate(zip(prompts, limits)):
+    for prompt, limit in zip(prompts, limits):
         drafter, controller = make() if make else (None, None)
-        out.append(generate(model, prompt, limit, sampling, eos_ids, drafter, controller,
-                            seeds[i] if seeds else 0))
+        out.append(generate(model, prompt, limit, Sampling(), eos_ids, drafter, controller))
     return out
 
 
-def together(model, prompts, limits, eos_ids=frozenset(), make=None, sampling=Sampling(), seeds=None):
+def together(model, prompts, limits, eos_ids=frozenset(), make=None):
     drafters = controllers = None
     if make:
         pairs = [make() for _ in prompts]
         drafters, controllers = [d for d, _ in pairs], [c for _, c in pairs]
-    return generate_batch(model, prompts, limits, sampling, eos_ids, drafters, controllers, seeds)
+    return generate_batch(model, prompts, limits, Sampling(), eos_ids, drafters, controllers)
 
 
 def assert_same(batched, singles) -> None:
@@ -137,18 +137,42 @@ def test_drafter_copies_share_weights_not_state(default_target):
     assert a.pending and not getattr(b, "pending", None)
 
 
-def test_batched_sampling_is_exact_per_sequence():
-    """Each sequence of a batch samples its first two tokens from the target's exact distribution."""
+def batched_distribution(target, prompts, which: int, limit: int, make) -> dict[tuple[int, ...], float]:
+    """Exact distribution of sequence `which`'s output in a batch, by enumerating its Rng's every
+    outcome while the other sequences draw from fixed seeds."""
+
+    def run(rng) -> tuple[int, ...]:
+        rngs = [rng if k == which else seeded(k, torch.device("cpu")) for k in range(len(prompts))]
+        pairs = [make() for _ in prompts]
+        batch = generate_batch(target, prompts, limit, Sampling(temperature=1.0), drafters=[d for d, _ in pairs],
+                               controllers=[c for _, c in pairs], rngs=rngs)
+        return tuple(batch.sequences[which].tokens)
+
+    return enumerate_outcomes(run)
+
+
+def exact_first(target, prompt: list[int]) -> torch.Tensor:
+    with torch.no_grad():
+        return target(input_ids=torch.tensor([prompt])).logits[0, -1].double().softmax(-1)
+
+
+PROMPTS = [[1, 2, 1, 2, 1], [3], [4, 0, 4, 0]]
+
+
+@pytest.mark.parametrize("which", range(len(PROMPTS)))
+def test_batched_sampling_is_exact_per_sequence(which):
+    """Each sequence of a batch samples exactly from the target: its first two tokens with a deterministic
+    chain (prompt lookup), its first token with sampled drafts (a draft model's q), to 1e-6."""
     target, draft = small_vocab_lm(0), small_vocab_lm(1)
-    prompts = [[1, 2, 1, 2, 1], [3], [4, 0, 4]]
-    sampling = Sampling(temperature=1.0)
-    runs = 1200
-    batches = [together(target, prompts, [2] * 3, sampling=sampling, seeds=[3 * run + k for k in range(3)],
-                        make=lambda: (DraftModelDrafter(draft, DraftOptions(k=2)), FixedController(2)))
-               for run in range(runs)]
-    for k, prompt in enumerate(prompts):
-        assert samples_pvalue(target, prompt, sampling, [b.sequences[k].tokens for b in batches]) > 0.001, k
-    assert 0 < sum(b.sequences[0].accepted for b in batches) < 2 * runs  # drafts accepted, and rejected
+    prompt = PROMPTS[which]
+    lookup = batched_distribution(target, PROMPTS, which, 2, lambda: (
+        NgramDrafter(NgramOptions(max_ngram=2, num_pred_tokens=3)), FixedController(3)))
+    exact = exact_pair_distribution(target, prompt, Sampling(temperature=1.0))
+    assert max(abs(lookup.get(k, 0.0) - p) for k, p in exact.items()) < 1e-6
+    drafted = batched_distribution(target, PROMPTS, which, 1,
+                                   lambda: (DraftModelDrafter(draft, DraftOptions(k=1)), FixedController(1)))
+    first = torch.tensor([drafted.get((t,), 0.0) for t in range(6)], dtype=torch.float64)
+    assert torch.allclose(first, exact_first(target, prompt), atol=1e-6)
 
 
 def test_a_wrong_batched_verifier_fails_the_same_test(monkeypatch):
@@ -157,12 +181,10 @@ def test_a_wrong_batched_verifier_fails_the_same_test(monkeypatch):
 
     monkeypatch.setattr("specbench.engine.batch.accept_sampling", accept_everything)
     target, draft = small_vocab_lm(0), small_vocab_lm(1)
-    sampling = Sampling(temperature=1.0)
-    runs = 600
-    samples = [together(target, [[1, 2, 1, 2, 1], [3]], [2, 2], sampling=sampling, seeds=[2 * run, 2 * run + 1],
-                        make=lambda: (DraftModelDrafter(draft, DraftOptions(k=2)), FixedController(2)))
-               .sequences[0].tokens for run in range(runs)]
-    assert samples_pvalue(target, [1, 2, 1, 2, 1], sampling, samples) < 1e-6
+    drafted = batched_distribution(target, PROMPTS, 0, 1,
+                                   lambda: (DraftModelDrafter(draft, DraftOptions(k=1)), FixedController(1)))
+    first = torch.tensor([drafted.get((t,), 0.0) for t in range(6)], dtype=torch.float64)
+    assert (first - exact_first(target, PROMPTS[0])).abs().max() > 1e-3
 
 
 def test_trees_are_refused():

@@ -29,7 +29,7 @@ from torch.nn.utils.rnn import pad_sequence
 from specbench.engine.decode import Clock, Generation, commit
 from specbench.engine.kv_cache import cache_length, keep_rows, move_positions, new_cache, per_layer_type, truncate
 from specbench.engine.protocol import Controller, DraftContext, Drafter, StepOutcome
-from specbench.engine.sampling import Sampling, seeded
+from specbench.engine.sampling import Rng, Sampling, seeded
 from specbench.engine.tree import DraftTree
 from specbench.engine.verify import accept_greedy, accept_sampling
 from specbench.errors import SpecbenchError
@@ -120,14 +120,14 @@ def compact(cache, lengths: torch.Tensor, cached: int, kept: torch.Tensor) -> to
 def generate_batch(target, prompts: Sequence[list[int]], max_new_tokens: int | Sequence[int],
                    sampling: Sampling = Sampling(), eos_ids: frozenset[int] = frozenset(),
                    drafters: Sequence[Drafter] | None = None, controllers: Sequence[Controller] | None = None,
-                   seeds: Sequence[int] | None = None) -> BatchGeneration:
-    """Decode every prompt in one batch; `drafters` and `controllers` are one per sequence (None: plain
-    decoding), `seeds` one per sequence (sequence i's Rng is the one decode.generate(seed=seeds[i]) uses)."""
+                   rngs: Sequence[Rng] | None = None) -> BatchGeneration:
+    """Decode every prompt in one batch; `drafters`, `controllers` and `rngs` are one per sequence
+    (None: plain decoding; seeded(0) each, as decode.generate's default)."""
     count = len(prompts)
     limits = [max_new_tokens] * count if isinstance(max_new_tokens, int) else list(max_new_tokens)
     device = target.device
     clock = Clock(device)
-    rngs = [seeded(seed, device) for seed in (seeds if seeds is not None else [0] * count)]
+    rngs = rngs if rngs is not None else [seeded(0, device) for _ in range(count)]
     layers = drafters[0].hidden_layers if drafters else ()
     committed = [torch.tensor(p, dtype=torch.long, device=device) for p in prompts]
     cache = new_cache(target.config)
@@ -197,7 +197,7 @@ def generate_batch(target, prompts: Sequence[list[int]], max_new_tokens: int | S
     return result
 
 
-def propose(drafter: Drafter, controller: Controller, tokens: torch.Tensor, sampling: Sampling, rng) -> DraftTree:
+def propose(drafter: Drafter, controller: Controller, tokens: torch.Tensor, sampling: Sampling, rng: Rng) -> DraftTree:
     tree = drafter.propose(DraftContext(tokens, controller.budget(), sampling, rng, controller))
     if not tree.is_chain():
         raise SpecbenchError(f"{drafter.name} proposed a tree; batched decoding verifies chains only "
