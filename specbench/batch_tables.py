@@ -3,10 +3,13 @@ table, speedup by batch size (measured beside modelled), and the best draft leng
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 from rich.table import Table
 
 from specbench.measure.costs import CostTable
+from specbench.measure.stats import BASELINE
 
 
 def cost_frames(table: CostTable) -> dict[str, pd.DataFrame]:
@@ -53,3 +56,49 @@ def render_frame(df: pd.DataFrame, title: str, markdown: bool) -> str | Table:
     for row in cells:
         table.add_row(*row)
     return table
+
+
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def batch_frames(summary: list[dict[str, Any]], load: dict[str, Any]) -> dict[str, pd.DataFrame]:
+    """Speedup over batched ar per strategy and batch size (measured, `~` modelled), tokens/s of the
+    whole batch where measured, where each strategy stops paying, and the best draft tokens per batch size."""
+    measured = {(r["strategy"], r["batch_size"]): r for r in summary}
+    modelled = {(p["strategy"], p["batch_size"]): p["modelled_speedup"] for p in load.get("points", [])}
+    strategies = list(dict.fromkeys(r["strategy"] for r in summary if r["strategy"] != BASELINE))
+    sizes = sorted({b for _, b in measured} | {b for _, b in modelled})
+    frames = {}
+    if len(sizes) > 1:
+        speedup = pd.DataFrame([{"strategy": s, **{f"B={b}": _cell(measured.get((s, b)), modelled.get((s, b)))
+                                                   for b in sizes}} for s in strategies])
+        frames["speedup over batched ar by batch size (measured ~modelled)"] = speedup
+        measured_sizes = sorted({b for _, b in measured})
+        if len(measured_sizes) > 1:
+            names = [BASELINE, *strategies]
+            frames["tokens/s of the whole batch (measured)"] = pd.DataFrame(
+                [{"strategy": s, **{f"B={b}": measured[(s, b)]["tokens_per_s"] if (s, b) in measured else None
+                                    for b in measured_sizes}} for s in names])
+    stops = load.get("stops_paying", {})
+    if stops:
+        frames["where speculation stops paying (first batch size below 1x)"] = pd.DataFrame(
+            [{"strategy": s, "measured": _stop(v["measured"], v["measured_up_to"]),
+              "modelled": _stop(v["modelled"], v["modelled_up_to"])} for s, v in stops.items()])
+    schedule = load.get("schedule", {})
+    if schedule:
+        frames["best draft tokens per step by batch size (modelled; 0 = plain decoding)"] = pd.DataFrame(
+            [{"strategy": s, **{f"B={p['batch_size']}": f"{p['draft_tokens']} ({p['speedup']:.2f}x)" for p in best}}
+             for s, best in schedule.items()])
+    return frames
+
+
+def _cell(measured: dict[str, Any] | None, modelled: float | None) -> str:
+    parts = [_x(measured.get("speedup"))] if measured else []
+    if modelled is not None:
+        parts.append(f"~{modelled:.2f}")
+    return " ".join(parts) or "-"
+
+
+def _stop(batch: int | None, up_to: int) -> str:
+    return f"B={batch}" if batch is not None else f"pays up to B={up_to}"

@@ -7,6 +7,7 @@ keeps what was measured and `resume` carries on where it stopped.
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,11 +16,17 @@ from typing import Any, Callable
 import pandas as pd
 import torch
 
+from specbench.batch_plots import write_batch_plots
 from specbench.config import RunConfig
+from specbench.draft_schedule import cap_at
+from specbench.engine.batch import BatchGeneration, drafter_copies, generate_batch
 from specbench.engine.decode import Generation, generate
-from specbench.engine.sampling import Sampling
+from specbench.engine.protocol import Controller
+from specbench.engine.sampling import Sampling, seeded
 from specbench.errors import SpecbenchError
 from specbench.hardware import GpuProfile, detect_local_gpu, get_profile, load_profiles
+from specbench.load_axis import load_axis
+from specbench.measure.costs import load_table
 from specbench.measure.device_metrics import RunMetrics
 from specbench.measure.host import peak_rss_bytes
 from specbench.measure.lossless import divergence_margin, first_divergence
@@ -27,12 +34,13 @@ from specbench.measure.memory import needed_bytes
 from specbench.measure.stats import paired_speedups, summarize
 from specbench.models import Target, encode_turns, load_target, resolve_device, resolve_dtype
 from specbench.plots import write_plots
-from specbench.projection import WorkloadShape, kv_bytes_per_token
+from specbench.projection import WorkloadShape, by_batch, kv_bytes_per_token
 from specbench.projection import project as projection
 from specbench.results import RunDir, write_atomic
-from specbench.strategies.build import Strategy, build_strategy, drafter_dirs_by_strategy
+from specbench.strategies.build import Strategy, build_strategy, drafter_dirs_by_strategy, verifies_trees
+from specbench.strategies.controllers import CappedController
 from specbench.strategies.knobs import validate_knobs
-from specbench.strategies.spec import parse_strategies
+from specbench.strategies.spec import parse_strategies, parse_strategy
 from specbench.suites import Suite, SuiteItem, load_suite, select
 
 Progress = Callable[[str, int, int], None]  # what, done, total
@@ -45,10 +53,12 @@ class RunReport:
     suite: str
     results: list[dict[str, Any]]
     complete: bool
+    load: dict[str, Any]  # summary.json's "load": modelled speedups by batch size, where each stops paying, schedules
+    notes: list[str]  # what the run changed from its configuration (batch sizes above the suite's size)
 
     def as_json(self) -> dict[str, Any]:
         return {"run_dir": str(self.run_dir), "model": self.model, "suite": self.suite,
-                "complete": self.complete, "results": self.results}
+                "complete": self.complete, "results": self.results, "load": self.load, "notes": self.notes}
 
 
 @dataclass
@@ -62,6 +72,8 @@ class Bench:
     sampling: Sampling
     metrics: RunMetrics
     profile: GpuProfile | None  # the --gpu profile to project onto
+    batch_sizes: list[int]  # what runs: the configured ones, none above the suite's size
+    notes: list[str]  # what the run changed from its configuration, for the user
 
 
 def prepare(config: RunConfig) -> Bench:
@@ -69,7 +81,13 @@ def prepare(config: RunConfig) -> Bench:
     config.validate()
     specs = parse_strategies(config.strategies)
     validate_knobs(config.knobs)
+    schedule = {parse_strategy(name).name: entry for name, entry in config.draft_schedule.items()}
     suite = select(load_suite(config.suite), config.categories or None, config.limit)
+    batch_sizes, notes = fit_batch_sizes(config.batch_sizes, len(suite.items))
+    trees = [s.name for s in specs if verifies_trees(s)]
+    if trees and batch_sizes[-1] > 1:
+        raise SpecbenchError(f"{', '.join(trees)} verify token trees, which run at batch size 1 only; batched "
+                             "decoding (--batch-size above 1) runs ar, ngram, draft, dflash and dspark")
     profile = None
     if config.gpu:
         profile = get_profile(config.gpu, load_profiles(Path(config.profiles) if config.profiles else None))
@@ -77,19 +95,49 @@ def prepare(config: RunConfig) -> Bench:
     target = load_target(config.model, device, resolve_dtype(config.dtype, device))
     dirs = drafter_dirs_by_strategy([Path(d) for d in config.drafters])
     strategies = [build_strategy(s, target, config.knobs, dirs, config.controller) for s in specs]
+    config = dataclasses.replace(config, draft_schedule=schedule)
     sampling = Sampling(config.temperature, config.top_p, config.top_k)
-    return Bench(config, target, strategies, suite, sampling, RunMetrics(device), profile)
+    return Bench(config, target, strategies, suite, sampling, RunMetrics(device), profile, batch_sizes, notes)
+
+
+def fit_batch_sizes(batch_sizes: list[int], prompts: int) -> tuple[list[int], list[str]]:
+    """Batch sizes above the number of prompts become that number (once); a note says so."""
+    fitted = sorted({min(b, prompts) for b in batch_sizes})
+    too_big = [b for b in batch_sizes if b > prompts]
+    notes = [f"batch size {', '.join(map(str, too_big))} is more than the {prompts} prompts selected: "
+             f"batch size {prompts} is measured instead"] if too_big else []
+    return fitted, notes
 
 
 def _seed(config: RunConfig, item: SuiteItem, turn: int, repeat: int) -> int:
     return config.seed * 1_000_003 + zlib.crc32(f"{item.id}/{turn}/{repeat}".encode())
 
 
+def new_controller(bench: Bench, strategy: Strategy, batch_size: int) -> Controller | None:
+    """A fresh controller for one sequence, capped where the run's draft schedule says so at this batch size."""
+    if strategy.new_controller is None:
+        return None
+    controller = strategy.new_controller()
+    entry = bench.config.draft_schedule.get(strategy.name)
+    cap = cap_at(entry, batch_size) if entry else None
+    return controller if cap is None else CappedController(controller, cap)
+
+
 def run_one(bench: Bench, strategy: Strategy, prompt: list[int], seed: int) -> Generation:
     torch.manual_seed(seed)
-    controller = strategy.new_controller() if strategy.new_controller else None
     return generate(bench.target.model, prompt, bench.config.max_new_tokens, bench.sampling,
-                    bench.target.eos_ids, strategy.drafter, controller, seed)
+                    bench.target.eos_ids, strategy.drafter, new_controller(bench, strategy, 1), seed)
+
+
+def run_batch(bench: Bench, strategy: Strategy, prompts: list[list[int]], seeds: list[int]) -> BatchGeneration:
+    """One batch in lockstep, each sequence with its own drafter copy, controller and seeded Rng (the
+    seed its prompt gets at batch size 1)."""
+    torch.manual_seed(seeds[0])
+    drafters = drafter_copies(strategy.drafter, len(prompts)) if strategy.drafter else None
+    controllers = [new_controller(bench, strategy, len(prompts)) for _ in prompts] if strategy.drafter else None
+    rngs = [seeded(seed, bench.target.device) for seed in seeds]
+    return generate_batch(bench.target.model, prompts, bench.config.max_new_tokens, bench.sampling,
+                          bench.target.eos_ids, drafters, controllers, rngs)
 
 
 def _peak_memory(device: torch.device) -> int:
@@ -115,20 +163,53 @@ def make_row(model, strategy: Strategy, item: SuiteItem, turn: int, repeat: int,
         "memory_bytes": needed_bytes(model, strategy.drafter, context, gen.drafter_state_bytes),
         "peak_mem_bytes": peak, "stop_reason": gen.stop_reason,
         "mismatch": first is not None, "first_divergence": first, "divergence_margin": margin,
-        "output_ids": gen.tokens,
+        "output_ids": gen.tokens, "batch_size": 1, "steps_by_drafted": gen.steps_by_drafted,
     }
 
 
+def batch_rows(model, strategy: Strategy, items: list[SuiteItem], turn: int, repeat: int, prompts: list[list[int]],
+               batch: BatchGeneration, references: list[list[int] | None], peak: int,
+               batch_size: int) -> list[dict[str, Any]]:
+    """One row per sequence of a batch. Time is the batch's, shared out equally, so that tokens/s over
+    rows is the batch's throughput; `latency_s` is when the sequence itself finished. The memory is the
+    whole batch's: weights once, every sequence's KV cache and drafter state."""
+    n = len(prompts)
+    context = sum(len(p) + len(g.tokens) + g.max_verified for p, g in zip(prompts, batch.sequences))
+    memory = needed_bytes(model, strategy.drafter, context, sum(g.drafter_state_bytes for g in batch.sequences))
+    rows = []
+    for item, prompt, gen, reference in zip(items, prompts, batch.sequences, references):
+        share = dataclasses.replace(gen, wall_s=batch.wall_s / n, prefill_s=batch.prefill_s / n,
+                                    draft_s=batch.draft_s / n, verify_s=batch.verify_s / n, other_s=batch.other_s / n)
+        row = make_row(model, strategy, item, turn, repeat, prompt, share, reference, peak)
+        tokens = len(gen.tokens)
+        row.update(batch_size=batch_size, batch_rows=n, memory_bytes=memory, latency_s=gen.wall_s,
+                   tpot_s=(gen.wall_s - gen.ttft_s) / (tokens - 1) if tokens > 1 else None,
+                   batch_steps=batch.steps, batch_block=batch.verified / batch.rows if batch.rows else None)
+        rows.append(row)
+    return rows
+
+
 def warm_up(bench: Bench) -> None:
-    """Run every strategy on the first prompt, unmeasured, so lazy initialisation is not timed."""
-    item = bench.suite.items[0]
-    prompt = encode_turns(bench.target.tokenizer, list(item.turns[:1]), [])
+    """Run every strategy on the first prompt, and on a first batch at each batch size, unmeasured, so
+    lazy initialisation is not timed."""
+    prompts = [encode_turns(bench.target.tokenizer, list(item.turns[:1]), [])
+               for item in bench.suite.items[:bench.batch_sizes[-1]]]
     for _ in range(bench.config.warmup):
         for strategy in bench.strategies:
-            run_one(bench, strategy, prompt, 0)
+            run_one(bench, strategy, prompts[0], 0)
+            for batch_size in (b for b in bench.batch_sizes if b > 1):
+                run_batch(bench, strategy, prompts[:batch_size], list(range(batch_size)))
 
 
-def measure_prompt(bench: Bench, item: SuiteItem, done: set[tuple[str, int, int]],
+def interleaved(strategies: list[Strategy], key: Any) -> list[Strategy]:
+    """`ar` first, then the others rotated by `key`, so no strategy always runs right after another
+    (cache and clock drift)."""
+    others = strategies[1:]
+    shift = zlib.crc32(f"{key}".encode()) % max(1, len(others))
+    return [strategies[0]] + others[shift:] + others[:shift]
+
+
+def measure_prompt(bench: Bench, item: SuiteItem, done: set[tuple[str, int, int, int]],
                    previous: dict[tuple[str, int, int], list[int]], on_rows: Callable[[list[dict]], None]) -> None:
     """All turns and repeats of one suite item, every strategy interleaved with `ar`.
 
@@ -142,14 +223,10 @@ def measure_prompt(bench: Bench, item: SuiteItem, done: set[tuple[str, int, int]
         prompt = encode_turns(tokenizer, list(item.turns[:turn + 1]), answers)
         for repeat in range(bench.config.repeats):
             key = (item.id, turn, repeat)
-            if key in done:
+            if (*key, 1) in done:
                 continue
-            # rotate the order so no strategy always runs right after another (cache and clock drift)
-            order = bench.strategies[1:]
-            shift = zlib.crc32(f"{key}".encode()) % max(1, len(order))
-            order = [bench.strategies[0]] + order[shift:] + order[:shift]
             rows, reference = [], None
-            for strategy in order:
+            for strategy in interleaved(bench.strategies, key):
                 if bench.target.device.type == "cuda":
                     torch.cuda.reset_peak_memory_stats(bench.target.device)
                 with bench.metrics.measure(strategy.name):
@@ -161,6 +238,43 @@ def measure_prompt(bench: Bench, item: SuiteItem, done: set[tuple[str, int, int]
                                  _peak_memory(bench.target.device)))
             on_rows(rows)
         answers.append(tokenizer.decode(previous[(item.id, turn, 0)], skip_special_tokens=True))
+
+
+def measure_batch(bench: Bench, batch_size: int, items: list[SuiteItem], done: set[tuple[str, int, int, int]],
+                  previous: dict[tuple[str, int, int], list[int]], on_rows: Callable[[list[dict]], None]) -> None:
+    """All turns and repeats of a batch of suite items decoded together, every strategy interleaved with
+    batched `ar` at the same batch size.
+
+    Turn k holds the items with a k-th turn, in a context of `ar`'s own earlier answers, as
+    measure_prompt builds it. The greedy reference of a sequence is the first `ar` output measured for
+    its prompt: batch size 1's where it ran, so batched `ar` is checked against it too. The suite's last
+    batch may hold fewer items than `batch_size`.
+    """
+    tokenizer = bench.target.tokenizer
+    answers: dict[str, list[str]] = {item.id: [] for item in items}
+    for turn in range(max(len(item.turns) for item in items)):
+        members = [item for item in items if len(item.turns) > turn]
+        prompts = [encode_turns(tokenizer, list(item.turns[:turn + 1]), answers[item.id]) for item in members]
+        for repeat in range(bench.config.repeats):
+            keys = [(item.id, turn, repeat) for item in members]
+            if all((*key, batch_size) in done for key in keys):
+                continue
+            seeds = [_seed(bench.config, item, turn, repeat) for item in members]
+            rows = []
+            for strategy in interleaved(bench.strategies, keys):
+                if bench.target.device.type == "cuda":
+                    torch.cuda.reset_peak_memory_stats(bench.target.device)
+                with bench.metrics.measure(strategy.name):
+                    batch = run_batch(bench, strategy, prompts, seeds)
+                if strategy.drafter is None:
+                    for key, gen in zip(keys, batch.sequences):
+                        previous.setdefault(key, gen.tokens)
+                references = [previous[key] if bench.sampling.greedy else None for key in keys]
+                rows += batch_rows(bench.target.model, strategy, members, turn, repeat, prompts, batch, references,
+                                   _peak_memory(bench.target.device), batch_size)
+            on_rows(rows)
+        for item in members:
+            answers[item.id].append(tokenizer.decode(previous[(item.id, turn, 0)], skip_special_tokens=True))
 
 
 def _drafter_parameters(drafter) -> int:
@@ -195,28 +309,41 @@ def project(bench: Bench, rows: pd.DataFrame, summary: list[dict[str, Any]]) -> 
             tau=min(result["tau"], part.verified.sum() / steps),
             draft_tokens_per_forward=depth if parallel else 1.0)
         result["projection"] = projection(shape, profile)
+        result["projection"]["by_batch"] = by_batch(shape, profile)
     return {"gpu": profile.name, "projected": True}
 
 
-def finish(bench: Bench, run: RunDir, complete: bool) -> list[dict[str, Any]]:
-    """Summaries, device metrics, projection and plots of everything measured so far."""
+def finish(bench: Bench, run: RunDir, complete: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Summaries (per batch size), device metrics, projection, the load axis and plots of everything
+    measured so far; returns the summaries and the rest of summary.json."""
     rows = pd.DataFrame(run.read_rows())
     summary: list[dict[str, Any]] = []
     extra: dict[str, Any] = {}
     if len(rows):
+        rows["batch_size"] = rows.get("batch_size", pd.Series(1, index=rows.index)).fillna(1).astype(int)
         rows["speedup"] = paired_speedups(rows)
-        summary = summarize(rows, bench.config.seed)
-        for result in summary:
-            result.update(bench.metrics.summary(result["strategy"], result["new_tokens"]))
+        for batch_size, part in rows.groupby("batch_size", sort=True):
+            for result in summarize(part, bench.config.seed):
+                result["batch_size"] = int(batch_size)
+                result.update(bench.metrics.summary(result["strategy"], result["new_tokens"]))
+                summary.append(result)
+        first = rows.batch_size.min()
         if bench.profile:
-            extra["projection"] = project(bench, rows, summary)
+            extra["projection"] = project(bench, rows[rows.batch_size == first],
+                                          [r for r in summary if r["batch_size"] == first])
+        extra["load"] = load_axis(bench.target, bench.strategies, rows, summary, bench.config.out)
     series = bench.metrics.series_frame()
     if len(series):
         write_atomic(run.path / "nvml_series.csv", series.to_csv(index=False))
     run.finish(rows, summary, extra, complete)
     if len(rows):
         write_plots(run.path, run.path)
-    return summary
+        load = extra["load"]
+        if "schedule_toml" in load:
+            write_atomic(run.path / "draft_schedule.toml", load["schedule_toml"])
+        table = load_table(bench.config.out, load["cost_table"]) if "cost_table" in load else None
+        write_batch_plots(run.path, load, summary, table)
+    return summary, extra
 
 
 def run_benchmark(config: RunConfig, progress: Progress | None = None, resume: str | Path | None = None) -> RunReport:
@@ -236,19 +363,27 @@ def run_benchmark(config: RunConfig, progress: Progress | None = None, resume: s
         run = RunDir.create(config.out, config, bench.target.name, bench.suite.name, [s.name for s in bench.strategies])
     previous: dict[tuple[str, int, int], list[int]] = {}
     done = run.keep_complete_groups({s.name for s in bench.strategies})
-    for r in run.read_rows():
+    for r in run.read_rows():  # batch size 1's rows come first, and its outputs are the reference
         if r["strategy"] == "ar":
-            previous[(r["prompt_id"], r["turn"], r["repeat"])] = r["output_ids"]
+            previous.setdefault((r["prompt_id"], r["turn"], r["repeat"]), r["output_ids"])
 
     warm_up(bench)
-    total = len(bench.suite.items)
+    items = bench.suite.items
+    total, finished = len(items) * len(bench.batch_sizes), 0
     complete = False
     try:
-        for i, item in enumerate(bench.suite.items):
-            measure_prompt(bench, item, done, previous, run.append_rows)
-            if progress:
-                progress(item.id, i + 1, total)
+        for batch_size in bench.batch_sizes:
+            for start in range(0, len(items), batch_size):
+                batch = items[start:start + batch_size]
+                if batch_size == 1:
+                    measure_prompt(bench, batch[0], done, previous, run.append_rows)
+                else:
+                    measure_batch(bench, batch_size, batch, done, previous, run.append_rows)
+                finished += len(batch)
+                if progress:
+                    progress(f"batch size {batch_size}: {batch[-1].id}", finished, total)
         complete = True
     finally:
-        results = finish(bench, run, complete)
-    return RunReport(run.path, bench.target.name, bench.suite.name, results, complete)
+        results, extra = finish(bench, run, complete)
+    return RunReport(run.path, bench.target.name, bench.suite.name, results, complete, extra.get("load", {}),
+                     bench.notes)

@@ -1,12 +1,16 @@
 """Roofline projection of speculative-decoding speed onto a GPU profile that is not the local one.
 
 One decode step = one target verify forward + the step's draft forwards + a fixed overhead. Each
-forward takes max(bytes read / bandwidth, FLOPs / dense bf16 rate): at batch 1 the target reads
-its weights and the KV cache of the context once per forward and spends 2 x params FLOPs per token
-it processes. Projected tokens/s = tau / step time; the speedup is over the `ar` projection of the
-same workload (one token per step, no drafter). Attention FLOPs, drafter KV and activation traffic
-are left out: they are small next to weight and KV reads at batch 1, and the model says so by
-being a roofline, not a simulator. Every figure it returns is marked `projected: True`.
+forward takes max(bytes read / bandwidth, FLOPs / dense bf16 rate). At batch B the target reads its
+weights once per forward and each sequence's KV cache of its context, and spends 2 x params FLOPs
+per token it processes: B x tokens verified (flattened, as a serving engine batches ragged drafts).
+The drafter is batched the same way: its weights once per draft forward, its FLOPs B times.
+Projected tokens/s = B x tau / step time; the speedup is over the `ar` projection of the same
+workload (one token per sequence and step, no drafter). As B grows the verify forward turns from
+memory-bound to compute-bound, and there the extra tokens speculation verifies cost real time:
+`by_batch` sweeps the batch sizes and says where the speedup falls below 1. Attention FLOPs,
+drafter KV and activation traffic are left out: the model says so by being a roofline, not a
+simulator. Every figure it returns is marked `projected: True`.
 """
 
 from __future__ import annotations
@@ -20,6 +24,9 @@ from specbench.hardware import GpuProfile
 
 STEP_OVERHEAD_S = 20e-6
 """Fixed cost of one decode step beyond its forwards: launches, sampling, host synchronisation."""
+
+BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+"""The batch sizes `by_batch` projects."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +42,7 @@ class WorkloadShape:
     tau: tokens committed per target step, the bonus token included (1 for `ar`).
     draft_tokens_per_forward: positions one draft forward processes (1 for a chain drafter,
         the block size for a DFlash-style block drafter, the tree width for a tree level).
+    batch_size: sequences decoded together, each with this shape.
     """
 
     target_params: float
@@ -46,13 +54,14 @@ class WorkloadShape:
     draft_forwards: float = 0.0
     tau: float = 1.0
     draft_tokens_per_forward: float = 1.0
+    batch_size: float = 1.0
 
     def __post_init__(self) -> None:
         for name in ("target_params", "bytes_per_param"):
             _check(name, getattr(self, name), low=0.0, inclusive=False)
         for name in ("drafter_params", "kv_bytes_per_token", "context_len", "draft_forwards"):
             _check(name, getattr(self, name), low=0.0, inclusive=True)
-        for name in ("tokens_verified", "tau", "draft_tokens_per_forward"):
+        for name in ("tokens_verified", "tau", "draft_tokens_per_forward", "batch_size"):
             _check(name, getattr(self, name), low=1.0, inclusive=True)
         if self.tau > self.tokens_verified:
             raise SpecbenchError(
@@ -85,16 +94,17 @@ def _forward_s(bytes_read: float, flops: float, profile: GpuProfile) -> tuple[fl
 
 def step_time(shape: WorkloadShape, profile: GpuProfile) -> dict[str, Any]:
     """Projected time of one decode step on `profile`, split into verify, draft and overhead."""
+    b = shape.batch_size
     verify_s, bound = _forward_s(
-        shape.target_params * shape.bytes_per_param + shape.kv_bytes_per_token * shape.context_len,
-        2.0 * shape.target_params * shape.tokens_verified,
+        shape.target_params * shape.bytes_per_param + b * shape.kv_bytes_per_token * shape.context_len,
+        2.0 * shape.target_params * b * shape.tokens_verified,
         profile,
     )
     draft_s = 0.0
     if shape.draft_forwards > 0 and shape.drafter_params > 0:
         one, _ = _forward_s(
             shape.drafter_params * shape.bytes_per_param,
-            2.0 * shape.drafter_params * shape.draft_tokens_per_forward,
+            2.0 * shape.drafter_params * b * shape.draft_tokens_per_forward,
             profile,
         )
         draft_s = shape.draft_forwards * one
@@ -113,7 +123,7 @@ def memory_fit(shape: WorkloadShape, profile: GpuProfile) -> tuple[bool, float, 
     """(fits, need_gb, have_gb): target + drafter weights + KV at the context length vs memory."""
     need = (
         (shape.target_params + shape.drafter_params) * shape.bytes_per_param
-        + shape.kv_bytes_per_token * shape.context_len
+        + shape.batch_size * shape.kv_bytes_per_token * shape.context_len
     ) / 1e9
     return need <= profile.memory_gb, need, float(profile.memory_gb)
 
@@ -122,8 +132,8 @@ def project(shape: WorkloadShape, profile: GpuProfile) -> dict[str, Any]:
     """Projected tokens/s and speedup over `ar` on `profile`, the step split, and the memory fit."""
     step = step_time(shape, profile)
     ar_step = step_time(ar_shape(shape), profile)
-    tokens_per_s = shape.tau / step["step_s"]
-    ar_tokens_per_s = 1.0 / ar_step["step_s"]
+    tokens_per_s = shape.batch_size * shape.tau / step["step_s"]
+    ar_tokens_per_s = shape.batch_size / ar_step["step_s"]
     fits, need_gb, have_gb = memory_fit(shape, profile)
     return {
         **step,
@@ -133,3 +143,16 @@ def project(shape: WorkloadShape, profile: GpuProfile) -> dict[str, Any]:
         "speedup": tokens_per_s / ar_tokens_per_s,
         "memory_fit": {"projected": True, "fits": fits, "need_gb": need_gb, "have_gb": have_gb},
     }
+
+
+def by_batch(shape: WorkloadShape, profile: GpuProfile, batch_sizes: tuple[int, ...] = BATCH_SIZES) -> dict[str, Any]:
+    """The projected speedup at each batch size, and the first batch size where it falls below 1
+    (None: it still pays at the largest)."""
+    points = []
+    for b in batch_sizes:
+        p = project(replace(shape, batch_size=float(b)), profile)
+        points.append({"batch_size": b, "speedup": p["speedup"], "tokens_per_s": p["tokens_per_s"],
+                       "verify_bound": p["verify_bound"], "fits": p["memory_fit"]["fits"]})
+    stops = next((p["batch_size"] for p in points if p["speedup"] < 1.0), None)
+    return {"projected": True, "gpu": profile.name, "points": points, "stops_paying_at": stops}
+

@@ -219,6 +219,7 @@ def _from_summary(result: dict[str, Any]) -> dict[str, Any]:
     ci = result.get("speedup_ci") or [None, None]
     speedup = result.get("speedup")
     out = {
+        **({"batch_size": result["batch_size"]} if "batch_size" in result else {}),
         "prompts": result.get("prompts"),
         "new_tokens": result.get("new_tokens"),
         "tokens_per_s": result.get("tokens_per_s"),
@@ -265,12 +266,14 @@ def comparison(runs: Sequence[Run], by: str = "strategy") -> pd.DataFrame:
     records: list[dict[str, Any]] = []
     for run in runs:
         head = {"run": run.label, "model": run.meta.get("model"), "suite": run.meta.get("suite")}
-        by_strategy = {r["strategy"]: r for r in run.summary or []}
+        by_strategy: dict[str, list[dict[str, Any]]] = {}  # a run with several batch sizes has one per size
+        for result in run.summary or []:
+            by_strategy.setdefault(result["strategy"], []).append(result)
         for strategy in run.strategies():
             rows = run.rows[run.rows["strategy"] == strategy]
             if by == "strategy":
                 if strategy in by_strategy:
-                    records.append({**head, "strategy": strategy, **_from_summary(by_strategy[strategy])})
+                    records += [{**head, "strategy": strategy, **_from_summary(r)} for r in by_strategy[strategy]]
                 elif len(rows):
                     records.append({**head, "strategy": strategy, **_aggregate_rows(rows, strategy)})
                 continue
@@ -280,8 +283,11 @@ def comparison(runs: Sequence[Run], by: str = "strategy") -> pd.DataFrame:
                     figures.pop(key)
                 records.append({**head, "strategy": strategy, "category": category, **figures})
     base = STRATEGY_COLUMNS if by == "strategy" else CATEGORY_COLUMNS
-    extra = [k for k in dict.fromkeys(k for r in records for k in r) if k not in base]
-    return pd.DataFrame.from_records(records, columns=[*base, *extra])
+    extra = [k for k in dict.fromkeys(k for r in records for k in r) if k not in base and k != "batch_size"]
+    columns = list(base)
+    if any("batch_size" in r for r in records):
+        columns.insert(columns.index("strategy") + 1, "batch_size")
+    return pd.DataFrame.from_records(records, columns=[*columns, *extra])
 
 
 # -- rendering -------------------------------------------------------------------------------
@@ -309,6 +315,7 @@ _HEADERS = {
     "projected_tokens_per_s": "tok/s (projected)",
     "projected_speedup": "speedup (projected)",
     "projected_fits": "fits (projected)",
+    "batch_size": "batch",
 }
 
 
@@ -340,7 +347,7 @@ def _display(df: pd.DataFrame) -> tuple[list[str], list[list[str]], str]:
     """Columns, formatted cells and a caption; columns equal in every row move to the caption."""
     columns = [c for c in df.columns if c not in {"speedup_ci_low", "speedup_ci_high"}]
     caption_parts = []
-    for column in ("run", "model", "suite"):
+    for column in ("run", "model", "suite", "batch_size"):
         if column in columns and df[column].nunique(dropna=False) <= 1:
             columns.remove(column)
             if len(df):

@@ -54,6 +54,11 @@ def environment() -> dict[str, Any]:
     return env
 
 
+def _group(row: dict[str, Any]) -> tuple[str, int, int, int]:
+    """A row's measured group: prompt, turn, repeat and batch size (1 in runs from before batching)."""
+    return row["prompt_id"], row["turn"], row["repeat"], row.get("batch_size", 1)
+
+
 class RunDir:
     """One run's directory: created fresh or reopened to resume."""
 
@@ -111,14 +116,15 @@ class RunDir:
     def _write_rows(self, rows: list[dict[str, Any]]) -> None:
         write_atomic(self.rows_file, "".join(json.dumps(r, default=float) + "\n" for r in rows))
 
-    def keep_complete_groups(self, strategies: set[str]) -> set[tuple[str, int, int]]:
-        """Drop rows of a (prompt, turn, repeat) that not every strategy finished; return the finished keys."""
+    def keep_complete_groups(self, strategies: set[str]) -> set[tuple[str, int, int, int]]:
+        """Drop rows of a (prompt, turn, repeat, batch size) that not every strategy finished; return the
+        finished keys."""
         rows = self.read_rows()
-        seen: dict[tuple[str, int, int], set[str]] = {}
+        seen: dict[tuple[str, int, int, int], set[str]] = {}
         for r in rows:
-            seen.setdefault((r["prompt_id"], r["turn"], r["repeat"]), set()).add(r["strategy"])
+            seen.setdefault(_group(r), set()).add(r["strategy"])
         done = {k for k, v in seen.items() if v >= strategies}
-        self._write_rows([r for r in rows if (r["prompt_id"], r["turn"], r["repeat"]) in done])
+        self._write_rows([r for r in rows if _group(r) in done])
         return done
 
     def finish(self, frame: pd.DataFrame, summary: list[dict[str, Any]], extra: dict[str, Any], complete: bool) -> None:

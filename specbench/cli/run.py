@@ -9,7 +9,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from specbench.cli.app import app, err, out, print_table, progress_bar, split_list, user_errors
+from specbench.cli.app import app, err, out, print_table, progress_bar, size_list, split_list, user_errors
+from specbench.errors import SpecbenchError
 
 
 @app.command()
@@ -33,12 +34,15 @@ def run(
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="A strategy knob, e.g. --set draft.k=4 (repeatable).")] = None,
     gpu: Annotated[Optional[str], typer.Option(help="GPU profile to project the results onto.")] = None,
     profiles: Annotated[Optional[Path], typer.Option(help="TOML file with extra GPU profiles.")] = None,
+    batch_size: Annotated[Optional[int], typer.Option(help="Decode the prompts B at a time, in lockstep (ar and the chain strategies: ngram, draft, dflash, dspark).")] = None,
+    batch_sizes: Annotated[Optional[str], typer.Option(help="Several batch sizes, each in turn, e.g. 1,4,16: a column per batch size.")] = None,
     out_dir: Annotated[Optional[str], typer.Option("--out", help="Results directory (default results/).")] = None,
     config: Annotated[Optional[Path], typer.Option(help="TOML config file; flags override it.")] = None,
     resume: Annotated[Optional[Path], typer.Option(help="Resume an interrupted run directory.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")] = False,
 ) -> None:
     """Run strategies against plain autoregressive decoding on a prompt suite."""
+    from specbench.batch_tables import batch_frames, render_frame
     from specbench.bench import run_benchmark
     from specbench.config import load_config_file, resolve
     from specbench.measure.lossless import mismatch_detail
@@ -46,11 +50,14 @@ def run(
     from specbench.strategies.knobs import parse_sets
 
     with user_errors():
+        if batch_size is not None and batch_sizes is not None:
+            raise SpecbenchError("give --batch-size or --batch-sizes, not both")
+        sizes = [batch_size] if batch_size is not None else size_list(batch_sizes, "--batch-sizes")
         flags = dict(model=model, drafters=[str(d) for d in drafter or []], strategies=strategy or None,
                      suite=suite, categories=split_list(categories), limit=limit, max_new_tokens=max_new_tokens,
                      temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, dtype=dtype, device=device,
                      warmup=warmup, repeats=repeats, controller=controller, gpu=gpu, out=out_dir,
-                     profiles=str(profiles) if profiles else None,
+                     profiles=str(profiles) if profiles else None, batch_sizes=list(sizes) if sizes else None,
                      knobs=parse_sets(set_ or []))
         cfg = resolve(load_config_file(config) if config else {}, flags)
         with progress_bar() as bar:
@@ -65,15 +72,28 @@ def run(
                 err.print("interrupted: the prompts finished so far are kept; the run is marked incomplete "
                           "(resume it with `specbench run --resume RUN_DIR`)", highlight=False)
                 raise typer.Exit(130) from None
+        for note in report.notes:
+            err.print(f"note: {note}", highlight=False)
         if as_json:
             sys.stdout.write(json.dumps(report.as_json(), indent=2, default=float) + "\n")
             return
         runs, _ = load_runs([report.run_dir])
         print_table(render(comparison(runs), "table" if out.is_terminal else "markdown"))
+        for title, frame in batch_frames(report.results, report.load).items():
+            print_table(render_frame(frame, title, markdown=not out.is_terminal))
+        for r in report.results:
+            stops = (r.get("projection") or {}).get("by_batch")
+            if stops and r["strategy"] != "ar":
+                where = (f"stops paying at batch size {stops['stops_paying_at']}" if stops["stops_paying_at"]
+                         else f"still pays at batch size {stops['points'][-1]['batch_size']}")
+                err.print(f"projected on {stops['gpu']}: {r['strategy']} {where}", highlight=False)
+        if report.load.get("note") and cfg.batch_sizes != [1]:
+            err.print(f"note: {report.load['note']}", highlight=False)
         if cfg.temperature == 0:
             for r in report.results:
                 if r["mismatches"]:
-                    err.print(f"LOSSLESS CHECK FAILED: {r['strategy']}: {r['mismatches']} of {r['prompts']} greedy "
-                              "outputs differ from ar" + mismatch_detail(r["first_divergence"], r["divergence_margin"]),
+                    err.print(f"LOSSLESS CHECK FAILED: {r['strategy']} at batch size {r['batch_size']}: "
+                              f"{r['mismatches']} of {r['prompts']} greedy outputs differ from ar"
+                              + mismatch_detail(r["first_divergence"], r["divergence_margin"]),
                               style="bold red", highlight=False)
         err.print(f"results: {report.run_dir}", highlight=False)

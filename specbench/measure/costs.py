@@ -247,7 +247,9 @@ def time_drafter(model, strategy: Strategy, context_ids: list[int], budget: int,
 
 
 def _interpolate(x: float, xs: list[float], ys: list[float]) -> float:
-    """Piecewise-linear in x, extended linearly past the last two points (costs keep growing)."""
+    """Piecewise-linear in x through the running maximum of the measured costs (more work never costs
+    less: a noisy median must not bend the line down), extended past the last two points."""
+    ys = list(np.maximum.accumulate(ys))
     if len(xs) == 1:
         return ys[0]
     if x > xs[-1]:
@@ -339,10 +341,7 @@ def measure_costs(model, strategies: list[Strategy], context_ids: list[int], out
               for b in grid.batch_sizes for c in grid.context_lens}
     groups = {k: v for k, v in groups.items() if v}
     overhead = [(b, n) for b in grid.batch_sizes for n in grid.verify_lengths if not table.has_overhead(b, n)]
-    drafters = {drafter_key(s): s for s in strategies if s.drafter is not None}
-    budgets = {key: [b for b in grid.budgets if b not in {r["budget"] for r in table.drafters.get(key, [])}]
-               for key in drafters}
-    total = sum(map(len, groups.values())) + len(overhead) + sum(map(len, budgets.values()))
+    total = sum(map(len, groups.values())) + len(overhead) + sum(map(len, missing_budgets(table, strategies, grid)))
     done = 0
 
     def advance(what: str) -> None:
@@ -362,12 +361,26 @@ def measure_costs(model, strategies: list[Strategy], context_ids: list[int], out
         advance(f"step overhead: batch {b}")
     if overhead:
         save_table(out_dir, table)
-    for key, strategy in drafters.items():
-        for budget in budgets[key]:
-            table.drafters.setdefault(key, []).append(
+    time_drafters(table, model, strategies, context_ids, out_dir, grid, advance)
+    return table
+
+
+def missing_budgets(table: CostTable, strategies: list[Strategy], grid: Grid) -> list[list[int]]:
+    """Per strategy with a drafter, the grid's budgets the table has no proposal cost for."""
+    return [[b for b in grid.budgets if b not in {r["budget"] for r in table.drafters.get(drafter_key(s), [])}]
+            for s in strategies if s.drafter is not None]
+
+
+def time_drafters(table: CostTable, model, strategies: list[Strategy], context_ids: list[int], out_dir: str | Path,
+                  grid: Grid = BATCH_GRID, advance: Callable[[str], None] = lambda what: None) -> CostTable:
+    """Time the proposals `table` lacks (each drafter at each of the grid's budgets) and store them."""
+    with_drafter = [s for s in strategies if s.drafter is not None]
+    for strategy, budgets in zip(with_drafter, missing_budgets(table, strategies, grid)):
+        for budget in budgets:
+            table.drafters.setdefault(drafter_key(strategy), []).append(
                 time_drafter(model, strategy, context_ids, budget, grid.repeats, grid.warmup))
             advance(f"{strategy.name} proposals")
-        if budgets[key]:
+        if budgets:
             save_table(out_dir, table)
     return table
 

@@ -40,7 +40,7 @@ def paired_speedups(rows: pd.DataFrame) -> pd.Series:
     Per generated token, not per answer: at temperature > 0 (or after a greedy mismatch) the two
     answers differ in length, and an earlier EOS must not read as a speedup.
     """
-    key = ["prompt_id", "turn", "repeat"]
+    key = ["prompt_id", "turn", "repeat"] + (["batch_size"] if "batch_size" in rows else [])  # within a batch size
     rate = rows.new_tokens / rows.wall_s
     base = rate[rows.strategy == BASELINE].set_axis(pd.MultiIndex.from_frame(rows.loc[rows.strategy == BASELINE, key]))
     base_for_row = pd.Series(base.reindex(pd.MultiIndex.from_frame(rows[key])).to_numpy(), index=rows.index)

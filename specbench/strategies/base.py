@@ -22,6 +22,7 @@ class StrategyDef:
     budget: Callable[[Any], int]  # the controller's starting depth from the knobs
     default_controller: str = "fixed"
     trainable: Callable[..., Any] | None = None  # (target, options) -> a fresh trainable drafter nn.Module
+    tree: bool = False  # drafts token trees (verified with a tree mask, at batch size 1 only), not chains
 
 
 def default_drafter_dir(target, strategy: str, drafter_dir: Path | None) -> Path:

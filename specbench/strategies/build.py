@@ -35,6 +35,12 @@ class Strategy:
     name: str
     drafter: Drafter | None
     new_controller: Callable[[], Controller] | None  # a fresh controller for every sequence
+    tree: bool = False  # verifies token trees (a tree drafter or a combination's merged trie): batch size 1 only
+
+
+def verifies_trees(spec: StrategySpec) -> bool:
+    """A tree drafter, or a combination (its members' proposals merge into a trie)."""
+    return len(spec.members) > 1 or any(definition(m).tree for m in spec.members)
 
 
 # a combination's members keep their own controllers; the engine-level one only caps the depth
@@ -57,5 +63,6 @@ def build_strategy(spec: StrategySpec, target, knobs: dict[str, dict[str, Any]],
         budget = method.budget(options)
         factories.append(lambda factory=factory, budget=budget, options=options: factory(budget, options))
     if len(drafters) == 1:
-        return Strategy(spec.name, drafters[0], factories[0])
-    return Strategy(spec.name, CombinedDrafter(drafters, factories), lambda: FixedController(COMBINED_MAX_DEPTH))
+        return Strategy(spec.name, drafters[0], factories[0], verifies_trees(spec))
+    return Strategy(spec.name, CombinedDrafter(drafters, factories), lambda: FixedController(COMBINED_MAX_DEPTH),
+                    tree=True)

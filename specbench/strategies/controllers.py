@@ -56,6 +56,23 @@ def entropy(logits: torch.Tensor) -> float:
     return float(-(logp.exp() * logp).sum(-1))
 
 
+@dataclass
+class CappedController:
+    """Another controller, drafting at most `cap` positions a step (a run's per-batch-size draft schedule)."""
+
+    inner: Any
+    cap: int
+
+    def budget(self) -> int:
+        return min(self.inner.budget(), self.cap)
+
+    def keep_drafting(self, depth: int, logits: torch.Tensor) -> bool:
+        return self.inner.keep_drafting(depth, logits)
+
+    def update(self, drafted: int, accepted: int) -> None:
+        self.inner.update(drafted, accepted)
+
+
 # name -> factory(starting depth, the strategy's knob dataclass)
 CONTROLLERS: dict[str, Callable[[int, Any], Any]] = {
     "fixed": lambda k, options: FixedController(k),

@@ -226,4 +226,4 @@ def _build(target, options: EagleOptions, drafter_dir: Path | None) -> EagleDraf
 
 
 STRATEGY = StrategyDef("eagle", EagleOptions, _build, budget=lambda o: o.depth, default_controller="fixed",
-                       trainable=lambda target, options: EagleModel.for_target(target, options))
+                       trainable=lambda target, options: EagleModel.for_target(target, options), tree=True)

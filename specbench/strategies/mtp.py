@@ -233,4 +233,4 @@ def _build(target, options: MtpOptions, drafter_dir: Path | None) -> MtpDrafter:
 
 
 STRATEGY = StrategyDef("mtp", MtpOptions, _build, budget=lambda o: o.n_modules, default_controller="fixed",
-                       trainable=lambda target, options: MtpModel.for_target(target, options))
+                       trainable=lambda target, options: MtpModel.for_target(target, options), tree=True)

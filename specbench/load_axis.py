@@ -1,0 +1,71 @@
+"""A run's load axis: the modelled speedup at every batch size of the cost table beside the measured
+one, the batch size where each strategy stops paying, and the best draft length per batch size.
+
+The draft shape of a strategy (per-position acceptance, draft sizes, context) is taken at the run's
+smallest batch size: acceptance does not depend on the batch (greedy outputs are the same at every
+batch size). Costs come from the stored cost table (`specbench costs`); a drafter the table lacks
+(other knobs) has its proposals timed now, which takes seconds, and is stored for the next run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from specbench.draft_schedule import schedule_entry, schedule_toml, vllm_config
+from specbench.measure.batch_model import DraftShape, best_caps, modelled, stops_paying
+from specbench.measure.costs import drafter_key, load_table, real_context, table_key, time_drafters
+from specbench.strategies.build import Strategy
+
+NO_TABLE = ("no cost table for this model and device: `specbench costs` measures one, and the modelled "
+            "speedup at each batch size comes from it")
+MODEL_KEYS = ("speedup", "tokens_per_s", "tau", "block", "step_s", "verify_s", "draft_s", "overhead_s", "ar_step_s")
+
+
+def draft_shape(strategy: Strategy, rows: pd.DataFrame, result: dict[str, Any]) -> DraftShape:
+    """What the rows of one strategy at one batch size measured, independent of the batch size."""
+    context = float((rows.prompt_tokens + rows.new_tokens / 2).mean())
+    steps_by_drafted = pd.DataFrame(rows.steps_by_drafted.tolist()).fillna(0).sum().to_numpy()
+    return DraftShape.measured(result["acceptance_by_position"], steps_by_drafted, context, drafter_key(strategy),
+                               strategy.tree)
+
+
+def load_axis(target, strategies: list[Strategy], rows: pd.DataFrame, summary: list[dict[str, Any]],
+              out_dir: str | Path) -> dict[str, Any]:
+    """Modelled figures beside the measured ones; each measured summary gains a `modelled` entry."""
+    table = load_table(out_dir, table_key(target.model))
+    if not table.target or "steps_by_drafted" not in rows:
+        return {"note": NO_TABLE}
+    first = int(rows.batch_size.min())
+    drafting = [s for s in strategies if s.drafter is not None]
+    time_drafters(table, target.model, drafting, real_context(target, 128), out_dir)
+    sizes = table.batch_sizes()
+    points, stops, schedules = [], {}, {}
+    for strategy in drafting:
+        measured = {r["batch_size"]: r for r in summary if r["strategy"] == strategy.name}
+        part = rows[(rows.strategy == strategy.name) & (rows.batch_size == first)]
+        shape = draft_shape(strategy, part, measured[first])
+        sweep = [modelled(table, shape, b) for b in sizes]
+        for point in sweep:
+            result = measured.get(point["batch_size"])
+            if result is not None:
+                result["modelled"] = {k: point[k] for k in MODEL_KEYS}
+            points.append(point_row(strategy.name, point, result))
+        measured_points = [{"batch_size": b, "speedup": r["speedup"]} for b, r in sorted(measured.items())]
+        stops[strategy.name] = {"measured": stops_paying(measured_points), "modelled": stops_paying(sweep),
+                                "measured_up_to": max(measured), "modelled_up_to": sizes[-1]}
+        schedules[strategy.name] = best_caps(table, shape, sizes)
+    entries = {name: schedule_entry(best) for name, best in schedules.items()}
+    return {"cost_table": table.key, "batch_sizes": sizes, "points": points, "stops_paying": stops,
+            "schedule": schedules, "schedule_toml": schedule_toml(entries, "this run's acceptance and its cost table"),
+            "vllm": {name: form for name, entry in entries.items() if (form := vllm_config(name, entry))}}
+
+
+def point_row(strategy: str, point: dict[str, Any], measured: dict[str, Any] | None) -> dict[str, Any]:
+    """One strategy at one batch size: the modelled speedup, and the measured one where it ran."""
+    speedup = measured.get("speedup") if measured else None
+    return {"strategy": strategy, "batch_size": point["batch_size"], "modelled_speedup": point["speedup"],
+            "measured_speedup": speedup, "measured_over_modelled": speedup / point["speedup"] if speedup else None,
+            "modelled_tokens_per_s": point["tokens_per_s"], "block": point["block"]}
