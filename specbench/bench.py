@@ -272,7 +272,8 @@ def measure_batch(bench: Bench, batch_size: int, items: list[SuiteItem], done: s
                 references = [previous[key] if bench.sampling.greedy else None for key in keys]
                 rows += batch_rows(bench.target.model, strategy, members, turn, repeat, prompts, batch, references,
                                    _peak_memory(bench.target.device), batch_size)
-            on_rows(rows)
+            # a batch runs whole; of a batch an interruption cut, only the prompts it lost are stored again
+            on_rows([r for r in rows if (r["prompt_id"], turn, repeat, batch_size) not in done])
         for item in members:
             answers[item.id].append(tokenizer.decode(previous[(item.id, turn, 0)], skip_special_tokens=True))
 

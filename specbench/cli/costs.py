@@ -45,6 +45,8 @@ def costs(
         grid.check()
         torch_device = resolve_device(device)
         target = load_target(model, torch_device, resolve_dtype(dtype, torch_device))
+        if context_lens is None:
+            grid = grid.within(getattr(target.model.config, "max_position_embeddings", None))
         with progress_bar() as bar:
             task = bar.add_task("costs", total=None, detail="")
 

@@ -44,7 +44,7 @@ def run(
     """Run strategies against plain autoregressive decoding on a prompt suite."""
     from specbench.batch_tables import batch_frames, render_frame
     from specbench.bench import run_benchmark
-    from specbench.config import load_config_file, resolve
+    from specbench.config import check_sizes, load_config_file, resolve
     from specbench.measure.lossless import mismatch_detail
     from specbench.report import comparison, load_runs, render
     from specbench.strategies.knobs import parse_sets
@@ -52,7 +52,9 @@ def run(
     with user_errors():
         if batch_size is not None and batch_sizes is not None:
             raise SpecbenchError("give --batch-size or --batch-sizes, not both")
-        sizes = [batch_size] if batch_size is not None else size_list(batch_sizes, "--batch-sizes")
+        sizes = (batch_size,) if batch_size is not None else size_list(batch_sizes, "--batch-sizes")
+        if sizes is not None:
+            check_sizes(sizes, "--batch-sizes")
         flags = dict(model=model, drafters=[str(d) for d in drafter or []], strategies=strategy or None,
                      suite=suite, categories=split_list(categories), limit=limit, max_new_tokens=max_new_tokens,
                      temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, dtype=dtype, device=device,

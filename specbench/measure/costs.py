@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -77,6 +77,14 @@ class Grid:
         if self.repeats < 1 or self.warmup < 0:
             raise SpecbenchError("cost timing needs at least 1 repeat and no negative warm-up")
         return self
+
+    def within(self, max_positions: int | None) -> Grid:
+        """This grid with contexts too long for the model replaced by the longest that fits (for a
+        default grid: a user's own contexts are checked, not changed)."""
+        if max_positions is None:
+            return self
+        room = max(0, max_positions - self.verify_lengths[-1])
+        return replace(self, context_lens=tuple(sorted({min(c, room) for c in self.context_lens})))
 
 
 # `specbench costs`' default: the load axis of issue 12, about two minutes on 2 CPU cores for the embedded model
