@@ -8,8 +8,10 @@ keeps what was measured and `resume` carries on where it stopped.
 from __future__ import annotations
 
 import dataclasses
+import random
+import time
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -26,12 +28,14 @@ from specbench.engine.sampling import Sampling, seeded
 from specbench.errors import SpecbenchError
 from specbench.hardware import GpuProfile, detect_local_gpu, get_profile, load_profiles
 from specbench.load_axis import load_axis
-from specbench.measure.costs import load_table
+from specbench.measure.cost_table import CostTable, load_table
+from specbench.measure.costs import CHAIN, TREE, Grid, drafter_key, measure_costs
 from specbench.measure.device_metrics import RunMetrics
 from specbench.measure.host import peak_rss_bytes
 from specbench.measure.lossless import divergence_margin, first_divergence
 from specbench.measure.memory import needed_bytes
-from specbench.measure.stats import paired_speedups, summarize
+from specbench.measure.noise import NoiseMonitor
+from specbench.measure.stats import CostInputs, paired_speedups, summarize
 from specbench.models import Target, encode_turns, load_target, resolve_device, resolve_dtype
 from specbench.plots import write_plots
 from specbench.projection import WorkloadShape, by_batch, kv_bytes_per_token
@@ -44,6 +48,10 @@ from specbench.strategies.spec import parse_strategies, parse_strategy
 from specbench.suites import Suite, SuiteItem, load_suite, select
 
 Progress = Callable[[str, int, int], None]  # what, done, total
+Estimate = Callable[[float, int, int], None]  # estimated seconds, prompts, strategies: after the warm-up
+
+VERIFY_MARGIN = 64  # positions a verified draft may add beyond prompt + answer
+BATCHED_VERIFY_LENGTHS = (1, 2, 4, 8, 12, 16)  # the chains' verify blocks: the engine pads them to the longest draft
 
 
 @dataclass
@@ -51,14 +59,15 @@ class RunReport:
     run_dir: Path
     model: str
     suite: str
-    results: list[dict[str, Any]]
+    results: list[dict[str, Any]]  # one summary per strategy (measure/stats.py)
     complete: bool
-    load: dict[str, Any]  # summary.json's "load": modelled speedups by batch size, where each stops paying, schedules
-    notes: list[str]  # what the run changed from its configuration (batch sizes above the suite's size)
+    # by_category, noise, projection, skipped_prompts, load (the batch axis: modelled speedups, where each
+    # strategy stops paying, draft schedules) and notes (what the run changed from its configuration)
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
         return {"run_dir": str(self.run_dir), "model": self.model, "suite": self.suite,
-                "complete": self.complete, "results": self.results, "load": self.load, "notes": self.notes}
+                "complete": self.complete, "results": self.results, **self.extra}
 
 
 @dataclass
@@ -72,8 +81,9 @@ class Bench:
     sampling: Sampling
     metrics: RunMetrics
     profile: GpuProfile | None  # the --gpu profile to project onto
-    batch_sizes: list[int]  # what runs: the configured ones, none above the suite's size
-    notes: list[str]  # what the run changed from its configuration, for the user
+    skipped: list[str] = field(default_factory=list)  # prompts that would not fit in the model's context
+    batch_sizes: list[int] = field(default_factory=lambda: [1])  # what runs: none above the suite's size
+    notes: list[str] = field(default_factory=list)  # what the run changed from its configuration
 
 
 def prepare(config: RunConfig) -> Bench:
@@ -83,9 +93,8 @@ def prepare(config: RunConfig) -> Bench:
     validate_knobs(config.knobs)
     schedule = {parse_strategy(name).name: entry for name, entry in config.draft_schedule.items()}
     suite = select(load_suite(config.suite), config.categories or None, config.limit)
-    batch_sizes, notes = fit_batch_sizes(config.batch_sizes, len(suite.items))
     trees = [s.name for s in specs if verifies_trees(s)]
-    if trees and batch_sizes[-1] > 1:
+    if trees and config.batch_sizes[-1] > 1:
         raise SpecbenchError(f"{', '.join(trees)} verify token trees, which run at batch size 1 only; batched "
                              "decoding (--batch-size above 1) runs ar, ngram, draft, dflash and dspark")
     profile = None
@@ -97,7 +106,9 @@ def prepare(config: RunConfig) -> Bench:
     strategies = [build_strategy(s, target, config.knobs, dirs, config.controller) for s in specs]
     config = dataclasses.replace(config, draft_schedule=schedule)
     sampling = Sampling(config.temperature, config.top_p, config.top_k)
-    return Bench(config, target, strategies, suite, sampling, RunMetrics(device), profile, batch_sizes, notes)
+    suite, skipped = fitting_prompts(suite, target, config.max_new_tokens)
+    batch_sizes, notes = fit_batch_sizes(config.batch_sizes, len(suite.items))
+    return Bench(config, target, strategies, suite, sampling, RunMetrics(device), profile, skipped, batch_sizes, notes)
 
 
 def fit_batch_sizes(batch_sizes: list[int], prompts: int) -> tuple[list[int], list[str]]:
@@ -107,6 +118,28 @@ def fit_batch_sizes(batch_sizes: list[int], prompts: int) -> tuple[list[int], li
     notes = [f"batch size {', '.join(map(str, too_big))} is more than the {prompts} prompts selected: "
              f"batch size {prompts} is measured instead"] if too_big else []
     return fitted, notes
+
+
+def context_limit(target: Target) -> int | None:
+    return getattr(target.model.config, "max_position_embeddings", None)
+
+
+def fits(target: Target, prompt: list[int], max_new_tokens: int) -> bool:
+    limit = context_limit(target)
+    return limit is None or len(prompt) + max_new_tokens + VERIFY_MARGIN <= limit
+
+
+def fitting_prompts(suite: Suite, target: Target, max_new_tokens: int) -> tuple[Suite, list[str]]:
+    """The suite without the prompts whose first turn, answer and drafts would not fit in the model's
+    context (never measured past it), and their ids; none fitting is an error."""
+    keep, skipped = [], []
+    for item in suite.items:
+        ok = fits(target, encode_turns(target.tokenizer, list(item.turns[:1]), []), max_new_tokens)
+        (keep if ok else skipped).append(item)
+    if not keep:
+        raise SpecbenchError(f"no prompt of the suite fits the model's context of {context_limit(target)} tokens "
+                             f"with {max_new_tokens} new tokens; use a shorter suite or --max-new-tokens")
+    return Suite(suite.name, tuple(keep)), [item.id for item in skipped]
 
 
 def _seed(config: RunConfig, item: SuiteItem, turn: int, repeat: int) -> int:
@@ -147,29 +180,33 @@ def _peak_memory(device: torch.device) -> int:
 
 
 def make_row(model, strategy: Strategy, item: SuiteItem, turn: int, repeat: int, prompt: list[int], gen: Generation,
-         reference: list[int] | None, peak: int) -> dict[str, Any]:
+             reference: list[int] | None, peak: int, order: int = 0) -> dict[str, Any]:
+    """One measured generation as a row; `reference` is `ar`'s greedy output (None when sampling: no
+    greedy check runs, and `mismatch` is None)."""
     n = len(gen.tokens)
-    context = len(prompt) + n + gen.max_verified
     first = first_divergence(gen.tokens, reference) if reference is not None else None
     margin = divergence_margin(model, prompt, gen.tokens, reference, first) if first is not None else None
     return {
         "strategy": strategy.name, "prompt_id": item.id, "category": item.category, "turn": turn, "repeat": repeat,
-        "prompt_tokens": len(prompt), "new_tokens": n, "wall_s": gen.wall_s, "ttft_s": gen.ttft_s,
+        "order": order, "prompt_tokens": len(prompt), "new_tokens": n, "wall_s": gen.wall_s, "ttft_s": gen.ttft_s,
         "tpot_s": (gen.wall_s - gen.ttft_s) / (n - 1) if n > 1 else None,
         "steps": gen.steps, "tau": n / gen.steps if gen.steps else None,
-        "drafted": gen.drafted, "accepted": gen.accepted, "verified": gen.verified, "draft_depth": gen.draft_depth,
+        "drafted": gen.drafted, "accepted": gen.accepted, "verified": gen.verified, "max_verified": gen.max_verified,
+        "draft_depth": gen.draft_depth, "budget": gen.budget, "tree_steps": gen.tree_steps,
         "accept_by_position": gen.accept_by_position,
         "prefill_s": gen.prefill_s, "draft_s": gen.draft_s, "verify_s": gen.verify_s, "other_s": gen.other_s,
-        "memory_bytes": needed_bytes(model, strategy.drafter, context, gen.drafter_state_bytes),
+        "memory_bytes": needed_bytes(model, strategy.drafter, len(prompt) + n + gen.max_verified,
+                                     gen.drafter_state_bytes),
         "peak_mem_bytes": peak, "stop_reason": gen.stop_reason,
-        "mismatch": first is not None, "first_divergence": first, "divergence_margin": margin,
-        "output_ids": gen.tokens, "batch_size": 1, "steps_by_drafted": gen.steps_by_drafted,
+        "mismatch": None if reference is None else first is not None, "first_divergence": first,
+        "divergence_margin": margin, "output_ids": gen.tokens, "batch_size": 1,
+        "steps_by_drafted": gen.steps_by_drafted,
     }
 
 
 def batch_rows(model, strategy: Strategy, items: list[SuiteItem], turn: int, repeat: int, prompts: list[list[int]],
-               batch: BatchGeneration, references: list[list[int] | None], peak: int,
-               batch_size: int) -> list[dict[str, Any]]:
+               batch: BatchGeneration, references: list[list[int] | None], peak: int, batch_size: int,
+               order: int = 0) -> list[dict[str, Any]]:
     """One row per sequence of a batch. Time is the batch's, shared out equally, so that tokens/s over
     rows is the batch's throughput; `latency_s` is when the sequence itself finished. The memory is the
     whole batch's: weights once, every sequence's KV cache and drafter state."""
@@ -180,7 +217,7 @@ def batch_rows(model, strategy: Strategy, items: list[SuiteItem], turn: int, rep
     for item, prompt, gen, reference in zip(items, prompts, batch.sequences, references):
         share = dataclasses.replace(gen, wall_s=batch.wall_s / n, prefill_s=batch.prefill_s / n,
                                     draft_s=batch.draft_s / n, verify_s=batch.verify_s / n, other_s=batch.other_s / n)
-        row = make_row(model, strategy, item, turn, repeat, prompt, share, reference, peak)
+        row = make_row(model, strategy, item, turn, repeat, prompt, share, reference, peak, order)
         tokens = len(gen.tokens)
         row.update(batch_size=batch_size, batch_rows=n, memory_bytes=memory, latency_s=gen.wall_s,
                    tpot_s=(gen.wall_s - gen.ttft_s) / (tokens - 1) if tokens > 1 else None,
@@ -189,29 +226,37 @@ def batch_rows(model, strategy: Strategy, items: list[SuiteItem], turn: int, rep
     return rows
 
 
-def warm_up(bench: Bench) -> None:
-    """Run every strategy on the first prompt, and on a first batch at each batch size, unmeasured, so
-    lazy initialisation is not timed."""
+def warm_up(bench: Bench) -> float:
+    """Run every strategy on the first prompt, and on a first batch at each batch size above 1,
+    unmeasured, so lazy initialisation is not timed; the seconds the measured part takes per prompt
+    (one pass over the strategies at batch size 1, a batch's share at each other batch size)."""
     prompts = [encode_turns(bench.target.tokenizer, list(item.turns[:1]), [])
                for item in bench.suite.items[:bench.batch_sizes[-1]]]
-    for _ in range(bench.config.warmup):
-        for strategy in bench.strategies:
-            run_one(bench, strategy, prompts[0], 0)
-            for batch_size in (b for b in bench.batch_sizes if b > 1):
-                run_batch(bench, strategy, prompts[:batch_size], list(range(batch_size)))
+    per_prompt = 0.0
+    for batch_size in bench.batch_sizes:
+        started = time.perf_counter()
+        for _ in range(bench.config.warmup):
+            for strategy in bench.strategies:
+                if batch_size == 1:
+                    run_one(bench, strategy, prompts[0], 0)
+                else:
+                    run_batch(bench, strategy, prompts[:batch_size], list(range(batch_size)))
+        per_prompt += (time.perf_counter() - started) / max(1, bench.config.warmup) / batch_size
+    return per_prompt
 
 
-def interleaved(strategies: list[Strategy], key: Any) -> list[Strategy]:
-    """`ar` first, then the others rotated by `key`, so no strategy always runs right after another
-    (cache and clock drift)."""
-    others = strategies[1:]
-    shift = zlib.crc32(f"{key}".encode()) % max(1, len(others))
-    return [strategies[0]] + others[shift:] + others[:shift]
+def strategy_order(bench: Bench, key: Any) -> list[Strategy]:
+    """Every strategy, `ar` included, in an order shuffled per prompt (or batch) with the run's seed, so
+    that no strategy always runs first or right after another (caches, clocks and load drift)."""
+    order = list(bench.strategies)
+    random.Random(f"{bench.config.seed}/{key}").shuffle(order)
+    return order
 
 
 def measure_prompt(bench: Bench, item: SuiteItem, done: set[tuple[str, int, int, int]],
-                   previous: dict[tuple[str, int, int], list[int]], on_rows: Callable[[list[dict]], None]) -> None:
-    """All turns and repeats of one suite item, every strategy interleaved with `ar`.
+                   previous: dict[tuple[str, int, int], list[int]], on_rows: Callable[[list[dict]], None]) -> bool:
+    """All turns and repeats of one suite item, every strategy interleaved with `ar`; False when a later
+    turn's context would not fit in the model (the turns before it are kept).
 
     Turn k's context holds `ar`'s own answers to the earlier turns (the same context for every
     strategy, so the comparison stays paired). `previous` maps (prompt, turn, repeat) to `ar`'s
@@ -221,23 +266,43 @@ def measure_prompt(bench: Bench, item: SuiteItem, done: set[tuple[str, int, int,
     answers: list[str] = []
     for turn in range(len(item.turns)):
         prompt = encode_turns(tokenizer, list(item.turns[:turn + 1]), answers)
+        if not fits(bench.target, prompt, bench.config.max_new_tokens):
+            return False
         for repeat in range(bench.config.repeats):
             key = (item.id, turn, repeat)
             if (*key, 1) in done:
                 continue
-            rows, reference = [], None
-            for strategy in interleaved(bench.strategies, key):
+            generations = []
+            for position, strategy in enumerate(strategy_order(bench, key)):
                 if bench.target.device.type == "cuda":
                     torch.cuda.reset_peak_memory_stats(bench.target.device)
                 with bench.metrics.measure(strategy.name):
                     gen = run_one(bench, strategy, prompt, _seed(bench.config, item, turn, repeat))
-                if strategy.drafter is None:
-                    reference = gen.tokens if bench.sampling.greedy else None
-                    previous[key] = gen.tokens
-                rows.append(make_row(bench.target.model, strategy, item, turn, repeat, prompt, gen, reference,
-                                 _peak_memory(bench.target.device)))
-            on_rows(rows)
+                generations.append((position, strategy, gen, _peak_memory(bench.target.device)))
+            ar = next(gen for _, strategy, gen, _ in generations if strategy.drafter is None)
+            previous[key] = ar.tokens
+            reference = ar.tokens if bench.sampling.greedy else None
+            generations.sort(key=lambda g: bench.strategies.index(g[1]))  # rows in run order, `ar` first
+            on_rows([make_row(bench.target.model, strategy, item, turn, repeat, prompt, gen, reference, peak, position)
+                     for position, strategy, gen, peak in generations])
         answers.append(tokenizer.decode(previous[(item.id, turn, 0)], skip_special_tokens=True))
+    return True
+
+
+def cost_inputs(bench: Bench) -> CostInputs:
+    """The measured forward costs of this target and these strategies (stored under results/costs/,
+    reused by later runs), at the verify lengths, masks and contexts the run can reach."""
+    contexts = [64, 256] + [c for c in (1024, 4096) if c <= (context_limit(bench.target) or 0)]
+    longest = max(len(encode_turns(bench.target.tokenizer, list(i.turns[:1]), [])) for i in bench.suite.items)
+    contexts = [c for c in contexts if c <= 4 * (longest + bench.config.max_new_tokens)] or contexts[:1]
+    grid = Grid(context_lens=tuple(contexts), masks=(CHAIN, TREE))
+    context = encode_turns(bench.target.tokenizer, list(bench.suite.items[0].turns[:1]), [])
+    table: CostTable = measure_costs(bench.target.model, bench.strategies, context, bench.config.out, grid)
+    batched = tuple(b for b in bench.batch_sizes if b > 1)
+    if batched:  # the load axis's model at the run's batch sizes (chains only run batched)
+        table = measure_costs(bench.target.model, bench.strategies, context, bench.config.out,
+                              replace(grid, batch_sizes=batched, verify_lengths=BATCHED_VERIFY_LENGTHS, masks=(CHAIN,)))
+    return CostInputs(table, {s.name: drafter_key(s) for s in bench.strategies if s.drafter is not None})
 
 
 def measure_batch(bench: Bench, batch_size: int, items: list[SuiteItem], done: set[tuple[str, int, int, int]],
@@ -260,18 +325,21 @@ def measure_batch(bench: Bench, batch_size: int, items: list[SuiteItem], done: s
             if all((*key, batch_size) in done for key in keys):
                 continue
             seeds = [_seed(bench.config, item, turn, repeat) for item in members]
-            rows = []
-            for strategy in interleaved(bench.strategies, keys):
+            generations = []
+            for position, strategy in enumerate(strategy_order(bench, (keys[0], batch_size))):
                 if bench.target.device.type == "cuda":
                     torch.cuda.reset_peak_memory_stats(bench.target.device)
                 with bench.metrics.measure(strategy.name):
                     batch = run_batch(bench, strategy, prompts, seeds)
-                if strategy.drafter is None:
-                    for key, gen in zip(keys, batch.sequences):
-                        previous.setdefault(key, gen.tokens)
-                references = [previous[key] if bench.sampling.greedy else None for key in keys]
-                rows += batch_rows(bench.target.model, strategy, members, turn, repeat, prompts, batch, references,
-                                   _peak_memory(bench.target.device), batch_size)
+                generations.append((position, strategy, batch, _peak_memory(bench.target.device)))
+            ar = next(batch for _, strategy, batch, _ in generations if strategy.drafter is None)
+            for key, gen in zip(keys, ar.sequences):
+                previous.setdefault(key, gen.tokens)
+            references = [previous[key] if bench.sampling.greedy else None for key in keys]
+            generations.sort(key=lambda g: bench.strategies.index(g[1]))  # rows in run order, `ar` first
+            rows = [row for position, strategy, batch, peak in generations
+                    for row in batch_rows(bench.target.model, strategy, members, turn, repeat, prompts, batch,
+                                          references, peak, batch_size, position)]
             # a batch runs whole; of a batch an interruption cut, only the prompts it lost are stored again
             on_rows([r for r in rows if (r["prompt_id"], turn, repeat, batch_size) not in done])
         for item in members:
@@ -314,24 +382,32 @@ def project(bench: Bench, rows: pd.DataFrame, summary: list[dict[str, Any]]) -> 
     return {"gpu": profile.name, "projected": True}
 
 
-def finish(bench: Bench, run: RunDir, complete: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Summaries (per batch size), device metrics, projection, the load axis and plots of everything
-    measured so far; returns the summaries and the rest of summary.json."""
+def finish(bench: Bench, run: RunDir, complete: bool, noise: NoiseMonitor | None,
+           costs: CostInputs | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Summaries (per strategy and batch size, per category), device metrics, noise, projection, the
+    load axis and plots of everything measured so far."""
     rows = pd.DataFrame(run.read_rows())
     summary: list[dict[str, Any]] = []
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = {"skipped_prompts": bench.skipped, "notes": bench.notes}
     if len(rows):
         rows["batch_size"] = rows.get("batch_size", pd.Series(1, index=rows.index)).fillna(1).astype(int)
         rows["speedup"] = paired_speedups(rows)
+        extra["by_category"] = []
         for batch_size, part in rows.groupby("batch_size", sort=True):
-            for result in summarize(part, bench.config.seed):
-                result["batch_size"] = int(batch_size)
-                result.update(bench.metrics.summary(result["strategy"], result["new_tokens"]))
+            # the cost model predicts batch size 1 (measure/cost_model.py); the load axis models every batch size
+            at = {"costs": costs if batch_size == 1 else None}
+            for result in summarize(part, bench.config.seed, **at):
+                result.update(batch_size=int(batch_size), **bench.metrics.summary(result["strategy"],
+                                                                                 result["new_tokens"]))
                 summary.append(result)
-        first = rows.batch_size.min()
+            extra["by_category"] += [{**r, "batch_size": int(batch_size)}
+                                     for r in summarize(part, bench.config.seed, by="category", **at)]
+        smallest = int(rows.batch_size.min())
+        first = rows[rows.batch_size == smallest]
+        if noise is not None:
+            extra["noise"] = noise.summary(first)
         if bench.profile:
-            extra["projection"] = project(bench, rows[rows.batch_size == first],
-                                          [r for r in summary if r["batch_size"] == first])
+            extra["projection"] = project(bench, first, [r for r in summary if r["batch_size"] == smallest])
         extra["load"] = load_axis(bench.target, bench.strategies, rows, summary, bench.config.out)
     series = bench.metrics.series_frame()
     if len(series):
@@ -347,12 +423,14 @@ def finish(bench: Bench, run: RunDir, complete: bool) -> tuple[list[dict[str, An
     return summary, extra
 
 
-def run_benchmark(config: RunConfig, progress: Progress | None = None, resume: str | Path | None = None) -> RunReport:
+def run_benchmark(config: RunConfig, progress: Progress | None = None, resume: str | Path | None = None,
+                  on_estimate: Estimate | None = None) -> RunReport:
     """Measure every configured strategy against `ar` and write a run directory.
 
     With `resume`, reopen an interrupted run directory (its saved configuration wins) and measure
     only the prompts it lacks. On KeyboardInterrupt the rows measured so far are kept and the run
-    is marked incomplete before the interrupt propagates.
+    is marked incomplete before the interrupt propagates. `on_estimate` hears, after the warm-up,
+    how long the measured part should take.
     """
     if resume is not None:
         run, config = RunDir.reopen(resume)
@@ -368,23 +446,31 @@ def run_benchmark(config: RunConfig, progress: Progress | None = None, resume: s
         if r["strategy"] == "ar":
             previous.setdefault((r["prompt_id"], r["turn"], r["repeat"]), r["output_ids"])
 
-    warm_up(bench)
-    items = bench.suite.items
-    total, finished = len(items) * len(bench.batch_sizes), 0
-    complete = False
+    per_prompt = warm_up(bench)
+    todo = [(b, item) for b in bench.batch_sizes for item in bench.suite.items
+            if any((item.id, turn, r, b) not in done for turn in range(len(item.turns)) for r in range(config.repeats))]
+    if on_estimate:
+        prompts = {item.id: item for _, item in todo}.values()
+        on_estimate(per_prompt * sum(len(item.turns) for item in prompts) * config.repeats, len(prompts),
+                    len(bench.strategies))
+    costs = cost_inputs(bench) if config.cost_model else None
+    noise, complete = NoiseMonitor(), False
     try:
+        finished = 0
         for batch_size in bench.batch_sizes:
+            items = [item for b, item in todo if b == batch_size]
             for start in range(0, len(items), batch_size):
                 batch = items[start:start + batch_size]
                 if batch_size == 1:
-                    measure_prompt(bench, batch[0], done, previous, run.append_rows)
+                    if not measure_prompt(bench, batch[0], done, previous, run.append_rows):
+                        bench.skipped.append(batch[0].id)
                 else:
                     measure_batch(bench, batch_size, batch, done, previous, run.append_rows)
+                noise.tick()
                 finished += len(batch)
                 if progress:
-                    progress(f"batch size {batch_size}: {batch[-1].id}", finished, total)
+                    progress(f"batch size {batch_size}: {batch[-1].id}", finished, len(todo))
         complete = True
     finally:
-        results, extra = finish(bench, run, complete)
-    return RunReport(run.path, bench.target.name, bench.suite.name, results, complete, extra.get("load", {}),
-                     bench.notes)
+        results, extra = finish(bench, run, complete, noise, costs)
+    return RunReport(run.path, bench.target.name, bench.suite.name, results, complete, extra)

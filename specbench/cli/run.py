@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from specbench.cli.app import app, err, out, print_table, progress_bar, size_list, split_list, user_errors
+from specbench.cli.app import (
+    app,
+    err,
+    print_report,
+    print_table,
+    progress_bar,
+    size_list,
+    split_list,
+    table_format,
+    user_errors,
+)
 from specbench.errors import SpecbenchError
 
 
@@ -39,6 +48,8 @@ def run(
     out_dir: Annotated[Optional[str], typer.Option("--out", help="Results directory (default results/).")] = None,
     config: Annotated[Optional[Path], typer.Option(help="TOML config file; flags override it.")] = None,
     resume: Annotated[Optional[Path], typer.Option(help="Resume an interrupted run directory.")] = None,
+    cost_model: Annotated[Optional[bool], typer.Option("--cost-model/--no-cost-model", help="Time the forwards the cost model predicts from (first run only; stored in results/costs/).")] = None,
+    wide: Annotated[bool, typer.Option(help="Every column: time shares, memory, cost model, projection, NVML.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")] = False,
 ) -> None:
     """Run strategies against plain autoregressive decoding on a prompt suite."""
@@ -46,8 +57,9 @@ def run(
     from specbench.bench import run_benchmark
     from specbench.config import check_sizes, load_config_file, resolve
     from specbench.measure.lossless import mismatch_detail
-    from specbench.report import comparison, load_runs, render
+    from specbench.report import load_runs
     from specbench.strategies.knobs import parse_sets
+    from specbench.strict_json import dumps
 
     with user_errors():
         if batch_size is not None and batch_sizes is not None:
@@ -59,7 +71,8 @@ def run(
                      suite=suite, categories=split_list(categories), limit=limit, max_new_tokens=max_new_tokens,
                      temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, dtype=dtype, device=device,
                      warmup=warmup, repeats=repeats, controller=controller, gpu=gpu, out=out_dir,
-                     profiles=str(profiles) if profiles else None, batch_sizes=list(sizes) if sizes else None,
+                     profiles=str(profiles) if profiles else None, cost_model=cost_model,
+                     batch_sizes=list(sizes) if sizes else None,
                      knobs=parse_sets(set_ or []))
         cfg = resolve(load_config_file(config) if config else {}, flags)
         with progress_bar() as bar:
@@ -68,29 +81,34 @@ def run(
             def advance(prompt_id: str, done: int, total: int) -> None:
                 bar.update(task, completed=done, total=total, detail=prompt_id)
 
+            def estimate(seconds: float, prompts: int, strategies: int) -> None:
+                bar.update(task, total=prompts, detail="timing the cost model's forwards" if cfg.cost_model else "")
+                err.print(f"measuring {prompts} prompts x {strategies} strategies (ar included): about "
+                          f"{seconds:.0f} s, estimated from the warm-up", highlight=False)
+
             try:
-                report = run_benchmark(cfg, advance, resume)
+                report = run_benchmark(cfg, advance, resume, estimate)
             except KeyboardInterrupt:
                 err.print("interrupted: the prompts finished so far are kept; the run is marked incomplete "
                           "(resume it with `specbench run --resume RUN_DIR`)", highlight=False)
                 raise typer.Exit(130) from None
-        for note in report.notes:
+        for note in report.extra.get("notes", []):
             err.print(f"note: {note}", highlight=False)
         if as_json:
-            sys.stdout.write(json.dumps(report.as_json(), indent=2, default=float) + "\n")
+            sys.stdout.write(dumps(report.as_json(), indent=2) + "\n")
             return
         runs, _ = load_runs([report.run_dir])
-        print_table(render(comparison(runs), "table" if out.is_terminal else "markdown"))
-        for title, frame in batch_frames(report.results, report.load).items():
-            print_table(render_frame(frame, title, markdown=not out.is_terminal))
+        print_report(runs, table_format("table"), wide)
+        for title, frame in batch_frames(report.results, report.extra.get("load", {})).items():
+            print_table(render_frame(frame, title, markdown=table_format("table") == "markdown"))
         for r in report.results:
             stops = (r.get("projection") or {}).get("by_batch")
             if stops and r["strategy"] != "ar":
                 where = (f"stops paying at batch size {stops['stops_paying_at']}" if stops["stops_paying_at"]
                          else f"still pays at batch size {stops['points'][-1]['batch_size']}")
                 err.print(f"projected on {stops['gpu']}: {r['strategy']} {where}", highlight=False)
-        if report.load.get("note") and cfg.batch_sizes != [1]:
-            err.print(f"note: {report.load['note']}", highlight=False)
+        if report.extra.get("load", {}).get("note") and cfg.batch_sizes != [1]:
+            err.print(f"note: {report.extra['load']['note']}", highlight=False)
         if cfg.temperature == 0:
             for r in report.results:
                 if r["mismatches"]:

@@ -148,8 +148,9 @@ def generate_batch(target, prompts: Sequence[list[int]], max_new_tokens: int | S
 
     while active:
         t0 = clock()
-        trees = [propose(drafters[i], controllers[i], committed[i], sampling, rngs[i]) if drafters else DraftTree()
-                 for i in active]
+        budgets = [controllers[i].budget() if drafters else 0 for i in active]
+        trees = [propose(drafters[i], controllers[i], budget, committed[i], sampling, rngs[i]) if drafters
+                 else DraftTree() for i, budget in zip(active, budgets)]
         t1 = clock()
         cached = cache_length(cache)
         blocks = [torch.tensor([int(committed[i][-1])] + tree.tokens, device=device) for i, tree in zip(active, trees)]
@@ -161,11 +162,11 @@ def generate_batch(target, prompts: Sequence[list[int]], max_new_tokens: int | S
         kept = torch.tensor([len(path) + 1 for path, _ in paths], device=device)
         lengths = compact(cache, lengths, cached, kept)
         staying = []
-        for row, (i, tree, (path, bonus)) in enumerate(zip(active, trees, paths)):
+        for row, (i, tree, budget, (path, bonus)) in enumerate(zip(active, trees, budgets, paths)):
             gen = result.sequences[i]
             new, eos = commit(tree, path, bonus, limits[i] - len(gen.tokens), eos_ids)
             gen.tokens.extend(new)
-            gen.record(tree, len(path))
+            gen.record(tree, len(path), budget)
             committed[i] = torch.cat([committed[i], torch.tensor(new, dtype=torch.long, device=device)])
             if drafters:
                 drafters[i].observe(StepOutcome(tree, path, bonus, new, tuple(h[row, :len(path) + 1] for h in hidden)))
@@ -197,8 +198,9 @@ def generate_batch(target, prompts: Sequence[list[int]], max_new_tokens: int | S
     return result
 
 
-def propose(drafter: Drafter, controller: Controller, tokens: torch.Tensor, sampling: Sampling, rng: Rng) -> DraftTree:
-    tree = drafter.propose(DraftContext(tokens, controller.budget(), sampling, rng, controller))
+def propose(drafter: Drafter, controller: Controller, budget: int, tokens: torch.Tensor, sampling: Sampling,
+            rng: Rng) -> DraftTree:
+    tree = drafter.propose(DraftContext(tokens, budget, sampling, rng, controller))
     if not tree.is_chain():
         raise SpecbenchError(f"{drafter.name} proposed a tree; batched decoding verifies chains only "
                              "(run tree strategies at batch size 1)")
