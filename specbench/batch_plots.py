@@ -13,7 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 import pandas as pd  # noqa: E402
 
-from specbench.measure.costs import CHAIN, CostTable  # noqa: E402
+from specbench.measure.cost_table import CHAIN, CostTable  # noqa: E402
 from specbench.measure.stats import BASELINE  # noqa: E402
 
 DPI = 130

@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 from rich.table import Table
 
-from specbench.measure.costs import CostTable
+from specbench.measure.cost_table import CostTable
 from specbench.measure.stats import BASELINE
 
 

@@ -16,7 +16,8 @@ import pandas as pd
 
 from specbench.draft_schedule import schedule_entry, schedule_toml, vllm_config
 from specbench.measure.batch_model import DraftShape, best_caps, modelled, stops_paying
-from specbench.measure.costs import drafter_key, load_table, real_context, table_key, time_drafters
+from specbench.measure.cost_table import load_table
+from specbench.measure.costs import drafter_key, real_context, table_key, time_drafters
 from specbench.strategies.build import Strategy
 
 NO_TABLE = ("no cost table for this model and device: `specbench costs` measures one, and the modelled "

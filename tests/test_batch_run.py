@@ -56,7 +56,7 @@ def test_cost_table_is_reused_not_remeasured(measured, tiny_model_dir, tiny_draf
     timed = []
     grid = Grid(batch_sizes=(1, 2), verify_lengths=(1, 2, 4), context_lens=(16, 64), budgets=(1, 3, 7, 15), repeats=1)
     again = measure_costs(target.model, strategies, list(range(20)), out, grid, lambda *a: timed.append(a))
-    assert timed == [] and again.target == table["target"]
+    assert timed == [] and all(row in again.target for row in table["target"])  # the run added its own
     # another grid point is timed, and only that
     wider = Grid(batch_sizes=(1, 2, 3), verify_lengths=(1, 2, 4), context_lens=(16, 64), budgets=(1, 3, 7, 15),
                  repeats=1)

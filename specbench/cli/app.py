@@ -69,6 +69,14 @@ def print_report(runs, fmt: str = "table", wide: bool = False, by: str = "strate
         console.print(note, style="dim", highlight=False, markup=False)
 
 
+def print_table(rendered) -> None:
+    """A rich table on the console, or Markdown text as it is (table_format decides which)."""
+    if isinstance(rendered, str):
+        out.file.write(rendered)
+    else:
+        out.print(rendered)
+
+
 def split_list(values: list[str] | None) -> list[str] | None:
     """Repeatable options that also take comma lists: ["a,b", "c"] -> ["a", "b", "c"]; None when empty."""
     return [v.strip() for value in values or [] for v in value.split(",") if v.strip()] or None

@@ -1,7 +1,7 @@
 """Modelled speedup at any batch size: acceptance and draft shape from a run, costs from the cost table.
 
 Per sequence a strategy commits tau = 1 + sum_k prod_{i<=k} a_i tokens per step (Leviathan et al.
-§3), a_k the acceptance at draft position k given the one before it. Acceptance belongs to the
+§3, cost_model.expected_tau), a_k the acceptance at draft position k given the one before it. Acceptance belongs to the
 drafter and the text, not to the load; what the load changes is the cost of a step. In the batched
 engine (engine/batch.py) a step of B sequences costs
 
@@ -13,6 +13,10 @@ sizes the run measured. Drafters run per sequence, hence B proposals. Plain deco
 T_target(B, 1, c) + T_overhead(B, 1) per step for one token per sequence, so the modelled speedup
 is tau x T_ar(B) / T(B). Tree strategies get the tree mask's costs; the engine verifies them at
 batch 1 only, so above it their figures are modelled, never measured.
+
+measure/cost_model.py predicts batch size 1 from the forwards alone, leaving the engine's overhead
+out on purpose (its measured / predicted shows that overhead); this model is the batch axis, and
+counts what grows with B: B proposals, the padding to the longest draft, the per-row bookkeeping.
 
 A draft cap K (at most K drafts per step, `draft_tokens` in a run's draft schedule) cuts tau to
 its first K positions and the draft sizes at K; the best cap per batch size maximises modelled
@@ -28,7 +32,8 @@ from typing import Any
 import numpy as np
 
 from specbench.errors import SpecbenchError
-from specbench.measure.costs import CostTable
+from specbench.measure.cost_model import expected_tau
+from specbench.measure.cost_table import CostTable
 
 
 @dataclass(frozen=True)
@@ -62,11 +67,7 @@ class DraftShape:
 
 def tau(shape: DraftShape, cap: int | None = None) -> float:
     """Tokens committed per step per sequence, the bonus token included."""
-    reach, total = 1.0, 1.0
-    for a in shape.acceptance[:cap]:
-        reach *= a
-        total += reach
-    return total
+    return expected_tau(shape.acceptance, cap)
 
 
 def expected_block(drafted: Sequence[float], batch: int) -> float:
