@@ -63,7 +63,7 @@ def _x(value: float | None) -> str:
 
 
 def batch_frames(summary: list[dict[str, Any]], load: dict[str, Any]) -> dict[str, pd.DataFrame]:
-    """Speedup over batched ar per strategy and batch size (measured, `~` modelled), tokens/s of the
+    """Speedup over batched ar per strategy and batch size (measured, modelled in brackets), tokens/s of the
     whole batch where measured, where each strategy stops paying, and the best draft tokens per batch size."""
     measured = {(r["strategy"], r["batch_size"]): r for r in summary}
     modelled = {(p["strategy"], p["batch_size"]): p["modelled_speedup"] for p in load.get("points", [])}
@@ -73,7 +73,7 @@ def batch_frames(summary: list[dict[str, Any]], load: dict[str, Any]) -> dict[st
     if len(sizes) > 1:
         speedup = pd.DataFrame([{"strategy": s, **{f"B={b}": _cell(measured.get((s, b)), modelled.get((s, b)))
                                                    for b in sizes}} for s in strategies])
-        frames["speedup over batched ar by batch size (measured ~modelled)"] = speedup
+        frames["speedup over batched ar by batch size: measured (modelled from the cost table)"] = speedup
         measured_sizes = sorted({b for _, b in measured})
         if len(measured_sizes) > 1:
             names = [BASELINE, *strategies]
@@ -96,7 +96,7 @@ def batch_frames(summary: list[dict[str, Any]], load: dict[str, Any]) -> dict[st
 def _cell(measured: dict[str, Any] | None, modelled: float | None) -> str:
     parts = [_x(measured.get("speedup"))] if measured else []
     if modelled is not None:
-        parts.append(f"~{modelled:.2f}")
+        parts.append(f"({modelled:.2f})")
     return " ".join(parts) or "-"
 
 

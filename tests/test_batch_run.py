@@ -103,7 +103,7 @@ def test_batched_run_table_and_resume(measured):
     result = invoke("run", "--resume", run_dir)
     assert result.exit_code == 0, result.output
     assert len((run_dir / "rows.jsonl").read_text().splitlines()) == len(lines)
-    assert "B=1" in result.stdout and "B=2" in result.stdout and "~" in result.stdout  # measured beside modelled
+    assert "B=1" in result.stdout and "B=2" in result.stdout and "x (" in result.stdout  # measured beside modelled
     assert "where speculation stops paying" in result.stdout
 
 

@@ -14,13 +14,11 @@ CHAIN, TREE = "chain", "tree"
 
 
 def _interpolate(x: float, xs: list[float], ys: list[float]) -> float:
-    """Piecewise-linear in x through the running maximum of the measured costs (more work never costs
-    less: a noisy median must not bend the line down), extended past the last two points."""
-    ys = list(np.maximum.accumulate(ys))
+    """Piecewise-linear in x, extended linearly past the last two points (costs keep growing)."""
     if len(xs) == 1:
         return ys[0]
     if x > xs[-1]:
-        slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
+        slope = max(0.0, (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]))  # noise must not make a cost fall
         return ys[-1] + slope * (x - xs[-1])
     return float(np.interp(x, xs, ys))
 

@@ -264,7 +264,7 @@ def measure_costs(model, strategies: list[Strategy], context_ids: list[int], out
                   grid: Grid = Grid(), progress: Progress | None = None) -> CostTable:
     """The cost table for `model` and `strategies`: what is stored is reused, what is missing is timed
     and stored (atomically, after each group of entries, so an interruption keeps what was timed)."""
-    grid.check(getattr(model.config, "max_position_embeddings", None))
+    grid = grid.check().within(getattr(model.config, "max_position_embeddings", None))
     table = load_table(out_dir, table_key(model))
     groups = {(b, c): [(n, m) for m in grid.masks for n in grid.verify_lengths
                        if not (m == TREE and n < 2) and not table.has_target(b, n, c, m)]
