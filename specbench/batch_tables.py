@@ -83,8 +83,8 @@ def batch_frames(summary: list[dict[str, Any]], load: dict[str, Any]) -> dict[st
     stops = load.get("stops_paying", {})
     if stops:
         frames["where speculation stops paying (first batch size below 1x)"] = pd.DataFrame(
-            [{"strategy": s, "measured": _stop(v["measured"], v["measured_up_to"]),
-              "modelled": _stop(v["modelled"], v["modelled_up_to"])} for s, v in stops.items()])
+            [{"strategy": s, "measured": stop_text(v["measured"], v["measured_up_to"]),
+              "modelled": stop_text(v["modelled"], v["modelled_up_to"])} for s, v in stops.items()])
     schedule = load.get("schedule", {})
     if schedule:
         frames["best draft tokens per step by batch size (modelled; 0 = plain decoding)"] = pd.DataFrame(
@@ -100,5 +100,6 @@ def _cell(measured: dict[str, Any] | None, modelled: float | None) -> str:
     return " ".join(parts) or "-"
 
 
-def _stop(batch: int | None, up_to: int) -> str:
+def stop_text(batch: int | None, up_to: int) -> str:
+    """Where speculation stops paying: the first batch size below 1x, or how far it was seen to pay."""
     return f"B={batch}" if batch is not None else f"pays up to B={up_to}"

@@ -351,8 +351,25 @@ def _drafter_parameters(drafter) -> int:
     return sum(p.numel() for m in members if hasattr(m, "model") for p in m.model.parameters())
 
 
+def workload_shape(target: Target, strategy: Strategy, rows: pd.DataFrame, result: dict[str, Any]) -> WorkloadShape:
+    """A strategy's measured shape (tau, tokens verified, drafter size, context) for the roofline projection."""
+    config = target.model.config
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    kv = kv_bytes_per_token(config.num_hidden_layers, config.num_key_value_heads, head_dim, 2)
+    steps = rows.steps.sum()
+    depth = rows.draft_depth.sum() / steps
+    parallel = strategy.drafter is not None and getattr(strategy.drafter, "parallel_draft", False)
+    return WorkloadShape(
+        target_params=sum(p.numel() for p in target.model.parameters()), bytes_per_param=2,
+        drafter_params=_drafter_parameters(strategy.drafter), kv_bytes_per_token=kv,
+        context_len=float((rows.prompt_tokens + rows.new_tokens / 2).mean()),
+        tokens_verified=rows.verified.sum() / steps, draft_forwards=min(depth, 1.0) if parallel else depth,
+        tau=min(result["tau"], rows.verified.sum() / steps), draft_tokens_per_forward=depth if parallel else 1.0)
+
+
 def project(bench: Bench, rows: pd.DataFrame, summary: list[dict[str, Any]]) -> dict[str, Any]:
-    """Each strategy's measured shape (tau, tokens verified, drafter size, context) on the --gpu profile.
+    """Each strategy's measured shape on the --gpu profile, at the run's batch size and swept over
+    batch sizes (where speculation stops paying there).
 
     When the profile is the local GPU the figures above are measured and nothing is projected.
     """
@@ -360,25 +377,11 @@ def project(bench: Bench, rows: pd.DataFrame, summary: list[dict[str, Any]]) -> 
     local = detect_local_gpu()
     if local is not None and local.profile == profile.name:
         return {"gpu": profile.name, "projected": False, "note": "measured on this GPU"}
-    config = bench.target.model.config
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    kv = kv_bytes_per_token(config.num_hidden_layers, config.num_key_value_heads, head_dim, 2)
-    params = sum(p.numel() for p in bench.target.model.parameters())
     by_name = {s.name: s for s in bench.strategies}
     for result in summary:
-        part = rows[rows.strategy == result["strategy"]]
-        steps = part.steps.sum()
-        strategy = by_name[result["strategy"]]
-        depth = part.draft_depth.sum() / steps
-        parallel = strategy.drafter is not None and getattr(strategy.drafter, "parallel_draft", False)
-        shape = WorkloadShape(
-            target_params=params, bytes_per_param=2, drafter_params=_drafter_parameters(strategy.drafter),
-            kv_bytes_per_token=kv, context_len=float((part.prompt_tokens + part.new_tokens / 2).mean()),
-            tokens_verified=part.verified.sum() / steps, draft_forwards=min(depth, 1.0) if parallel else depth,
-            tau=min(result["tau"], part.verified.sum() / steps),
-            draft_tokens_per_forward=depth if parallel else 1.0)
-        result["projection"] = projection(shape, profile)
-        result["projection"]["by_batch"] = by_batch(shape, profile)
+        shape = workload_shape(bench.target, by_name[result["strategy"]], rows[rows.strategy == result["strategy"]],
+                               result)
+        result["projection"] = {**projection(shape, profile), "by_batch": by_batch(shape, profile)}
     return {"gpu": profile.name, "projected": True}
 
 

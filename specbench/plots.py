@@ -78,9 +78,12 @@ def write_plots(source: Path | str | Sequence[Run], out_dir: Path | str) -> list
 
 
 def _labels(frame: pd.DataFrame) -> list[str]:
-    """A strategy's name, prefixed with its run's when several runs are shown."""
+    """A strategy's name, prefixed with its run's when several runs are shown, and its batch size when
+    a run measured several."""
     several = frame["run"].nunique() > 1
-    return [f"{r}/{s}" if several else s for r, s in zip(frame["run"], frame["strategy"])]
+    batches = frame["batch_size"] if frame["batch_size"].nunique() > 1 else [None] * len(frame)
+    return [(f"{r}/{s}" if several else s) + (f" B={b}" if b is not None else "")
+            for r, s, b in zip(frame["run"], frame["strategy"], batches)]
 
 
 def _speedup(frame: pd.DataFrame) -> Figure | None:
