@@ -18,7 +18,7 @@ import torch
 from specbench.config import RunConfig
 from specbench.engine.decode import Generation, generate
 from specbench.engine.sampling import Sampling
-from specbench.errors import SpecbenchError
+from specbench.errors import Interrupted, SpecbenchError
 from specbench.hardware import GpuProfile, detect_local_gpu, get_profile, load_profiles
 from specbench.measure.device_metrics import RunMetrics
 from specbench.measure.host import peak_rss_bytes
@@ -223,11 +223,12 @@ def run_benchmark(config: RunConfig, progress: Progress | None = None, resume: s
     """Measure every configured strategy against `ar` and write a run directory.
 
     With `resume`, reopen an interrupted run directory (its saved configuration wins) and measure
-    only the prompts it lacks. On KeyboardInterrupt the rows measured so far are kept and the run
-    is marked incomplete before the interrupt propagates.
+    only the prompts it lacks; a complete run is refused and left untouched. On KeyboardInterrupt
+    the rows measured so far are kept, the run is marked incomplete and `Interrupted` (a
+    KeyboardInterrupt naming the run directory) propagates.
     """
     if resume is not None:
-        run, config = RunDir.reopen(resume)
+        run, config = RunDir.resume(resume)
         bench = prepare(config)
         if run.meta.get("strategies") != [s.name for s in bench.strategies]:
             raise SpecbenchError(f"{resume}: the strategies no longer match the saved run")
@@ -240,15 +241,17 @@ def run_benchmark(config: RunConfig, progress: Progress | None = None, resume: s
         if r["strategy"] == "ar":
             previous[(r["prompt_id"], r["turn"], r["repeat"])] = r["output_ids"]
 
-    warm_up(bench)
     total = len(bench.suite.items)
     complete = False
     try:
+        warm_up(bench)
         for i, item in enumerate(bench.suite.items):
             measure_prompt(bench, item, done, previous, run.append_rows)
             if progress:
                 progress(item.id, i + 1, total)
         complete = True
+    except KeyboardInterrupt as exc:
+        raise Interrupted(run.path, "the prompts finished so far are kept; the run is marked incomplete") from exc
     finally:
         results = finish(bench, run, complete)
     return RunReport(run.path, bench.target.name, bench.suite.name, results, complete)
