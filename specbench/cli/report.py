@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -9,32 +10,39 @@ import typer
 from rich.console import Console
 
 from specbench.cli.app import app, err, out, print_table, user_errors
+from specbench.paths import check_output_file
 
 
 @app.command()
 def report(
     run_dirs: Annotated[list[Path], typer.Argument(help="One or more run directories.")],
-    by: Annotated[str, typer.Option(help="strategy or category.")] = "strategy",
+    by: Annotated[str, typer.Option(help="One row per strategy, or per strategy and category.")] = "strategy",
     fmt: Annotated[str, typer.Option("--format", help="table, markdown, csv or json.")] = "table",
-    out_file: Annotated[Optional[Path], typer.Option("--out", help="Write to this file instead of stdout.")] = None,
+    out_file: Annotated[Optional[Path], typer.Option("--out", help="Write to this file instead of stdout.", show_default="stdout")] = None,
     plots: Annotated[bool, typer.Option(help="Also write PNG plots into each run directory.")] = False,
 ) -> None:
     """Merge runs into comparison tables (and plots)."""
-    from specbench.plots import write_plots
-    from specbench.report import comparison, load_runs, render
-
     with user_errors():
+        if out_file is not None:
+            check_output_file(out_file, "--out")
+
+        from specbench.plots import write_plots
+        from specbench.report import comparison, load_runs, render
+        from specbench.results import write_atomic
+
         runs, warnings = load_runs(run_dirs)
         for warning in warnings:
             err.print(f"warning: {warning}", style="yellow", highlight=False)
         frame = comparison(runs, by=by)
         if out_file is None:
             print_table(render(frame, "markdown" if fmt == "table" and not out.is_terminal else fmt))
-        elif fmt == "table":
-            with out_file.open("w") as f:
-                Console(file=f, width=200).print(render(frame, fmt))
         else:
-            out_file.write_text(render(frame, fmt))
+            text = render(frame, fmt)
+            if not isinstance(text, str):  # a rich Table, written as a wide terminal would show it
+                console = Console(file=io.StringIO(), width=200)
+                console.print(text)
+                text = console.file.getvalue()
+            write_atomic(out_file, text)
         if plots:
             for run_ in runs:
                 for path in write_plots([run_], run_.path):

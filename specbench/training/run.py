@@ -15,7 +15,7 @@ from specbench.strategies.knobs import make_options
 from specbench.strategies.registry import definitions
 from specbench.training.distill import collect
 from specbench.training.settings import TrainSettings, partial_dir
-from specbench.training.trainer import train
+from specbench.training.trainer import save_atomic, train
 
 Progress = Callable[[str, int, int, float | None], None]  # phase, done, total, loss
 
@@ -70,7 +70,7 @@ def train_drafter(settings: TrainSettings, progress: Progress | None = None) -> 
 
         sequences = collect(target, key["prompts"], drafter.hidden_layers, settings.max_new_tokens, tick)
         settings.record()
-        torch.save({"key": key, "sequences": sequences}, cache)
+        save_atomic(cache, {"key": key, "sequences": sequences})
     steps = settings.steps
     try:
         losses = train(drafter, sequences, settings.out_dir, strategy, key["target"], steps, settings.batch_size,
@@ -79,5 +79,7 @@ def train_drafter(settings: TrainSettings, progress: Progress | None = None) -> 
     except Interrupted as exc:
         raise Interrupted(work, f"kept in {work}: the target's answers to {len(sequences)} prompts and "
                                 f"{exc.kept}") from exc
+    except KeyboardInterrupt as exc:  # before the first step
+        raise Interrupted(work, f"kept in {work}: the target's answers to {len(sequences)} prompts") from exc
     return TrainResult(Path(settings.out_dir), strategy, steps, len(sequences), losses[0],
                        sum(losses[-10:]) / len(losses[-10:]))

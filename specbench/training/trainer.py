@@ -20,7 +20,8 @@ from specbench.training.distill import DistillSequence, make_batch
 from specbench.training.settings import partial_dir
 
 
-def _save_checkpoint(path: Path, state: dict) -> None:
+def save_atomic(path: Path, state: dict) -> None:
+    """torch.save through a temporary file: an interruption never leaves a torn file."""
     tmp = path.with_suffix(".tmp")
     torch.save(state, tmp)
     os.replace(tmp, path)
@@ -68,7 +69,7 @@ def train(model: torch.nn.Module, sequences: list[DistillSequence], out_dir: Pat
             if on_step:
                 on_step(step + 1, losses[-1])
             if (step + 1) % checkpoint_every == 0 and step + 1 < steps:
-                _save_checkpoint(checkpoint, {"model": model.state_dict(), "optimizer": opt.state_dict(),
+                save_atomic(checkpoint, {"model": model.state_dict(), "optimizer": opt.state_dict(),
                                               "scheduler": sched.state_dict(), "generator": generator.get_state(),
                                               "torch_rng": torch.get_rng_state(),
                                               "step": step + 1, "losses": losses})
