@@ -149,10 +149,10 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
 def resolve(file_values: dict[str, Any], flags: dict[str, Any], saved: RunConfig | None = None) -> RunConfig:
     """Defaults, then the config file, then every flag that was given (None means not given).
 
-    With `saved`, the configuration of a run being resumed, the values start from it and any
-    file value or flag that differs from it is refused: it would change what the run measures.
+    With `saved`, the configuration of a run being resumed, that configuration is the result: a
+    file value or flag may repeat it, and one that differs is refused (it would change what the
+    run measures).
     """
-    flags = dict(flags)
     given = {k: v for k, v in flags.items() if k != "knobs" and v is not None and v != []}
     file_values = dict(file_values)
     base = asdict(saved) if saved else {}
@@ -160,10 +160,10 @@ def resolve(file_values: dict[str, Any], flags: dict[str, Any], saved: RunConfig
     for layer in (file_values.pop("knobs", {}), flags.get("knobs", {})):
         for strategy, values in layer.items():
             knobs.setdefault(strategy, {}).update(values)
-    merged = {**base, **file_values, **given}
     if saved is not None:
         _refuse_changes(saved, {**file_values, **given}, knobs)
-    return RunConfig(knobs=knobs, **merged).validate()
+        return saved.validate()
+    return RunConfig(knobs=knobs, **{**file_values, **given}).validate()
 
 
 def _same(name: str, a: Any, b: Any) -> bool:

@@ -15,8 +15,8 @@ from specbench.paths import check_output_file
 
 @app.command()
 def report(
-    run_dirs: Annotated[list[Path], typer.Argument(help="One or more run directories.")],
-    by: Annotated[str, typer.Option(help="One row per strategy, or per strategy and category.")] = "strategy",
+    run_dirs: Annotated[list[Path], typer.Argument(help="One or more run directories.", metavar="RUN_DIR")],
+    by: Annotated[str, typer.Option(help="strategy (a row per strategy) or category (a row per strategy and category).")] = "strategy",
     fmt: Annotated[str, typer.Option("--format", help="table, markdown, csv or json.")] = "table",
     out_file: Annotated[Optional[Path], typer.Option("--out", help="Write to this file instead of stdout.", show_default="stdout")] = None,
     plots: Annotated[bool, typer.Option(help="Also write PNG plots into each run directory.")] = False,
