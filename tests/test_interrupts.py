@@ -32,6 +32,19 @@ def prompts(tmp_path_factory) -> Path:
     return path
 
 
+def interrupt_on_call(n: int, real):
+    """`real`, wrapped to raise KeyboardInterrupt on its n-th call; and the list of calls so far."""
+    calls = []
+
+    def wrapper(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == n:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    return wrapper, calls
+
+
 def resume_command(stderr: str) -> list[str]:
     match = re.search(r"resume it with: (specbench run --resume \S+)", stderr)
     assert match, stderr
@@ -41,15 +54,8 @@ def resume_command(stderr: str) -> list[str]:
 def test_ctrl_c_in_run_prints_the_resume_command_that_finishes_it(tiny_model_dir, tmp_path, monkeypatch):
     import specbench.bench as bench
 
-    real, calls = bench.measure_prompt, []
-
-    def interrupted_on_the_second_prompt(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(bench, "measure_prompt", interrupted_on_the_second_prompt)
+    real = bench.measure_prompt
+    monkeypatch.setattr(bench, "measure_prompt", interrupt_on_call(2, real)[0])
     result = invoke("run", "--model", tiny_model_dir, "--strategy", "ngram", "--limit", 3, "--max-new-tokens", 4,
                     "--out", tmp_path, "--warmup", 0)
     assert result.exit_code == 130, result.output
@@ -82,14 +88,7 @@ def test_ctrl_c_in_train_keeps_the_checkpoint_and_the_same_command_resumes(tiny_
                                                                             monkeypatch):
     import specbench.training.trainer as trainer
 
-    real, calls = trainer.make_batch, []
-
-    def interrupted_at_step_56(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 56:
-            raise KeyboardInterrupt
-        return real(*args, **kwargs)
-
+    interrupted_at_step_56, calls = interrupt_on_call(56, trainer.make_batch)
     monkeypatch.setattr(trainer, "make_batch", interrupted_at_step_56)
     out = tmp_path / "eagle"
     args = ["train", "--strategy", "eagle", "--model", tiny_model_dir, "--prompts", prompts, "--limit", 4,
