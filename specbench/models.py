@@ -17,6 +17,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
 from specbench.config import DTYPE_CHOICES
+from specbench.engine.kv_cache import check_supported
 from specbench.errors import SpecbenchError
 from specbench.model_source import ASSETS as ASSETS  # re-exported: where the embedded default lives
 from specbench.model_source import DEFAULT_DIR as DEFAULT_DIR
@@ -82,6 +83,7 @@ def load_lm(name: str, device: torch.device, dtype: torch.dtype) -> torch.nn.Mod
 def load_target(name: str | None, device: torch.device, dtype: torch.dtype) -> Target:
     path = model_path(name)
     model = load_lm(path, device, dtype)
+    check_supported(model.config)
     try:
         with quiet_loading():
             tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
