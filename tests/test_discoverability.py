@@ -48,8 +48,10 @@ def test_python_dash_m_specbench():
     assert done.returncode == 0 and done.stdout.startswith("specbench "), done.stderr
 
 
-def test_progress_bar_shows_the_time_remaining():
-    assert any(isinstance(column, TimeRemainingColumn) for column in progress_bar().columns)
+def test_progress_bar_shows_the_time_remaining_and_nothing_off_a_terminal():
+    bar = progress_bar()
+    assert any(isinstance(column, TimeRemainingColumn) for column in bar.columns)
+    assert bar.disable  # stderr is not a terminal here: no bar, and no blank line where it was
 
 
 def test_loading_a_model_prints_nothing(tiny_model_dir, capfd):

@@ -84,6 +84,26 @@ def test_ctrl_c_while_loading_writes_nothing(tiny_model_dir, tmp_path, monkeypat
     assert list(tmp_path.iterdir()) == []
 
 
+def test_ctrl_c_while_resuming_says_the_run_is_unchanged(tiny_model_dir, tmp_path, monkeypatch):
+    import specbench.bench as bench
+
+    result = invoke("run", "--model", tiny_model_dir, "--strategy", "ngram", "--limit", 1, "--max-new-tokens", 2,
+                    "--out", tmp_path, "--warmup", 0, "--json")
+    run_dir = Path(json.loads(result.stdout)["run_dir"])
+    meta = json.loads((run_dir / "run.json").read_text())
+    (run_dir / "run.json").write_text(json.dumps({**meta, "status": "incomplete"}))
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir()}
+
+    def interrupted(config):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench, "prepare", interrupted)
+    result = invoke("run", "--resume", run_dir)
+    assert result.exit_code == 130
+    assert f"anything new was measured; resume it with: specbench run --resume {run_dir}" in result.stderr
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir()} == before
+
+
 def test_ctrl_c_in_train_keeps_the_checkpoint_and_the_same_command_resumes(tiny_model_dir, prompts, tmp_path,
                                                                             monkeypatch):
     import specbench.training.trainer as trainer

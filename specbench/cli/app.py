@@ -68,9 +68,11 @@ def user_errors() -> Iterator[None]:
 
 
 @contextmanager
-def interruptible(how_to_resume: Callable[[Interrupted], str]) -> Iterator[None]:
+def interruptible(how_to_resume: Callable[[Interrupted], str],
+                  before: str | None = None) -> Iterator[None]:
     """Ctrl-C and SIGTERM: say what was kept and how to carry on, then exit 130 (143 after SIGTERM).
 
+    `before` replaces the line for an interrupt that comes before any work was kept (while loading).
     SIGTERM would otherwise end the process silently, losing what an interrupt keeps.
     """
     received: list[int] = []
@@ -86,7 +88,7 @@ def interruptible(how_to_resume: Callable[[Interrupted], str]) -> Iterator[None]
         err.print(f"interrupted: {exc.kept}; {how_to_resume(exc)}", highlight=False, soft_wrap=True)
         raise typer.Exit(143 if received else 130) from None
     except KeyboardInterrupt:
-        err.print("interrupted before anything was kept", highlight=False)
+        err.print(before or "interrupted before anything was kept", highlight=False, soft_wrap=True)
         raise typer.Exit(143 if received else 130) from None
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -68,7 +68,11 @@ def run(
         from specbench.measure.lossless import mismatch_detail
         from specbench.report import comparison, load_runs, render
 
-        with interruptible(lambda stop: f"resume it with: specbench run --resume {shlex.quote(str(stop.path))}"), \
+        def how_to_resume(run_dir: Path) -> str:
+            return f"resume it with: specbench run --resume {shlex.quote(str(run_dir))}"
+
+        before = f"interrupted before anything new was measured; {how_to_resume(resume)}" if resume else None
+        with interruptible(lambda stop: how_to_resume(stop.path), before), \
                 progress_bar() as bar:
             task = bar.add_task("prompts", total=None, detail="loading models")
 
