@@ -80,7 +80,7 @@ def test_ctrl_c_while_loading_writes_nothing(tiny_model_dir, tmp_path, monkeypat
     monkeypatch.setattr(bench, "prepare", interrupted)
     result = invoke("run", "--model", tiny_model_dir, "--strategy", "ngram", "--limit", 1, "--out", tmp_path)
     assert result.exit_code == 130
-    assert "interrupted before anything was kept" in result.stderr
+    assert "interrupted before anything was measured" in result.stderr
     assert list(tmp_path.iterdir()) == []
 
 

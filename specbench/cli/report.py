@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from specbench.cli.app import app, err, out, print_table, user_errors
+from specbench.cli.app import app, err, print_report, table_format, user_errors
 from specbench.paths import check_output_file
 
 
@@ -18,6 +18,7 @@ def report(
     run_dirs: Annotated[list[Path], typer.Argument(help="One or more run directories.", metavar="RUN_DIR")],
     by: Annotated[str, typer.Option(help="strategy (a row per strategy) or category (a row per strategy and category).")] = "strategy",
     fmt: Annotated[str, typer.Option("--format", help="table, markdown, csv or json.")] = "table",
+    wide: Annotated[bool, typer.Option(help="Every column: time shares, memory, cost model, projection, NVML.")] = False,
     out_file: Annotated[Optional[Path], typer.Option("--out", help="Write to this file instead of stdout.", show_default="stdout")] = None,
     plots: Annotated[bool, typer.Option(help="Also write PNG plots into each run directory.")] = False,
 ) -> None:
@@ -27,22 +28,18 @@ def report(
             check_output_file(out_file, "--out")
 
         from specbench.plots import write_plots
-        from specbench.report import comparison, load_runs, render
+        from specbench.report import load_runs
         from specbench.results import write_atomic
 
         runs, warnings = load_runs(run_dirs)
         for warning in warnings:
             err.print(f"warning: {warning}", style="yellow", highlight=False)
-        frame = comparison(runs, by=by)
         if out_file is None:
-            print_table(render(frame, "markdown" if fmt == "table" and not out.is_terminal else fmt))
+            print_report(runs, table_format(fmt), wide, by)
         else:
-            text = render(frame, fmt)
-            if not isinstance(text, str):  # a rich Table, written as a wide terminal would show it
-                console = Console(file=io.StringIO(), width=200)
-                console.print(text)
-                text = console.file.getvalue()
-            write_atomic(out_file, text)
+            text = io.StringIO()
+            print_report(runs, fmt, wide, by, Console(file=text, width=120, no_color=True))
+            write_atomic(out_file, text.getvalue())
         if plots:
             for run_ in runs:
                 for path in write_plots([run_], run_.path):

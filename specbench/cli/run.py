@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shlex
 import sys
 from pathlib import Path
@@ -10,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from specbench.cli.app import app, err, interruptible, out, print_table, progress_bar, split_list, user_errors
+from specbench.cli.app import app, err, interruptible, print_report, progress_bar, split_list, table_format, user_errors
 from specbench.config import DEVICE_CHOICES, DTYPE_CHOICES, RunConfig, load_config_file, resolve
 from specbench.results import RunDir
 from specbench.strategies.controllers import CONTROLLERS
@@ -33,7 +32,7 @@ def run(
     strategy: Annotated[Optional[list[str]], typer.Option("--strategy", "-s", help=f"Strategy: ngram, draft, eagle+dflash, ... (repeatable or comma list); `default` is {', '.join(DEFAULT_STRATEGIES)}; `all` every drafter and {len(COMBINATIONS)} combinations.", show_default=default("strategies"))] = None,
     suite: Annotated[Optional[str], typer.Option(help="Built-in suite name or a suite file.", show_default=default("suite"))] = None,
     categories: Annotated[Optional[list[str]], typer.Option("--categories", "--category", help="Only these categories (repeatable or comma list).", show_default="all")] = None,
-    limit: Annotated[Optional[int], typer.Option(help="At most N prompts, spread over the categories.", show_default=default("limit", "all prompts"))] = None,
+    limit: Annotated[Optional[int], typer.Option(help="At most N prompts, spread over the categories (0: the whole suite).", show_default=default("limit", "the whole suite"))] = None,
     max_new_tokens: Annotated[Optional[int], typer.Option(help="New tokens per answer.", show_default=default("max_new_tokens"))] = None,
     temperature: Annotated[Optional[float], typer.Option(help="Sampling temperature; 0 = greedy (the lossless check runs).", show_default=default("temperature"))] = None,
     top_p: Annotated[Optional[float], typer.Option(help="Nucleus sampling: keep the smallest token set with this much probability (1 = off).", show_default=default("top_p"))] = None,
@@ -50,6 +49,8 @@ def run(
     out_dir: Annotated[Optional[str], typer.Option("--out", help="Results directory; the run goes to OUT/runs/.", show_default=default("out"))] = None,
     config: Annotated[Optional[Path], typer.Option(help="TOML config file; flags override it.", show_default="none")] = None,
     resume: Annotated[Optional[Path], typer.Option(help="Finish an interrupted run directory with its saved configuration.", show_default="none")] = None,
+    cost_model: Annotated[Optional[bool], typer.Option("--cost-model/--no-cost-model", help="Time the forwards the cost model predicts from (first run only; stored in results/costs/).", show_default=default("cost_model"))] = None,
+    wide: Annotated[bool, typer.Option(help="Every column: time shares, memory, cost model, projection, NVML.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")] = False,
 ) -> None:
     """Run strategies against plain autoregressive decoding on a prompt suite."""
@@ -59,19 +60,21 @@ def run(
                      suite=suite, categories=split_list(categories), limit=limit, max_new_tokens=max_new_tokens,
                      temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, dtype=dtype, device=device,
                      warmup=warmup, repeats=repeats, controller=controller, gpu=gpu, out=out_dir,
-                     profiles=str(profiles) if profiles else None,
+                     profiles=str(profiles) if profiles else None, cost_model=cost_model,
                      knobs=parse_sets(set_ or []))
         saved = RunDir.resume(resume)[1] if resume else None
         cfg = resolve(load_config_file(config) if config else {}, flags, saved)
 
         from specbench.bench import run_benchmark
         from specbench.measure.lossless import mismatch_detail
-        from specbench.report import comparison, load_runs, render
+        from specbench.report import load_runs
+        from specbench.strict_json import dumps
 
         def how_to_resume(run_dir: Path) -> str:
             return f"resume it with: specbench run --resume {shlex.quote(str(run_dir))}"
 
-        before = f"interrupted before anything new was measured; {how_to_resume(resume)}" if resume else None
+        before = (f"interrupted before anything new was measured; {how_to_resume(resume)}" if resume else
+                  "interrupted before anything was measured")
         with interruptible(lambda stop: how_to_resume(stop.path), before), \
                 progress_bar() as bar:
             task = bar.add_task("prompts", total=None, detail="loading models")
@@ -79,12 +82,17 @@ def run(
             def advance(prompt_id: str, done: int, total: int) -> None:
                 bar.update(task, completed=done, total=total, detail=prompt_id)
 
-            report = run_benchmark(cfg, advance, resume)
+            def estimate(seconds: float, prompts: int, strategies: int) -> None:
+                bar.update(task, total=prompts, detail="timing the cost model's forwards" if cfg.cost_model else "")
+                err.print(f"measuring {prompts} prompts x {strategies} strategies (ar included): about "
+                          f"{seconds:.0f} s, estimated from the warm-up", highlight=False)
+
+            report = run_benchmark(cfg, advance, resume, estimate)
         if as_json:
-            sys.stdout.write(json.dumps(report.as_json(), indent=2, default=float) + "\n")
+            sys.stdout.write(dumps(report.as_json(), indent=2) + "\n")
             return
         runs, _ = load_runs([report.run_dir])
-        print_table(render(comparison(runs), "table" if out.is_terminal else "markdown"))
+        print_report(runs, table_format("table"), wide)
         if cfg.temperature == 0:
             for r in report.results:
                 if r["mismatches"]:
