@@ -133,7 +133,8 @@ class RunDir:
         values = _read_object(path, "config.json")
         unknown = sorted(set(values) - FIELDS)
         if unknown:
-            raise SpecbenchError(f"{path / 'config.json'} is damaged: unknown key(s) {', '.join(unknown)}")
+            raise SpecbenchError(f"{path / 'config.json'} is damaged: unknown key(s) {', '.join(unknown)} "
+                                 "(or written by another specbench version)")
         return cls(path), RunConfig(**values).validate(where=str(path / "config.json"))
 
     @classmethod
