@@ -41,7 +41,7 @@ from specbench.strategies.spec import parse_strategies
 from specbench.suites import Suite, SuiteItem, load_suite, select
 
 Progress = Callable[[str, int, int], None]  # what, done, total
-Estimate = Callable[[dict[str, Any]], None]  # after the warm-up: seconds, prompts, strategies, load, cpus, busy
+Estimate = Callable[[dict[str, Any]], None]  # after the warm-up: the plan (seconds, prompts, strategies, ...)
 
 VERIFY_MARGIN = 64  # positions a verified draft may add beyond prompt + answer
 
@@ -315,7 +315,8 @@ def run_benchmark(config: RunConfig, progress: Progress | None = None, resume: s
     if on_estimate:
         generations = sum(len(item.turns) for item in todo) * config.repeats
         on_estimate({"seconds": per_prompt * generations, "prompts": len(todo), "strategies": len(bench.strategies),
-                     "load": noise.load_before, "cpus": noise.cpus, "busy": noise.busy_before()})
+                     "load": noise.load_before, "cpus": noise.cpus, "busy": noise.busy_before(),
+                     "skipped": list(bench.skipped), "context": context_limit(bench.target)})
     costs = cost_inputs(bench) if config.cost_model else None
     noise.restart()
     complete = False

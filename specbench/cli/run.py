@@ -86,6 +86,9 @@ def run(
                 bar.update(task, total=plan["prompts"], detail="timing forwards for the cost model" if cfg.cost_model else "")
                 err.print(f"measuring {plan['prompts']} prompts x {plan['strategies']} strategies (ar included): "
                           f"about {plan['seconds']:.0f} s, estimated from the warm-up", highlight=False)
+                if plan["skipped"]:
+                    err.print(f"warning: {len(plan['skipped'])} prompt(s) skipped: with the answer they would not fit "
+                              f"the model's context of {plan['context']} tokens", style="yellow", highlight=False)
                 if plan["busy"]:
                     err.print(f"warning: the machine is busy before the run (load {plan['load']:.1f} on "
                               f"{plan['cpus']} CPUs): timings will be noisy", style="yellow", highlight=False)
