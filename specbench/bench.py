@@ -25,7 +25,7 @@ from specbench.engine.batch import BatchGeneration, drafter_copies, generate_bat
 from specbench.engine.decode import Generation, generate
 from specbench.engine.protocol import Controller
 from specbench.engine.sampling import Sampling, seeded
-from specbench.errors import SpecbenchError
+from specbench.errors import Interrupted, SpecbenchError
 from specbench.hardware import GpuProfile, detect_local_gpu, get_profile, load_profiles
 from specbench.load_axis import load_axis
 from specbench.measure.cost_table import CostTable, load_table
@@ -48,7 +48,7 @@ from specbench.strategies.spec import parse_strategies, parse_strategy
 from specbench.suites import Suite, SuiteItem, load_suite, select
 
 Progress = Callable[[str, int, int], None]  # what, done, total
-Estimate = Callable[[float, int, int], None]  # estimated seconds, prompts, strategies: after the warm-up
+Estimate = Callable[[dict[str, Any]], None]  # after the warm-up: the plan (seconds, prompts, strategies, ...)
 
 VERIFY_MARGIN = 64  # positions a verified draft may add beyond prompt + answer
 BATCHED_VERIFY_LENGTHS = (1, 2, 4, 8, 12, 16)  # the chains' verify blocks: the engine pads them to the longest draft
@@ -431,12 +431,13 @@ def run_benchmark(config: RunConfig, progress: Progress | None = None, resume: s
     """Measure every configured strategy against `ar` and write a run directory.
 
     With `resume`, reopen an interrupted run directory (its saved configuration wins) and measure
-    only the prompts it lacks. On KeyboardInterrupt the rows measured so far are kept and the run
-    is marked incomplete before the interrupt propagates. `on_estimate` hears, after the warm-up,
-    how long the measured part should take.
+    only the prompts it lacks; a complete run is refused and left untouched. On KeyboardInterrupt
+    while prompts are measured, the rows measured so far are kept, the run is marked incomplete
+    and `Interrupted` (a KeyboardInterrupt naming the run directory) propagates. `on_estimate`
+    hears, after the warm-up, how long the measured part should take.
     """
     if resume is not None:
-        run, config = RunDir.reopen(resume)
+        run, config = RunDir.resume(resume)
         bench = prepare(config)
         if run.meta.get("strategies") != [s.name for s in bench.strategies]:
             raise SpecbenchError(f"{resume}: the strategies no longer match the saved run")
@@ -449,15 +450,19 @@ def run_benchmark(config: RunConfig, progress: Progress | None = None, resume: s
         if r["strategy"] == "ar":
             previous.setdefault((r["prompt_id"], r["turn"], r["repeat"]), r["output_ids"])
 
+    noise = NoiseMonitor()  # the load before this run adds its own
     per_prompt = warm_up(bench)
     todo = [(b, item) for b in bench.batch_sizes for item in bench.suite.items
             if any((item.id, turn, r, b) not in done for turn in range(len(item.turns)) for r in range(config.repeats))]
     if on_estimate:
         prompts = {item.id: item for _, item in todo}.values()
-        on_estimate(per_prompt * sum(len(item.turns) for item in prompts) * config.repeats, len(prompts),
-                    len(bench.strategies))
+        generations = sum(len(item.turns) for item in prompts) * config.repeats
+        on_estimate({"seconds": per_prompt * generations, "prompts": len(prompts), "strategies": len(bench.strategies),
+                     "load": noise.load_before, "cpus": noise.cpus, "busy": noise.busy_before(),
+                     "skipped": list(bench.skipped), "context": context_limit(bench.target)})
     costs = cost_inputs(bench) if config.cost_model else None
-    noise, complete = NoiseMonitor(), False
+    noise.restart()
+    complete = False
     try:
         finished = 0
         for batch_size in bench.batch_sizes:
@@ -474,6 +479,8 @@ def run_benchmark(config: RunConfig, progress: Progress | None = None, resume: s
                 if progress:
                     progress(f"batch size {batch_size}: {batch[-1].id}", finished, len(todo))
         complete = True
+    except KeyboardInterrupt as exc:
+        raise Interrupted(run.path, "the prompts finished so far are kept; the run is marked incomplete") from exc
     finally:
         results, extra = finish(bench, run, complete, noise, costs)
     return RunReport(run.path, bench.target.name, bench.suite.name, results, complete, extra)
