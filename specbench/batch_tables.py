@@ -47,9 +47,8 @@ def render_frame(df: pd.DataFrame, title: str, markdown: bool) -> str | Table:
     """A rich table, or a Markdown table under a heading line when the output is piped."""
     cells = [[_text(v) for v in row] for row in df.itertuples(index=False)]
     if markdown:
-        lines = [f"{title}", "", "| " + " | ".join(map(str, df.columns)) + " |",
-                 "|" + "|".join("---" for _ in df.columns) + "|"]
-        return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in cells]) + "\n\n"
+        text = pd.DataFrame(cells, columns=[str(c) for c in df.columns]).to_markdown(index=False, disable_numparse=True)
+        return f"{title}\n\n{text}\n\n"
     table = Table(title=title)
     for i, column in enumerate(df.columns):
         table.add_column(str(column), justify="left" if df[column].dtype == object else "right", no_wrap=i == 0)
@@ -69,17 +68,16 @@ def batch_frames(summary: list[dict[str, Any]], load: dict[str, Any]) -> dict[st
     modelled = {(p["strategy"], p["batch_size"]): p["modelled_speedup"] for p in load.get("points", [])}
     strategies = list(dict.fromkeys(r["strategy"] for r in summary if r["strategy"] != BASELINE))
     sizes = sorted({b for _, b in measured} | {b for _, b in modelled})
-    frames = {}
-    if len(sizes) > 1:
-        speedup = pd.DataFrame([{"strategy": s, **{f"B={b}": _cell(measured.get((s, b)), modelled.get((s, b)))
-                                                   for b in sizes}} for s in strategies])
-        frames["speedup over batched ar by batch size: measured (modelled from the cost table)"] = speedup
-        measured_sizes = sorted({b for _, b in measured})
-        if len(measured_sizes) > 1:
-            names = [BASELINE, *strategies]
-            frames["tokens/s of the whole batch (measured)"] = pd.DataFrame(
-                [{"strategy": s, **{f"B={b}": measured[(s, b)]["tokens_per_s"] if (s, b) in measured else None
-                                    for b in measured_sizes}} for s in names])
+    if len(sizes) < 2:  # no load axis: one batch size measured, none other in the cost table
+        return {}
+    frames = {"speedup over batched ar by batch size: measured (modelled from the cost table)": pd.DataFrame(
+        [{"strategy": s, **{f"B={b}": _cell(measured.get((s, b)), modelled.get((s, b))) for b in sizes}}
+         for s in strategies])}
+    measured_sizes = sorted({b for _, b in measured})
+    if len(measured_sizes) > 1:
+        frames["tokens/s of the whole batch (measured)"] = pd.DataFrame(
+            [{"strategy": s, **{f"B={b}": measured[(s, b)]["tokens_per_s"] if (s, b) in measured else None
+                                for b in measured_sizes}} for s in [BASELINE, *strategies]])
     stops = load.get("stops_paying", {})
     if stops:
         frames["where speculation stops paying (first batch size below 1x)"] = pd.DataFrame(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -35,6 +34,7 @@ def costs(
     from specbench.batch_tables import cost_frames, render_frame
     from specbench.measure.costs import BATCH_GRID, measure_target_costs
     from specbench.models import load_target, resolve_device, resolve_dtype
+    from specbench.strict_json import dumps
 
     with user_errors():
         grid = replace(BATCH_GRID, **{k: v for k, v in {
@@ -55,7 +55,7 @@ def costs(
 
             table, path = measure_target_costs(target, list(drafter or []), out_dir, grid, split_list(strategy), advance)
     if as_json:
-        sys.stdout.write(json.dumps({"path": str(path), **table.as_json()}, indent=2) + "\n")
+        sys.stdout.write(dumps({"path": str(path), **table.as_json()}, indent=2) + "\n")
         return
     for title, frame in cost_frames(table).items():
         print_table(render_frame(frame, title, markdown=not out.is_terminal))

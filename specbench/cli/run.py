@@ -135,8 +135,9 @@ def run(
         if cfg.temperature == 0:
             for r in report.results:
                 if r["mismatches"]:
-                    err.print(f"LOSSLESS CHECK FAILED: {r['strategy']} at batch size {r['batch_size']}: "
-                              f"{r['mismatches']} of {r['prompts']} greedy outputs differ from ar"
+                    at = f" at batch size {r['batch_size']}" if r["batch_size"] > 1 else ""
+                    err.print(f"LOSSLESS CHECK FAILED: {r['strategy']}{at}: {r['mismatches']} of {r['prompts']} "
+                              "greedy outputs differ from ar"
                               + mismatch_detail(r["first_divergence"], r["divergence_margin"]),
                               style="bold red", highlight=False, soft_wrap=True)
         err.print(f"results: {report.run_dir}", highlight=False)
