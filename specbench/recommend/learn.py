@@ -6,7 +6,8 @@ prompt and output length) and as label the strategy that was fastest on that pro
 included: when nothing beats it, it wins). A strategy whose greedy output differed from `ar` is
 left out of the race. The tree (scikit-learn) is only fitted when the evidence can carry it:
 enough prompts, more than one winner, and held-out accuracy above always answering the most
-common winner; otherwise the report says which test failed instead of drawing noise.
+common winner by a one-sided binomial test at 5%; otherwise the report says which test failed
+instead of drawing noise.
 
 Written under results/decision_tree/: learned.txt (scikit-learn's text export), learned.md (the
 leaves, each beside what the prior says for its prompts, and the prior's rules one by one with
@@ -23,6 +24,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy.stats import binomtest
 
 from specbench.hardware import GpuProfile
 from specbench.measure.stats import BASELINE
@@ -36,7 +38,7 @@ NUMERIC_FEATURES = ("gpu_bandwidth_gbs", "gpu_memory_gb", "pcie_gen", "temperatu
 RECORDED_SIGNALS = {"task", "pcie_gen", "batch_size", None}
 """Prior signals the runs record (the fallback reads none); the others cannot be checked against them."""
 MIN_EXAMPLES = 30
-MIN_GAIN = 0.02  # held-out accuracy the tree must add over always answering the most common winner
+MAX_P = 0.05  # the tree's held-out accuracy must beat always answering the most common winner at this level
 FOLDS = 5
 
 
@@ -115,7 +117,7 @@ def _design(frame: pd.DataFrame) -> pd.DataFrame:
 def _refusal(frame: pd.DataFrame, design: pd.DataFrame) -> tuple[str | None, float | None, float | None]:
     """Why the evidence cannot carry a tree (None when it can), and the held-out accuracies."""
     from sklearn.dummy import DummyClassifier
-    from sklearn.model_selection import KFold, cross_val_score
+    from sklearn.model_selection import KFold, cross_val_predict, cross_val_score
 
     n = len(frame)
     if n < MIN_EXAMPLES:
@@ -126,13 +128,17 @@ def _refusal(frame: pd.DataFrame, design: pd.DataFrame) -> tuple[str | None, flo
     if (design.nunique() <= 1).all():
         return f"too little evidence: all {n} prompts share one workload, nothing to split on", None, None
     folds = KFold(FOLDS, shuffle=True, random_state=0)
-    tree = cross_val_score(_tree(n), design, frame["winner"], cv=folds).mean()
-    majority = cross_val_score(DummyClassifier(strategy="most_frequent"), design, frame["winner"], cv=folds).mean()
-    if tree < majority + MIN_GAIN:
-        return (f"too little evidence: on held-out prompts the tree picks the winner {tree:.0%} of the time, "
-                f"always answering {winners.index[0]} {majority:.0%}: the differences it would draw are noise",
-                float(tree), float(majority))
-    return None, float(tree), float(majority)
+    held_out = cross_val_predict(_tree(n), design, frame["winner"], cv=folds)
+    correct = int((held_out == frame["winner"].to_numpy()).sum())
+    majority = float(cross_val_score(DummyClassifier(strategy="most_frequent"), design, frame["winner"],
+                                     cv=folds).mean())
+    p_value = binomtest(correct, n, min(majority, 1 - 1e-9), alternative="greater").pvalue
+    accuracy = correct / n
+    if p_value >= MAX_P:
+        return (f"too little evidence: on held-out prompts the tree picks the winner {accuracy:.0%} of the time, "
+                f"not significantly above always answering {winners.index[0]} ({majority:.0%}; p = {p_value:.2f})",
+                accuracy, majority)
+    return None, accuracy, majority
 
 
 def _tree(n: int):

@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from specbench.errors import SpecbenchError
+from specbench.measure.stats import BASELINE
 from specbench.recommend.evidence import Evidence, StrategyConfig, candidates_for, load_evidence
 from specbench.recommend.prior import PriorOutcome, Step, evaluate
 from specbench.recommend.rank import Assessed, rank, speedup_text, why_lost
@@ -112,6 +114,10 @@ def recommend(workload: Workload, results: Path = Path("results"), evidence: Evi
                  f"{len(matched)} of {len(evidence)} runs and studies" if len(evidence) else "no results",
                  f"{len(ranking)} strategies" if ranking else "none: the prior decides")
     usable = [a for a in ranking if a.excluded is None]
+    baseline = next((a for a in ranking if a.candidate.strategy == BASELINE), None)
+    if baseline is not None and baseline.excluded:
+        raise SpecbenchError(f"nothing fits on {workload.gpu.name}: even plain decoding {baseline.excluded} "
+                             f"({', '.join(baseline.candidate.rests_on)})")
     if not usable:
         if ranking:
             found = Step(found.node, found.question, found.answer, "none usable: the prior decides")
