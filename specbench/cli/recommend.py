@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from specbench.cli.app import app, err, out, print_table, user_errors
+from specbench.cli.app import app, err, out, user_errors
 
 
 @app.command()
@@ -46,6 +45,7 @@ def recommend(
         rich_tree,
         summary_lines,
     )
+    from specbench.strict_json import dumps
 
     with user_errors():
         if results is not None and not results.is_dir():
@@ -58,15 +58,24 @@ def recommend(
         report = fit_tree(evidence, load_profiles(profiles), results_dir / "decision_tree") if learn else None
     if as_json:
         data = rec.as_json() | ({"learned": report.as_json()} if report else {})
-        sys.stdout.write(json.dumps(data, indent=2, allow_nan=False, default=str) + "\n")
+        sys.stdout.write(dumps(data, indent=2) + "\n")
         return
+    terminal = out.is_terminal
     for line in summary_lines(rec):
         out.print(line, highlight=False, markup=False, soft_wrap=True)
-    print_table(alternatives_table(rec, markdown=not out.is_terminal))
+    _emit(alternatives_table(rec, markdown=not terminal))
     if explain:
         nodes = explain_nodes(rec)
-        print_table(rich_tree(nodes) if out.is_terminal else plain_tree(nodes))
+        _emit(rich_tree(nodes) if terminal else plain_tree(nodes))
     for line in learn_lines(report) if report else []:
         out.print(line, highlight=False, markup=False, soft_wrap=True)
     for skipped in rec.skipped:
         err.print(f"warning: skipped unreadable {skipped}", style="yellow", highlight=False, markup=False)
+
+
+def _emit(rendered) -> None:
+    """A rich renderable on a terminal; plain text as it is when piped."""
+    if isinstance(rendered, str):
+        sys.stdout.write(rendered)
+    else:
+        out.print(rendered)

@@ -94,7 +94,7 @@ def examples(evidence: Evidence, profiles: dict[str, GpuProfile]) -> tuple[pd.Da
             notes.append(f"{record.path}: measured on an unprofiled device, left out")
             continue
         gpu = profiles[record.device]
-        rows = record.rows[~record.rows["mismatch"].astype(bool)] if len(record.rows) else record.rows
+        rows = record.rows[~record.rows["mismatch"].fillna(False).astype(bool)] if len(record.rows) else record.rows
         for _key, group in rows.groupby(["prompt_id", "turn", "repeat"], sort=False):
             ar = group[group["strategy"] == BASELINE]
             if ar.empty or group["speedup"].isna().all():
