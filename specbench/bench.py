@@ -41,7 +41,7 @@ from specbench.strategies.spec import parse_strategies
 from specbench.suites import Suite, SuiteItem, load_suite, select
 
 Progress = Callable[[str, int, int], None]  # what, done, total
-Estimate = Callable[[float, int, int], None]  # estimated seconds, prompts, strategies: after the warm-up
+Estimate = Callable[[dict[str, Any]], None]  # after the warm-up: seconds, prompts, strategies, load, cpus, busy
 
 VERIFY_MARGIN = 64  # positions a verified draft may add beyond prompt + answer
 
@@ -307,14 +307,17 @@ def run_benchmark(config: RunConfig, progress: Progress | None = None, resume: s
         if r["strategy"] == "ar":
             previous[(r["prompt_id"], r["turn"], r["repeat"])] = r["output_ids"]
 
+    noise = NoiseMonitor()  # the load before this run adds its own
     per_prompt = warm_up(bench)
     todo = [item for item in bench.suite.items
             if any((item.id, turn, r) not in done for turn in range(len(item.turns)) for r in range(config.repeats))]
     if on_estimate:
         generations = sum(len(item.turns) for item in todo) * config.repeats
-        on_estimate(per_prompt * generations, len(todo), len(bench.strategies))
+        on_estimate({"seconds": per_prompt * generations, "prompts": len(todo), "strategies": len(bench.strategies),
+                     "load": noise.load_before, "cpus": noise.cpus, "busy": noise.busy_before()})
     costs = cost_inputs(bench) if config.cost_model else None
-    noise, complete = NoiseMonitor(), False
+    noise.restart()
+    complete = False
     try:
         for i, item in enumerate(todo):
             if not measure_prompt(bench, item, done, previous, run.append_rows):

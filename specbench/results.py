@@ -140,4 +140,6 @@ class RunDir:
         write_atomic(self.path / "summary.md", table.to_markdown(index=False, floatfmt=".3g") + "\n")
         meta = self.meta
         meta.update(status="complete" if complete else "incomplete", finished=_now())
+        if "noise" in extra:
+            meta["noise"] = {k: extra["noise"][k] for k in ("noisy", "reasons", "advice")}
         write_json(self.path / "run.json", meta)

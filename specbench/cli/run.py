@@ -61,10 +61,13 @@ def run(
             def advance(prompt_id: str, done: int, total: int) -> None:
                 bar.update(task, completed=done, total=total, detail=prompt_id)
 
-            def estimate(seconds: float, prompts: int, strategies: int) -> None:
-                bar.update(task, total=prompts, detail="timing the cost model's forwards" if cfg.cost_model else "")
-                err.print(f"measuring {prompts} prompts x {strategies} strategies (ar included): about "
-                          f"{seconds:.0f} s, estimated from the warm-up", highlight=False)
+            def estimate(plan: dict) -> None:
+                bar.update(task, total=plan["prompts"], detail="timing forwards for the cost model" if cfg.cost_model else "")
+                err.print(f"measuring {plan['prompts']} prompts x {plan['strategies']} strategies (ar included): "
+                          f"about {plan['seconds']:.0f} s, estimated from the warm-up", highlight=False)
+                if plan["busy"]:
+                    err.print(f"warning: the machine is busy before the run (load {plan['load']:.1f} on "
+                              f"{plan['cpus']} CPUs): timings will be noisy", style="yellow", highlight=False)
 
             try:
                 report = run_benchmark(cfg, advance, resume, estimate)

@@ -48,14 +48,22 @@ class NoiseMonitor:
 
     def __init__(self) -> None:
         self.load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+        self.cpus = psutil.cpu_count() or 1
         self.samples = [sample()]
+
+    def restart(self) -> None:
+        """Measure from now (the measured prompts), keeping the load seen before the run."""
+        self.samples = [sample()]
+
+    def busy_before(self) -> bool:
+        return self.load_before is not None and self.load_before > 0.5 * self.cpus
 
     def tick(self) -> None:
         self.samples.append(sample())
 
     def summary(self, rows: pd.DataFrame) -> dict[str, Any]:
         first, last = self.samples[0], self.samples[-1]
-        cpus = psutil.cpu_count() or 1
+        cpus = self.cpus
         capacity = max(last.wall - first.wall, 1e-9) * cpus
         others = max(0.0, (last.busy - first.busy) - (last.own - first.own)) / capacity
         steal = (last.steal - first.steal) / capacity
