@@ -149,12 +149,23 @@ def test_the_source_follows_the_evidence(tmp_path):
     assert rec.source == "prior" and all("temperature 0, not 0.7" in note for note in rec.unmatched)
 
 
+def test_evidence_matches_the_batch_size(tmp_path):
+    write_run(tmp_path, "b1", {"dspark": 2.0})
+    b16 = write_run(tmp_path, "b16", {"dspark": 0.8, "ngram": 1.1}, batch_size=16)
+    assert recommend(make_workload("cpu"), tmp_path).strategy == "dspark"
+    rec = recommend(make_workload("cpu", batch_size=16), tmp_path)
+    assert (rec.strategy, rec.rests_on) == ("ngram", (str(b16),))
+    rec = recommend(make_workload("cpu", batch_size=8), tmp_path)  # cpu: compute-bound from 5 tokens a forward
+    assert (rec.strategy, rec.source) == ("ar", "prior") and any("batch size 1, not 8" in n for n in rec.unmatched)
+
+
 def _study(root, name, strategy, speedup, **meta):
     tuned = root / "tuned"
     tuned.mkdir(exist_ok=True)
     (tuned / f"{name}.toml").write_text(f'strategy = ["{strategy}"]\nmax_new_tokens = 64\n'
                                         f'[knobs.{strategy}]\nblock_size = 5\n')
     data = {"study": name, "strategy": strategy, "model": "default", "gpu": None, "projected": False,
+            "best_params": {f"{strategy}.block_size": 5}, "toml": f"results/tuned/{name}.toml",
             "tuning": {"speedup": speedup + 0.3, "speedup_ci": [speedup, speedup + 0.6]},
             "holdout": {"tuned": {"speedup": speedup, "speedup_ci": [speedup - 0.1, speedup + 0.1]},
                         "defaults": {"speedup": 1.5, "speedup_ci": [1.4, 1.6]}},
@@ -176,6 +187,11 @@ def test_a_tuned_study_brings_its_configuration_and_held_out_speedup(tmp_path, m
     _study(tmp_path, "dflash-h200", "dflash", 3.0, gpu="h200", projected=True)
     rec = recommend(make_workload("h200"), tmp_path)
     assert (rec.strategy, rec.source) == ("dflash", "projected")
+
+    _study(tmp_path, "eagle-h200", "eagle", 4.0, gpu="h200", projected=True, best_params=None, toml=None,
+           note="no configuration fits h200's memory")
+    rec = recommend(make_workload("h200"), tmp_path)
+    assert rec.strategy == "dflash" and any("eagle-h200.json: no configuration fits" in n for n in rec.unmatched)
 
 
 def test_what_does_not_fit_or_breaks_a_rule_is_not_recommended(tmp_path):

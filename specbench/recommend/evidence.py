@@ -87,8 +87,7 @@ class RunRecord:
     device: str | None  # the GPU profile it ran on ("cpu" without a GPU); None when no profile matches
     model: str
     temperature: float
-    batch_size: int
-    rows: pd.DataFrame  # with the paired speedup recomputed
+    rows: pd.DataFrame  # with their paired speedup and batch size (the run's, 1 before batched runs)
 
     @property
     def path(self) -> str:
@@ -97,11 +96,12 @@ class RunRecord:
 
 @dataclass
 class Study:
-    """A tuned configuration: results/tuned/<study>.json and the run config beside it."""
+    """A tuned configuration: results/tuned/<study>.json and the run config beside it (None when the
+    study found no best configuration)."""
 
     path: Path
     meta: dict[str, Any]
-    config: StrategyConfig
+    config: StrategyConfig | None
 
 
 @dataclass
@@ -148,14 +148,16 @@ def _run_record(path: Path) -> RunRecord:
     runs, _warnings = load_runs([path])  # mismatches are handled per strategy in `run_candidates`
     run = runs[0]
     rows = run.rows.copy()
+    config = run.config
     if len(rows):
         if BASELINE not in set(rows["strategy"]):
-            raise SpecbenchError("no ar rows to pair the speedups with")
-        rows["speedup"] = paired_speedups(rows)
-    config = run.config
+            raise SpecbenchError(f"{path}: no ar rows to pair the speedups with")
+        if "speedup" not in rows or rows["speedup"].isna().all():  # a run that never finished
+            rows["speedup"] = paired_speedups(rows)
+    if "batch_size" not in rows:
+        rows["batch_size"] = int(config.get("batch_size") or 1)
     return RunRecord(run=run, device=run_device(run), model=str(run.meta.get("model")),
-                     temperature=float(config.get("temperature", 0.0)),
-                     batch_size=int(config.get("batch_size") or 1), rows=rows)
+                     temperature=float(config.get("temperature", 0.0)), rows=rows)
 
 
 def run_device(run: Run) -> str | None:
@@ -177,14 +179,16 @@ def read_studies(results: Path, evidence: Evidence) -> None:
 def _study(path: Path) -> Study:
     meta = json.loads(path.read_text(encoding="utf-8"))
     if not isinstance(meta, dict) or not isinstance(meta.get("strategy"), str):
-        raise SpecbenchError("not a tuned study: no 'strategy'")
-    toml_path = path.with_suffix(".toml")
+        raise SpecbenchError(f"{path}: not a tuned study (no 'strategy')")
+    if meta.get("best_params") is None and meta.get("toml") is None:
+        return Study(path, meta, None)
+    toml_path = path.with_suffix(".toml")  # beside the record, wherever the results directory moved
     if not toml_path.is_file():
-        raise SpecbenchError(f"no tuned configuration {toml_path.name} beside it")
+        raise SpecbenchError(f"{path}: no tuned configuration {toml_path.name} beside it")
     toml = tomllib.loads(toml_path.read_text(encoding="utf-8"))
     knobs = toml.get("knobs", {})
-    if not isinstance(knobs, dict):
-        raise SpecbenchError(f"{toml_path.name}: [knobs] must hold tables")
+    if not isinstance(knobs, dict) or not all(isinstance(v, dict) for v in knobs.values()):
+        raise SpecbenchError(f"{toml_path}: [knobs] must hold one table per strategy")
     strategy = meta["strategy"]
     own = {m: dict(v) for m, v in knobs.items() if m in members(strategy)}
     return Study(path, meta, StrategyConfig(strategy, own, toml.get("controller"), str(toml_path)))
@@ -212,10 +216,11 @@ def _mismatch(record: RunRecord, workload: Workload) -> str | None:
         return f"model {record.model}, not {workload.model}"
     if not math.isclose(record.temperature, workload.temperature):
         return f"temperature {record.temperature:g}, not {workload.temperature:g}"
-    if record.batch_size != workload.batch_size:
-        return f"batch size {record.batch_size}, not {workload.batch_size}"
     if not len(record.rows):
         return "no rows measured yet"
+    sizes = sorted(set(record.rows["batch_size"]))
+    if workload.batch_size not in sizes:
+        return f"batch size {', '.join(map(str, sizes))}, not {workload.batch_size}"
     if workload.task is not None and workload.task not in set(record.rows["category"]):
         return f"no {workload.task} prompts"
     return None
@@ -272,7 +277,8 @@ def run_candidates(evidence: Evidence, workload: Workload) -> tuple[list[Candida
         if why is not None:
             notes.append(f"{record.path}: {why}")
             continue
-        rows = record.rows if workload.task is None else record.rows[record.rows["category"] == workload.task]
+        rows = record.rows[record.rows["batch_size"] == workload.batch_size]
+        rows = rows if workload.task is None else rows[rows["category"] == workload.task]
         rows = rows.assign(prompt_id=record.path + "/" + rows["prompt_id"].astype(str))
         lossless = []
         for strategy, part in rows.groupby("strategy", sort=False):
@@ -309,7 +315,8 @@ def _projections(record: RunRecord, workload: Workload) -> dict[str, dict[str, A
     found = {}
     for result in record.run.summary or []:
         projection = result.get("projection") or {}
-        if projection.get("projected") and projection.get("gpu") == workload.gpu.name:
+        if projection.get("projected") and projection.get("gpu") == workload.gpu.name \
+                and result.get("batch_size", 1) == workload.batch_size:
             found[result["strategy"]] = projection
     return found
 
@@ -360,17 +367,19 @@ def study_candidates(evidence: Evidence, workload: Workload) -> tuple[list[Candi
             notes.append(f"{study.path}: {why}")
             continue
         meta = study.meta
-        figures = (meta.get("holdout") or {}).get("tuned") or meta.get("tuning") or {}
-        if figures.get("speedup") is None:
-            notes.append(f"{study.path}: no speedup recorded")
+        held_out = (meta.get("holdout") or {}).get("tuned")
+        figures = held_out or meta.get("tuning") or {}
+        if study.config is None or figures.get("speedup") is None:
+            notes.append(f"{study.path}: {meta.get('note') or 'no tuned configuration'}")
             continue
-        ci = figures.get("speedup_ci")
-        scope = "held-out prompts" if (meta.get("holdout") or {}).get("tuned") else "the tuning prompts"
+        ci = figures.get("speedup_ci") or [None, None]
         categories = meta.get("categories") or []
-        note = f"tuned configuration, speedup on {scope}" + ("" if categories else " over every category")
+        note = f"tuned; speedup on {'held-out' if held_out else 'the tuning'} prompts" + \
+            ("" if categories else " of every category")
         candidates.append(Candidate(study.config, "projected" if meta.get("projected") else "measured",
-                                    float(figures["speedup"]), (float(ci[0]), float(ci[1])) if ci else None,
-                                    (str(study.path),), None, meta.get("memory_bytes"), None, note))
+                                    float(figures["speedup"]),
+                                    (float(ci[0]), float(ci[1])) if None not in ci else None, (str(study.path),),
+                                    figures.get("prompts"), meta.get("memory_bytes"), None, note))
     return candidates, notes
 
 

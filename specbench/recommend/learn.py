@@ -95,14 +95,14 @@ def examples(evidence: Evidence, profiles: dict[str, GpuProfile]) -> tuple[pd.Da
             continue
         gpu = profiles[record.device]
         rows = record.rows[~record.rows["mismatch"].fillna(False).astype(bool)] if len(record.rows) else record.rows
-        for _key, group in rows.groupby(["prompt_id", "turn", "repeat"], sort=False):
+        for (*_prompt, batch), group in rows.groupby(["prompt_id", "turn", "repeat", "batch_size"], sort=False):
             ar = group[group["strategy"] == BASELINE]
             if ar.empty or group["speedup"].isna().all():
                 continue
             records.append({
                 "run": record.path, "gpu": gpu.name, "category": str(ar["category"].iloc[0]),
                 "gpu_bandwidth_gbs": gpu.bandwidth_gbs, "gpu_memory_gb": gpu.memory_gb, "pcie_gen": gpu.pcie_gen or 0,
-                "temperature": record.temperature, "batch_size": record.batch_size,
+                "temperature": record.temperature, "batch_size": int(batch),
                 "prompt_tokens": int(ar["prompt_tokens"].iloc[0]), "output_tokens": int(ar["new_tokens"].iloc[0]),
                 "winner": str(group.loc[group["speedup"].idxmax(), "strategy"]),
             })
