@@ -1,9 +1,13 @@
 """Evidence under a results directory, and the candidates it offers a workload.
 
 Readers: run directories (anywhere below the results directory, read with `report.load_runs`) and
-tuned studies (results/tuned/<study>.json with the run config <study>.toml beside it). A cost-table
-reader (results/costs/, giving `modelled` candidates) is one more function in `READERS` once that
-format exists. Whatever cannot be read is skipped and named; recommend goes on without it.
+tuned studies (results/tuned/<study>.json with the run config <study>.toml beside it). Whatever
+cannot be read is skipped and named; recommend goes on without it.
+
+`modelled` candidates (a run's measured draft shape priced by the cost table of the workload's GPU
+or batch size, results/costs/) need a run directory to name its cost table and drafter keys, which
+main's runs do not record yet; their reader will be one more function in `READERS`, ranked between
+measured and projected.
 
 A run offers `measured` candidates when it ran on the workload's GPU, and `projected` ones when its
 summary holds a roofline projection onto that GPU (`specbench run --gpu NAME`). Runs of the same
@@ -194,7 +198,7 @@ def _study(path: Path) -> Study:
     return Study(path, meta, StrategyConfig(strategy, own, toml.get("controller"), str(toml_path)))
 
 
-# the cost-table reader (results/costs/, `modelled` candidates) joins here once that format is on main
+# a modelled-speedup reader joins here once run directories name their cost table (see the docstring)
 READERS: tuple[Callable[[Path, Evidence], None], ...] = (read_runs, read_studies)
 
 
