@@ -309,7 +309,8 @@ def _pooled_candidate(pool: _Pool, ar_rows: pd.DataFrame, workload: Workload) ->
     summary = summarize_strategy(rows)
     low, high = summary["speedup_ci"]
     kv = _kv_bytes_per_token(ar_rows)
-    return Candidate(pool.config, "measured", float(summary["speedup"]), (float(low), float(high)),
+    ci = (float(low), float(high)) if summary["prompts"] > 1 else None  # one prompt has no interval
+    return Candidate(pool.config, "measured", float(summary["speedup"]), ci,
                      tuple(sorted(pool.paths)), int(summary["prompts"]),
                      _need_bytes(rows, kv, workload.context_len), _need_bytes(ar_rows, kv, workload.context_len))
 

@@ -145,6 +145,6 @@ def _evidence_steps(ranking: list[Assessed], winner, workload: Workload, prior: 
                           f"left out: {', '.join(ruled_out)}" if ruled_out else "nothing left out"))
     steps.append(Step("rank", "Which is fastest on the best evidence?",
                       f"{winner.source}: {winner.strategy} {speedup_text(winner.speedup, winner.ci)}",
-                      f"-> {winner.strategy}" + ("" if prior.strategy == winner.strategy
-                                                 else f" (the prior would say {prior.strategy})")))
+                      winner.strategy + ("" if prior.strategy == winner.strategy
+                                         else f" (the prior would say {prior.strategy})")))
     return steps

@@ -56,12 +56,15 @@ def explain_nodes(rec: Recommendation) -> Node:
     children: list[Node] = [(f"workload: {rec.workload.describe()}", []),
                             ("path", [(_step(s), []) for s in rec.path])]
     if rec.ranking:
+        sources = list(dict.fromkeys(path for a in rec.ranking for path in a.candidate.rests_on))
         children.append(("evidence, best first", [
             (f"{a.candidate.strategy}: {a.candidate.source} {speedup_text(a.candidate.speedup, a.candidate.ci)}"
+             + (f" over {a.candidate.prompts} prompts" if a.candidate.prompts else "")
              + (f", needs {a.need_bytes / 1e9:.2f} GB" if a.need_bytes is not None else "")
              + (f"; {a.excluded}" if a.excluded else "")
-             + (f"; {a.candidate.note}" if a.candidate.note else ""),
-             [(f"rests on {path}", []) for path in a.candidate.rests_on]) for a in rec.ranking]))
+             + (f"; {a.candidate.note}" if a.candidate.note else "")
+             + " (from " + ", ".join(f"[{sources.index(p) + 1}]" for p in a.candidate.rests_on) + ")", [])
+            for a in rec.ranking] + [(f"[{i}] {path}", []) for i, path in enumerate(sources, start=1)]))
     if rec.source != "prior":
         children.append((f"the prior says {rec.prior.strategy}", [(_step(s), []) for s in rec.prior.path]))
     if rec.unmatched:
