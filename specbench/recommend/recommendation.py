@@ -14,7 +14,7 @@ from typing import Any
 
 from specbench.errors import SpecbenchError
 from specbench.measure.stats import BASELINE
-from specbench.recommend.evidence import Evidence, StrategyConfig, candidates_for, load_evidence
+from specbench.recommend.evidence import Candidate, Evidence, StrategyConfig, candidates_for, load_evidence
 from specbench.recommend.prior import PriorOutcome, Step, evaluate
 from specbench.recommend.rank import Assessed, rank, speedup_text, why_lost
 from specbench.recommend.workload import CREATIVE_TASKS, HIGH_PRECISION_TASKS, Workload, check_task
@@ -133,7 +133,7 @@ def recommend(workload: Workload, results: Path = Path("results"), evidence: Evi
                           alternatives, path, winner.rests_on, prior, ranking, unmatched, evidence.skipped)
 
 
-def _evidence_steps(ranking: list[Assessed], winner, workload: Workload, prior: PriorOutcome) -> list[Step]:
+def _evidence_steps(ranking: list[Assessed], winner: Candidate, workload: Workload, prior: PriorOutcome) -> list[Step]:
     excluded = [a for a in ranking if a.excluded]
     too_big = [a.candidate.strategy for a in excluded if a.excluded.startswith("does not fit")]
     ruled_out = [a.candidate.strategy for a in excluded if a.excluded.startswith("excluded by the prior")]
