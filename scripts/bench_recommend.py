@@ -56,7 +56,7 @@ def write_halves(categories: list[str], per_half: int | None, work: Path) -> tup
 
 
 def measure(suite: Path, out: Path, max_new_tokens: int) -> Path:
-    report = run_benchmark(RunConfig(strategies=["all"], suite=str(suite), limit=0, max_new_tokens=max_new_tokens,
+    report = run_benchmark(RunConfig(strategies=["all"], suite=str(suite), limit=None, max_new_tokens=max_new_tokens,
                                      device="cpu", out=str(out), cost_model=False))
     return report.run_dir
 
