@@ -1,4 +1,4 @@
-"""What specbench knows: `specbench suites` and `specbench hardware`."""
+"""What specbench knows: `specbench suites`, `specbench hardware` and `specbench strategies`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from specbench.cli.app import app, out, user_errors
+from specbench.cli.app import app, out, print_table, user_errors
 
 
 @app.command()
@@ -42,3 +42,15 @@ def hardware(
         sys.stdout.write(json.dumps(hardware_listing(known, local), indent=2, default=str) + "\n")
     else:
         out.print(hardware_table(known, local))
+
+
+@app.command()
+def strategies(as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False) -> None:
+    """List every strategy's knobs (default, valid range, unit, search range) and every controller."""
+    from specbench.strategies.catalog import catalog, catalog_markdown, catalog_rich
+
+    listing = catalog()
+    if as_json:
+        sys.stdout.write(json.dumps(listing, indent=2) + "\n")
+    else:
+        print_table(catalog_rich(listing) if out.is_terminal else catalog_markdown(listing))

@@ -32,7 +32,6 @@ from torch import nn
 from specbench.engine.kv_cache import state_bytes
 from specbench.engine.protocol import DraftContext, StepOutcome
 from specbench.engine.tree import DraftTree
-from specbench.errors import SpecbenchError
 from specbench.strategies.base import StrategyDef, load_trained
 from specbench.strategies.layers import Arch, embed, lm_head, rope, rotate
 from specbench.strategies.space import Choice, IntRange, Param, SearchSpace, check_ranges, knob
@@ -49,16 +48,11 @@ class DFlashOptions:
     context_window: int = knob(512, "W: context positions the drafter sees (0 = all)", "tokens", low=0)
     layers: int = knob(2, "draft layers (used when training)", "layers", low=1, architecture=True)
     # DeepSpec's DFlash and DSpark configs
-    gamma: float = knob(4.0, "training position weights exp(-k / gamma), > 0", "positions", architecture=True)
+    gamma: float = knob(4.0, "training position weights exp(-k / gamma)", "positions", low=0, above=True,
+                        architecture=True)
 
     def __post_init__(self) -> None:
-        check_block_knobs("dflash", self)
-
-
-def check_block_knobs(strategy: str, options) -> None:
-    check_ranges(options, f"{strategy}.")
-    if not options.gamma > 0:
-        raise SpecbenchError(f"{strategy}.gamma must be positive, got {options.gamma}")
+        check_ranges(self, "dflash.")
 
 
 # DFlash's block around 8 (its published checkpoints use 8 and 16) and the drafter's window around 512

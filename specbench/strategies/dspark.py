@@ -37,7 +37,7 @@ from torch import nn
 
 from specbench.engine.protocol import DraftContext
 from specbench.strategies.base import StrategyDef
-from specbench.strategies.dflash import BlockConfig, DFlashDrafter, DFlashModel, check_block_knobs, pick
+from specbench.strategies.dflash import BlockConfig, DFlashDrafter, DFlashModel, pick
 from specbench.strategies.dspark_scheduler import SCHEDULER_SPACE, check_knobs, scheduler_knob
 from specbench.strategies.space import Choice, FloatRange, IntRange, Param, SearchSpace, knob
 from specbench.strategies.trainable import DistillBatch
@@ -62,10 +62,10 @@ class DSparkOptions:
     layers: int = knob(2, "draft layers (used when training)", "layers", low=1, architecture=True)
     markov_rank: int = knob(32, "Markov head rank (used when training)", "", low=1, architecture=True)
     # DeepSpec's value
-    gamma: float = knob(4.0, "training position weights exp(-k / gamma), > 0", "positions", architecture=True)
+    gamma: float = knob(4.0, "training position weights exp(-k / gamma)", "positions", low=0, above=True,
+                        architecture=True)
 
     def __post_init__(self) -> None:
-        check_block_knobs("dspark", self)
         check_knobs(self, prefix="dspark.")
 
 

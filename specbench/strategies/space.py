@@ -29,20 +29,21 @@ class KnobInfo:
     unit: str = ""
     low: float | None = None
     high: float | None = None
-    architecture: bool = False  # fixed when the drafter is trained: never searched
+    architecture: bool = False  # fixed when the drafter is trained (its shape or its loss): never searched
+    above: bool = False  # the value must exceed `low` (not merely reach it)
 
     def valid_text(self) -> str:
         if self.low is not None and self.high is not None:
             return f"{self.low:g}..{self.high:g}"
         if self.low is not None:
-            return f">= {self.low:g}"
+            return f"{'>' if self.above else '>='} {self.low:g}"
         return f"<= {self.high:g}" if self.high is not None else "any"
 
 
 def knob(default: Any, description: str, unit: str = "", low: float | None = None, high: float | None = None,
-         architecture: bool = False) -> Any:
+         architecture: bool = False, above: bool = False) -> Any:
     """A knob dataclass field with its default and description (a `dataclasses.field`)."""
-    return field(default=default, metadata={_KNOB: KnobInfo(description, unit, low, high, architecture)})
+    return field(default=default, metadata={_KNOB: KnobInfo(description, unit, low, high, architecture, above)})
 
 
 def knob_infos(options: Any) -> dict[str, KnobInfo]:
@@ -57,9 +58,11 @@ def check_ranges(options: Any, prefix: str) -> None:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
         # written as `not in range` so that NaN is refused too
-        if (info.low is not None and not value >= info.low) or (info.high is not None and not value <= info.high):
+        too_low = info.low is not None and not (value > info.low if info.above else value >= info.low)
+        if too_low or (info.high is not None and not value <= info.high):
             bounds = (f"between {info.low:g} and {info.high:g}" if info.low is not None and info.high is not None
-                      else f"at least {info.low:g}" if info.low is not None else f"at most {info.high:g}")
+                      else f"{'above' if info.above else 'at least'} {info.low:g}" if info.low is not None
+                      else f"at most {info.high:g}")
             raise SpecbenchError(f"{prefix}{name} must be {bounds}, got {value}")
 
 
