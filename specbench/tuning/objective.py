@@ -35,7 +35,7 @@ from specbench.strategies.build import Strategy, build_strategy, drafter_dirs_by
 from specbench.strategies.spec import StrategySpec
 from specbench.suites import SuiteItem
 from specbench.tuning.space import StudySpace
-from specbench.tuning.study import CONSTRAINT, FAIL_REASON, PER_PROMPT
+from specbench.tuning.study import FAIL_REASON, MEMORY_CONSTRAINT, PER_PROMPT
 
 AR_REFRESH_TRIALS = 4  # re-measure ar on a prompt once its time is this many trials old
 
@@ -140,13 +140,13 @@ class Evaluator:
             return float(project(shape, self.profile)["speedup"])
         return float(paired_speedups(pd.DataFrame([unit.ar_row, row])).iloc[1])
 
-    def memory(self, strategy: Strategy, rows: list[dict[str, Any]]) -> tuple[float, list[float] | None]:
+    def memory(self, strategy: Strategy, rows: list[dict[str, Any]]) -> tuple[float, float | None]:
         """Bytes the configuration needs, and (projected) its constraint: GB needed beyond the profile's."""
         if self.profile is None:
             return float(max(r["memory_bytes"] for r in rows)), None
         fits, need_gb, have_gb = memory_fit(workload_shape(self.bench.target.model, strategy.drafter,
                                                            pd.DataFrame(rows)), self.profile)
-        return need_gb * 1e9, [need_gb - have_gb]
+        return need_gb * 1e9, need_gb - have_gb
 
     def objective(self, trial: optuna.Trial, space: StudySpace) -> float | tuple[float, float]:
         """Optuna's objective: sample a point, measure it prompt by prompt in a shuffled order, prune early."""
@@ -198,7 +198,7 @@ class Evaluator:
             attrs["ar_remeasured"] = len(drift)
             attrs["ar_drift"] = float(np.median(drift))  # ar's new tokens/s over its previous, on those prompts
         if constraint is not None:
-            attrs[CONSTRAINT] = constraint
+            trial.set_constraint(MEMORY_CONSTRAINT, constraint)  # Optuna's constraint API: feasible when <= 0
         for key, value in attrs.items():
             trial.set_user_attr(key, value)
         return memory

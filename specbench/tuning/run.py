@@ -44,8 +44,8 @@ from specbench.tuning.outputs import importances, tuned_toml, write_json, write_
 from specbench.tuning.space import StudySpace, study_space
 from specbench.tuning.storage import default_storage, display_url, open_storage
 from specbench.tuning.study import (
-    CONSTRAINT,
     FAIL_REASON,
+    MEMORY_CONSTRAINT,
     PER_PROMPT,
     best_trial,
     check_identity,
@@ -93,30 +93,38 @@ class StudyPlan:
 
 def _projected_profile(bench: Bench) -> GpuProfile | None:
     """The --gpu profile, unless it is the local GPU (then everything is measured)."""
-    if bench.profile is None:
-        return None
-    local = detect_local_gpu()
-    return None if local is not None and local.profile == bench.profile.name else bench.profile
+    return bench.profile if bench.profile is not None and _projects(bench.profile.name) else None
+
+
+def _projects(gpu: str | None) -> bool:
+    local = detect_local_gpu() if gpu else None
+    return gpu is not None and (local is None or local.profile != gpu.strip().lower())
+
+
+def question(config: TuneConfig, spec: StrategySpec) -> dict[str, Any]:
+    """The part of a study's identity known before anything is loaded: what is asked of it."""
+    workload = config.workload
+    return {
+        "strategy": spec.name, "fixed": {"knobs": workload.knobs, "controller": workload.controller},
+        "objectives": config.objectives, "directions": list(config.directions),
+        "gpu": workload.gpu, "projected": _projects(workload.gpu),
+        "workload": {"suite": workload.suite, "categories": list(workload.categories), "limit": workload.limit,
+                     "max_new_tokens": workload.max_new_tokens, "temperature": workload.temperature,
+                     "top_p": workload.top_p, "top_k": workload.top_k, "dtype": workload.dtype,
+                     "seed": workload.seed, "holdout": config.holdout},
+    }
 
 
 def plan_study(config: TuneConfig, spec: StrategySpec, bench: Bench) -> StudyPlan:
     workload = config.workload
     space = study_space(spec, bench.strategies[1], workload.knobs, workload.controller)
-    profile = _projected_profile(bench)
     tuning, holdout = split_items(bench.suite.items, config.holdout, workload.seed)
     identity = {
-        "strategy": spec.name, "space": space.space.fingerprint(), "space_text": space.space.describe(),
-        "fixed": {"knobs": workload.knobs, "controller": workload.controller},
-        "objectives": config.objectives, "directions": list(config.directions),
-        "gpu": workload.gpu, "projected": profile is not None,
+        **question(config, spec), "space": space.space.fingerprint(), "space_text": space.space.describe(),
         "model": f"{bench.target.name}@{fingerprint(bench.target.model)}",
-        "workload": {"suite": bench.suite.name, "categories": list(workload.categories), "limit": workload.limit,
-                     "max_new_tokens": workload.max_new_tokens, "temperature": workload.temperature,
-                     "top_p": workload.top_p, "top_k": workload.top_k, "dtype": workload.dtype,
-                     "seed": workload.seed, "holdout": config.holdout},
         "prompts": [f"{item.id}/{turn}" for item in tuning for turn in range(len(item.turns))],
     }
-    return StudyPlan(spec, bench, space, profile, tuning, holdout, identity)
+    return StudyPlan(spec, bench, space, _projected_profile(bench), tuning, holdout, identity)
 
 
 def study_name(config: TuneConfig, plan: StudyPlan, several: bool) -> str:
@@ -135,7 +143,13 @@ def tune(config: TuneConfig, progress: Progress | None = None) -> TuneReport:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     specs = config.specs()
     url = config.storage or default_storage(config.workload.out)
-    open_storage(url, config.heartbeat_s)  # a storage that cannot be opened fails before any model loads
+    storage = open_storage(url, config.heartbeat_s)  # a storage that cannot be opened fails before any load
+    if config.study:  # a named study asked another question is refused before any load too
+        for spec in specs:
+            name = f"{config.study}-{spec.name}" if len(specs) > 1 else config.study
+            if name in {s.study_name for s in storage.get_all_studies()}:
+                check_identity(optuna.load_study(study_name=name, storage=storage), question(config, spec),
+                               display_url(url))
     bench = prepare(dataclasses.replace(config.workload, strategies=[s.name for s in specs]))
     records = []
     for index, spec in enumerate(specs):
@@ -151,7 +165,7 @@ def tune_study(config: TuneConfig, plan: StudyPlan, name: str, url: str, trials:
     """Create or resume the study, run its workers until it has `trials`, then check and record the best."""
     storage = open_storage(url, config.heartbeat_s)
     study, _ = open_study(storage, name, plan.identity, display_url(url),
-                          make_sampler(config.workload.seed, trials, plan.profile is not None),
+                          make_sampler(config.workload.seed, trials),
                           make_pruner(config.directions))
     enqueue_defaults(study, plan.space.defaults())
     remaining = trials - len(counted_trials(study))
@@ -218,7 +232,7 @@ def _spawned_worker(config: TuneConfig, spec_name: str, identity: dict[str, Any]
         spec = parse_strategy(spec_name)
         plan = plan_study(config, spec, prepare(dataclasses.replace(config.workload, strategies=[spec_name])))
         study = optuna.load_study(study_name=name, storage=open_storage(url, config.heartbeat_s),
-                                  sampler=make_sampler(config.workload.seed + index, trials, plan.profile is not None),
+                                  sampler=make_sampler(config.workload.seed + index, trials),
                                   pruner=make_pruner(config.directions))
         check_identity(study, identity, display_url(url))
         _optimize(study, Evaluator(plan.bench, plan.tuning, plan.profile), plan.space, quota, trials,
@@ -242,7 +256,7 @@ def _trial_counts(study: optuna.Study, prompts: int) -> dict[str, Any]:
     return {
         "counted": len(counted), "complete": len(complete), "pruned": len(pruned),
         "failed": len(by_state[TrialState.FAIL]),
-        "infeasible": sum(1 for t in complete if t.user_attrs.get(CONSTRAINT, [0.0])[0] > 0),
+        "infeasible": sum(1 for t in complete if t.constraints.get(MEMORY_CONSTRAINT, 0.0) > 0),
         "wall_s_per_trial": {"complete": mean_wall(complete), "pruned": mean_wall(pruned)},
         # what pruning saved: the prompts pruned trials did not run, of what they would have run
         "pruning": {"prompts_skipped": len(pruned) * prompts - run, "prompts_of_pruned_trials": len(pruned) * prompts},

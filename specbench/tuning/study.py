@@ -24,7 +24,7 @@ IDENTITY = "specbench"  # study attribute: what the study measures
 DEFAULTS = "defaults"  # trial attribute: the defaults' trial
 FAIL_REASON = "fail_reason"  # trial attribute: why a trial failed
 PER_PROMPT = "per_prompt"  # trial attribute: {prompt id: its value}
-CONSTRAINT = "constraint"  # trial attribute: [needed GB - the profile's GB], feasible when <= 0
+MEMORY_CONSTRAINT = "memory_gb"  # trial constraint: GB needed beyond the profile's memory, feasible when <= 0
 IDENTITY_WAIT_S = 10.0  # another machine may have created the study and not yet written its identity
 
 
@@ -56,7 +56,8 @@ def _stored_identity(study: optuna.Study) -> dict[str, Any] | None:
 
 
 def check_identity(study: optuna.Study, identity: dict[str, Any], where: str) -> None:
-    """Refuse, naming the first difference, a study created for another question."""
+    """Refuse, naming the first difference, a study created for another question (`identity` may hold
+    only some of the keys: those known so far)."""
     name = study.study_name
     stored = _stored_identity(study)
     again = "give another --study name"
@@ -65,14 +66,18 @@ def check_identity(study: optuna.Study, identity: dict[str, Any], where: str) ->
     if stored.get("strategy") != identity["strategy"]:
         raise SpecbenchError(f"study {name} in {where} tunes {stored.get('strategy')}, not {identity['strategy']}; "
                              f"{again}")
-    if stored.get("space") != identity["space"]:
+    if "space" in identity and stored.get("space") != identity["space"]:
         old, new = stored.get("space_text", {}), identity["space_text"]
         diff = next((f"{k}: {old.get(k, 'absent')} here {new.get(k, 'absent')}" for k in {**old, **new}
                      if old.get(k) != new.get(k)), "")
         raise SpecbenchError(f"study {name} in {where} was created with another search space for "
                              f"{identity['strategy']} (was {diff}); {again}")
+    if "fixed" in identity and stored.get("fixed") != identity["fixed"]:
+        raise SpecbenchError(f"study {name} in {where} was created with another search space for "
+                             f"{identity['strategy']} (held fixed: {stored.get('fixed')} here {identity['fixed']}); "
+                             f"{again}")
     for key in identity:
-        if key not in ("space_text", "created") and stored.get(key) != identity[key]:
+        if key not in ("space_text", "fixed") and stored.get(key) != identity[key]:
             raise SpecbenchError(f"study {name} in {where} was created for {key} {stored.get(key)!r}, "
                                  f"not {identity[key]!r}; {again}")
 
@@ -94,18 +99,13 @@ def enqueue_defaults(study: optuna.Study, point: dict[str, Any]) -> None:
     study.enqueue_trial(point, user_attrs={DEFAULTS: True})
 
 
-def memory_constraint(trial: FrozenTrial) -> list[float]:
-    """Optuna's constraint value of a trial: the GB it needs beyond the profile's memory (<= 0 fits)."""
-    return trial.user_attrs.get(CONSTRAINT, [0.0])
-
-
-def make_sampler(seed: int, trials: int, constrained: bool) -> optuna.samplers.TPESampler:
-    """Multivariate TPE over the conditional space; the random start shrinks for short studies."""
+def make_sampler(seed: int, trials: int) -> optuna.samplers.TPESampler:
+    """Multivariate TPE over the conditional space (it honours the trials' constraints); the random start
+    shrinks for short studies."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         return optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(10, max(2, trials // 3)),
-                                          multivariate=True, group=True,
-                                          constraints_func=memory_constraint if constrained else None)
+                                          multivariate=True, group=True)
 
 
 def make_pruner(directions: tuple[str, ...]) -> optuna.pruners.BasePruner:
