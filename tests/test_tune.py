@@ -237,3 +237,18 @@ def _storage(url: str):
     from optuna.storages.journal import JournalFileBackend
 
     return JournalStorage(JournalFileBackend(url))
+
+
+def test_pareto_front_of_speedup_and_memory_while_sampling(tiny_model_dir, tmp_path):
+    """Multi-objective, at temperature > 0: no pruning, a front, a greedy losslessness check per trial."""
+    result = invoke("tune", "--model", tiny_model_dir, "--strategy", "ngram", "--objectives", "speedup,memory",
+                    "--temperature", 0.8, "--trials", 3, "--limit", 3, "--max-new-tokens", 6, "--out", tmp_path,
+                    "--study", "front", "--json")
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.stdout)
+    assert record["objectives"] == ["speedup", "memory"] and record["pareto"]
+    assert record["best_value"] == max(p["speedup"] for p in record["pareto"])
+    assert all(p["memory_bytes"] > 0 for p in record["pareto"])
+    assert {Path(p).stem for p in record["plots"]} >= {"pareto"}
+    assert tomllib.loads(Path(record["toml"]).read_text())["temperature"] == 0.8
+    assert all(not t.intermediate_values for t in trials_of(tmp_path, "front"))
