@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from specbench.cli.app import app, out, print_table, user_errors
+from specbench.cli.app import app, out, user_errors
 
 
 @app.command()
@@ -52,5 +52,7 @@ def strategies(as_json: Annotated[bool, typer.Option("--json", help="Print one J
     listing = catalog()
     if as_json:
         sys.stdout.write(json.dumps(listing, indent=2) + "\n")
+    elif out.is_terminal:
+        out.print(catalog_rich(listing))
     else:
-        print_table(catalog_rich(listing) if out.is_terminal else catalog_markdown(listing))
+        sys.stdout.write(catalog_markdown(listing))

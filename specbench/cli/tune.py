@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from specbench.cli.app import app, err, out, print_table, progress_bar, split_list, user_errors
+from specbench.cli.app import app, err, out, progress_bar, split_list, user_errors
 
 
 @app.command()
@@ -74,4 +74,7 @@ def tune(
     if as_json:
         sys.stdout.write(json.dumps(strict(report.as_json()), indent=2, allow_nan=False) + "\n")
         return
-    print_table(render_rich(report) if out.is_terminal else render_markdown(report))
+    if out.is_terminal:
+        out.print(render_rich(report))
+    else:
+        sys.stdout.write(render_markdown(report))
