@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import random
 import tempfile
@@ -38,10 +37,10 @@ from specbench.projection import project, workload_shape
 from specbench.strategies.registry import definition
 from specbench.strategies.space import Choice, IntRange, Param, Ref, SearchSpace
 from specbench.strategies.spec import parse_strategy
+from specbench.strict_json import dumps
 from specbench.tuning.config import TuneConfig
 from specbench.tuning.holdout import split_items
 from specbench.tuning.objective import AR_REFRESH_TRIALS, Evaluator
-from specbench.tuning.outputs import strict
 from specbench.tuning.run import tune
 from specbench.tuning.study import make_pruner, make_sampler
 
@@ -172,7 +171,7 @@ def main() -> None:
                         f"--gpu {args.gpu} --seeds {args.seeds} --study-trials {args.study_trials}")
     parts["wall_s"] = time.perf_counter() - started
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "tune.json").write_text(json.dumps(strict(parts), indent=2, allow_nan=False) + "\n")
+    (args.out / "tune.json").write_text(dumps(parts, indent=2) + "\n")
     (args.out / "tune.md").write_text(markdown(parts))
     print(markdown(parts))
 

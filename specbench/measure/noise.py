@@ -86,7 +86,7 @@ class NoiseMonitor:
         if spread is None:
             advice.append("--repeats 3 measures the spread of repeated timings")
         if 0 < prompts < FEW_PROMPTS:
-            advice.append(f"{prompts} prompts are too few for the interval to mean much")
+            advice.append(f"{prompts} prompt(s) are too few for the interval to mean much")
         return {"noisy": bool(reasons), "reasons": reasons, "advice": advice, "prompts": prompts,
                 "others_cpu_share": others, "steal_share": steal, "clock_change": clock_change,
                 "ar_spread": spread, "load_before": self.load_before, "cpus": cpus}

@@ -7,7 +7,6 @@ for vLLM and SGLang where the method has a counterpart. Plots land in results/tu
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import warnings
@@ -20,23 +19,11 @@ import tomli_w
 
 from specbench.config import RunConfig
 from specbench.results import write_atomic
-
-
-def strict(value: Any) -> Any:
-    """JSON-ready without NaN or infinity (null instead), numpy scalars as Python numbers."""
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(k): strict(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [strict(v) for v in value]
-    return value
+from specbench.strict_json import dumps
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
-    write_atomic(path, json.dumps(strict(data), indent=2, allow_nan=False) + "\n")
+    write_atomic(path, dumps(data, indent=2) + "\n")
 
 
 def _x(value: float | None) -> str:

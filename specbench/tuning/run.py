@@ -28,7 +28,7 @@ from optuna.trial import TrialState
 
 from specbench.bench import Bench, prepare
 from specbench.errors import SpecbenchError
-from specbench.hardware import GpuProfile, detect_local_gpu
+from specbench.hardware import GpuProfile
 from specbench.models import fingerprint
 from specbench.results import write_atomic
 from specbench.strategies.build import drafter_dirs_by_strategy
@@ -42,7 +42,7 @@ from specbench.tuning.holdout import holdout_check, interval, paired_gain, split
 from specbench.tuning.objective import Evaluator, TrialFailure
 from specbench.tuning.outputs import importances, tuned_toml, write_json, write_plots
 from specbench.tuning.space import StudySpace, study_space
-from specbench.tuning.storage import default_storage, display_url, open_storage
+from specbench.tuning.storage import display_url, open_storage
 from specbench.tuning.study import (
     FAIL_REASON,
     MEMORY_CONSTRAINT,
@@ -54,7 +54,11 @@ from specbench.tuning.study import (
     enqueue_defaults,
     make_pruner,
     make_sampler,
+    open_checked,
     open_study,
+    projects,
+    question,
+    study_names,
 )
 
 Progress = Callable[[str, int, int, "float | None"], None]  # study, trials with an outcome, the study's total, best
@@ -93,26 +97,7 @@ class StudyPlan:
 
 def _projected_profile(bench: Bench) -> GpuProfile | None:
     """The --gpu profile, unless it is the local GPU (then everything is measured)."""
-    return bench.profile if bench.profile is not None and _projects(bench.profile.name) else None
-
-
-def _projects(gpu: str | None) -> bool:
-    local = detect_local_gpu() if gpu else None
-    return gpu is not None and (local is None or local.profile != gpu.strip().lower())
-
-
-def question(config: TuneConfig, spec: StrategySpec) -> dict[str, Any]:
-    """The part of a study's identity known before anything is loaded: what is asked of it."""
-    workload = config.workload
-    return {
-        "strategy": spec.name, "fixed": {"knobs": workload.knobs, "controller": workload.controller},
-        "objectives": config.objectives, "directions": list(config.directions),
-        "gpu": workload.gpu, "projected": _projects(workload.gpu),
-        "workload": {"suite": workload.suite, "categories": list(workload.categories), "limit": workload.limit,
-                     "max_new_tokens": workload.max_new_tokens, "temperature": workload.temperature,
-                     "top_p": workload.top_p, "top_k": workload.top_k, "dtype": workload.dtype,
-                     "seed": workload.seed, "holdout": config.holdout},
-    }
+    return bench.profile if bench.profile is not None and projects(bench.profile.name) else None
 
 
 def plan_study(config: TuneConfig, spec: StrategySpec, bench: Bench) -> StudyPlan:
@@ -127,10 +112,11 @@ def plan_study(config: TuneConfig, spec: StrategySpec, bench: Bench) -> StudyPla
     return StudyPlan(spec, bench, space, _projected_profile(bench), tuning, holdout, identity)
 
 
-def study_name(config: TuneConfig, plan: StudyPlan, several: bool) -> str:
+def study_name(config: TuneConfig, plan: StudyPlan) -> str:
     """--study (suffixed by the strategy when several are tuned), else strategy, model, GPU and a workload hash."""
-    if config.study:
-        return f"{config.study}-{plan.spec.name}" if several else config.study
+    names = study_names(config)
+    if names:
+        return names[plan.spec.name]
     workload = {k: v for k, v in plan.identity.items() if k not in ("strategy", "space", "space_text")}
     digest = hashlib.sha256(json.dumps(workload, sort_keys=True).encode()).hexdigest()[:6]
     model = re.sub(r"[^A-Za-z0-9._+-]+", "-", Path(plan.bench.target.name).name).strip("-") or "model"
@@ -142,20 +128,13 @@ def tune(config: TuneConfig, progress: Progress | None = None) -> TuneReport:
     config.validate()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     specs = config.specs()
-    url = config.storage or default_storage(config.workload.out)
-    storage = open_storage(url, config.heartbeat_s)  # a storage that cannot be opened fails before any load
-    if config.study:  # a named study asked another question is refused before any load too
-        for spec in specs:
-            name = f"{config.study}-{spec.name}" if len(specs) > 1 else config.study
-            if name in {s.study_name for s in storage.get_all_studies()}:
-                check_identity(optuna.load_study(study_name=name, storage=storage), question(config, spec),
-                               display_url(url))
+    url, _ = open_checked(config)
     bench = prepare(dataclasses.replace(config.workload, strategies=[s.name for s in specs]))
     records = []
     for index, spec in enumerate(specs):
         one = dataclasses.replace(bench, strategies=[bench.strategies[0], bench.strategies[index + 1]])
         plan = plan_study(config, spec, one)
-        records.append(tune_study(config, plan, study_name(config, plan, len(specs) > 1), url,
+        records.append(tune_study(config, plan, study_name(config, plan), url,
                                   config.share(index), progress))
     return TuneReport(records, rank(records) if len(records) > 1 else [])
 

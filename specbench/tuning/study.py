@@ -19,6 +19,10 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from specbench.errors import SpecbenchError
+from specbench.hardware import detect_local_gpu
+from specbench.strategies.spec import StrategySpec
+from specbench.tuning.config import TuneConfig
+from specbench.tuning.storage import default_storage, display_url, open_storage
 
 IDENTITY = "specbench"  # study attribute: what the study measures
 DEFAULTS = "defaults"  # trial attribute: the defaults' trial
@@ -44,6 +48,48 @@ def open_study(storage: BaseStorage, name: str, identity: dict[str, Any], where:
     else:
         check_identity(study, identity, where)
     return study, created
+
+
+def projects(gpu: str | None) -> bool:
+    """Whether the objective on --gpu `gpu` is projected: a profile that is not the local GPU."""
+    local = detect_local_gpu() if gpu else None
+    return gpu is not None and (local is None or local.profile != gpu.strip().lower())
+
+
+def question(config: TuneConfig, spec: StrategySpec) -> dict[str, Any]:
+    """The part of a study's identity known before anything is loaded: what is asked of it."""
+    workload = config.workload
+    return {
+        "strategy": spec.name, "fixed": {"knobs": workload.knobs, "controller": workload.controller},
+        "objectives": config.objectives, "directions": list(config.directions),
+        "gpu": workload.gpu, "projected": projects(workload.gpu),
+        "workload": {"suite": workload.suite, "categories": list(workload.categories), "limit": workload.limit,
+                     "max_new_tokens": workload.max_new_tokens, "temperature": workload.temperature,
+                     "top_p": workload.top_p, "top_k": workload.top_k, "dtype": workload.dtype,
+                     "seed": workload.seed, "holdout": config.holdout},
+    }
+
+
+def study_names(config: TuneConfig) -> dict[str, str] | None:
+    """--study's name of each strategy's study (suffixed by the strategy when several); None without --study."""
+    specs = config.specs()
+    if not config.study:
+        return None
+    return {s.name: f"{config.study}-{s.name}" if len(specs) > 1 else config.study for s in specs}
+
+
+def open_checked(config: TuneConfig) -> tuple[str, BaseStorage]:
+    """The storage's URL and the storage, opened, with every named study that was created for another
+    question refused: the checks that need no model, done before any is loaded."""
+    url = config.storage or default_storage(config.workload.out)
+    storage = open_storage(url, config.heartbeat_s)
+    names = study_names(config) or {}
+    existing = {s.study_name for s in storage.get_all_studies()}
+    for spec in config.specs():
+        if names.get(spec.name) in existing:
+            study = optuna.load_study(study_name=names[spec.name], storage=storage)
+            check_identity(study, question(config, spec), display_url(url))
+    return url, storage
 
 
 def _stored_identity(study: optuna.Study) -> dict[str, Any] | None:
