@@ -27,12 +27,12 @@ import pandas as pd
 import torch
 
 from specbench.batch_tables import batch_frames, render_frame, stop_text
-from specbench.bench import prepare, run_benchmark, workload_shape
+from specbench.bench import prepare, run_benchmark
 from specbench.config import RunConfig
 from specbench.hardware import BUILTIN_PROFILES
 from specbench.measure.costs import BATCH_GRID, measure_target_costs
 from specbench.models import load_target
-from specbench.projection import by_batch
+from specbench.projection import by_batch, workload_shape
 from specbench.strict_json import dumps
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,8 +90,7 @@ def gpu_crossovers(config: RunConfig, report) -> dict[str, dict]:
     for strategy in bench.strategies:
         if strategy.drafter is None:
             continue
-        result = next(r for r in report.results if r["strategy"] == strategy.name and r["batch_size"] == smallest)
-        shape = workload_shape(bench.target, strategy, rows[rows.strategy == strategy.name], result)
+        shape = workload_shape(bench.target.model, strategy.drafter, rows[rows.strategy == strategy.name])
         out[strategy.name] = {gpu: by_batch(shape, BUILTIN_PROFILES[gpu]) for gpu in GPUS}
     return out
 

@@ -38,7 +38,7 @@ from specbench.measure.noise import NoiseMonitor
 from specbench.measure.stats import CostInputs, paired_speedups, summarize
 from specbench.models import Target, encode_turns, load_target, resolve_device, resolve_dtype
 from specbench.plots import write_plots
-from specbench.projection import WorkloadShape, by_batch, kv_bytes_per_token
+from specbench.projection import by_batch, workload_shape
 from specbench.projection import project as projection
 from specbench.results import RunDir, write_atomic
 from specbench.strategies.build import Strategy, build_strategy, drafter_dirs_by_strategy, verifies_trees
@@ -346,27 +346,6 @@ def measure_batch(bench: Bench, batch_size: int, items: list[SuiteItem], done: s
             answers[item.id].append(tokenizer.decode(previous[(item.id, turn, 0)], skip_special_tokens=True))
 
 
-def _drafter_parameters(drafter) -> int:
-    members = getattr(drafter, "members", [drafter])
-    return sum(p.numel() for m in members if hasattr(m, "model") for p in m.model.parameters())
-
-
-def workload_shape(target: Target, strategy: Strategy, rows: pd.DataFrame, result: dict[str, Any]) -> WorkloadShape:
-    """A strategy's measured shape (tau, tokens verified, drafter size, context) for the roofline projection."""
-    config = target.model.config
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    kv = kv_bytes_per_token(config.num_hidden_layers, config.num_key_value_heads, head_dim, 2)
-    steps = rows.steps.sum()
-    depth = rows.draft_depth.sum() / steps
-    parallel = strategy.drafter is not None and getattr(strategy.drafter, "parallel_draft", False)
-    return WorkloadShape(
-        target_params=sum(p.numel() for p in target.model.parameters()), bytes_per_param=2,
-        drafter_params=_drafter_parameters(strategy.drafter), kv_bytes_per_token=kv,
-        context_len=float((rows.prompt_tokens + rows.new_tokens / 2).mean()),
-        tokens_verified=rows.verified.sum() / steps, draft_forwards=min(depth, 1.0) if parallel else depth,
-        tau=min(result["tau"], rows.verified.sum() / steps), draft_tokens_per_forward=depth if parallel else 1.0)
-
-
 def project(bench: Bench, rows: pd.DataFrame, summary: list[dict[str, Any]]) -> dict[str, Any]:
     """Each strategy's measured shape on the --gpu profile, at the run's batch size and swept over
     batch sizes (where speculation stops paying there).
@@ -379,8 +358,8 @@ def project(bench: Bench, rows: pd.DataFrame, summary: list[dict[str, Any]]) -> 
         return {"gpu": profile.name, "projected": False, "note": "measured on this GPU"}
     by_name = {s.name: s for s in bench.strategies}
     for result in summary:
-        shape = workload_shape(bench.target, by_name[result["strategy"]], rows[rows.strategy == result["strategy"]],
-                               result)
+        part = rows[rows.strategy == result["strategy"]]
+        shape = workload_shape(bench.target.model, by_name[result["strategy"]].drafter, part)
         result["projection"] = {**projection(shape, profile), "by_batch": by_batch(shape, profile)}
     return {"gpu": profile.name, "projected": True}
 
