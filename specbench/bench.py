@@ -69,14 +69,14 @@ def prepare(config: RunConfig) -> Bench:
     config.validate()
     specs = parse_strategies(config.strategies)
     validate_knobs(config.knobs)
+    sources = drafter_dirs_by_strategy(config.drafters, specs)  # formats detected before any model is loaded
     suite = select(load_suite(config.suite), config.categories or None, config.limit)
     profile = None
     if config.gpu:
         profile = get_profile(config.gpu, load_profiles(Path(config.profiles) if config.profiles else None))
     device = resolve_device(config.device)
     target = load_target(config.model, device, resolve_dtype(config.dtype, device))
-    dirs = drafter_dirs_by_strategy([Path(d) for d in config.drafters])
-    strategies = [build_strategy(s, target, config.knobs, dirs, config.controller) for s in specs]
+    strategies = [build_strategy(s, target, config.knobs, sources, config.controller) for s in specs]
     sampling = Sampling(config.temperature, config.top_p, config.top_k)
     return Bench(config, target, strategies, suite, sampling, RunMetrics(device), profile)
 
@@ -233,7 +233,8 @@ def run_benchmark(config: RunConfig, progress: Progress | None = None, resume: s
             raise SpecbenchError(f"{resume}: the strategies no longer match the saved run")
     else:
         bench = prepare(config)
-        run = RunDir.create(config.out, config, bench.target.name, bench.suite.name, [s.name for s in bench.strategies])
+        run = RunDir.create(config.out, config, bench.target.name, bench.suite.name, [s.name for s in bench.strategies],
+                            drafters={s.name: s.drafters for s in bench.strategies if s.drafters})
     previous: dict[tuple[str, int, int], list[int]] = {}
     done = run.keep_complete_groups({s.name for s in bench.strategies})
     for r in run.read_rows():

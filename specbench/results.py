@@ -62,7 +62,9 @@ class RunDir:
         self.rows_file = path / "rows.jsonl"
 
     @classmethod
-    def create(cls, out: str | Path, config: RunConfig, model: str, suite: str, strategies: list[str]) -> RunDir:
+    def create(cls, out: str | Path, config: RunConfig, model: str, suite: str, strategies: list[str],
+               drafters: dict[str, Any] | None = None) -> RunDir:
+        """A fresh run directory; `drafters` (each strategy's drafter formats and knobs) joins environment.json."""
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         slug = "-".join(s.replace("+", "_") for s in strategies[1:4]) or "ar"
         path = Path(out) / "runs" / f"{stamp}-{slug}"
@@ -73,7 +75,7 @@ class RunDir:
         path.mkdir(parents=True)
         run = cls(path)
         write_json(path / "config.json", asdict(config))
-        write_json(path / "environment.json", environment())
+        write_json(path / "environment.json", {**environment(), "drafters": drafters or {}})
         write_json(path / "run.json", {"status": "incomplete", "model": model, "suite": suite, "started": _now(),
                                        "finished": None, "specbench_version": __version__,
                                        "strategies": strategies, "gpu_profile": config.gpu})

@@ -2,31 +2,42 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from specbench.engine.protocol import Controller, Drafter
 from specbench.errors import SpecbenchError
+from specbench.strategies import published
 from specbench.strategies.combine import CombinedDrafter
 from specbench.strategies.controllers import CONTROLLERS, FixedController
-from specbench.strategies.drafter_dir import read_drafter_config
 from specbench.strategies.knobs import make_options
-from specbench.strategies.registry import definition
+from specbench.strategies.published.formats import FORMATS, DrafterSource, open_source
+from specbench.strategies.registry import DRAFTER_NAMES, definition
 from specbench.strategies.spec import BASELINE, StrategySpec
 
 
-def drafter_dirs_by_strategy(dirs: list[Path]) -> dict[str, Path]:
-    """Which strategy each --drafter directory is for: its config.json says (a plain HF LM is a `draft` model)."""
-    out: dict[str, Path] = {}
-    for path in dirs:
-        config = read_drafter_config(path)
-        strategy = config.get("specbench_strategy") or ("draft" if "model_type" in config else None)
-        if strategy is None:
-            raise SpecbenchError(f"drafter directory {path}: config.json names no strategy and no model_type")
-        if strategy in out:
-            raise SpecbenchError(f"two --drafter directories for {strategy}: {out[strategy]} and {path}")
-        out[strategy] = path
+def drafter_dirs_by_strategy(dirs: list[str | Path], specs: list[StrategySpec]) -> dict[str, DrafterSource]:
+    """Which strategy each --drafter (a directory or a hub id) is for, as its detected format says.
+
+    Runs before any model is loaded: a drafter that no strategy of the run would use, or two for one
+    strategy, is refused here rather than ignored.
+    """
+    used = sorted({member for spec in specs for member in spec.members}, key=DRAFTER_NAMES.index)
+    out: dict[str, DrafterSource] = {}
+    for name in dirs:
+        source = open_source(name)
+        if source.strategy not in DRAFTER_NAMES:
+            raise SpecbenchError(f"drafter {name} names strategy {source.strategy!r}; "
+                                 f"known: {', '.join(DRAFTER_NAMES)}")
+        if source.strategy in out:
+            raise SpecbenchError(f"two --drafter values for {source.strategy}: {out[source.strategy].path} and {name}")
+        if source.strategy not in used:
+            what = FORMATS[source.format][1] if source.published or source.format == "draft-lm" else "a drafter"
+            raise SpecbenchError(f"--drafter {name} is {what} for strategy {source.strategy}, which this run does "
+                                 f"not use (its drafting strategies: {', '.join(used) or 'none'})")
+        out[source.strategy] = source
     return out
 
 
@@ -35,27 +46,47 @@ class Strategy:
     name: str
     drafter: Drafter | None
     new_controller: Callable[[], Controller] | None  # a fresh controller for every sequence
+    drafters: dict[str, dict[str, Any]] = field(default_factory=dict)  # member -> its drafter's source and knobs
 
 
 # a combination's members keep their own controllers; the engine-level one only caps the depth
 COMBINED_MAX_DEPTH = 16
 
 
-def build_strategy(spec: StrategySpec, target, knobs: dict[str, dict[str, Any]], drafter_dirs: dict[str, Path],
-                   controller: str | None = None) -> Strategy:
+def build_member(name: str, target, knobs: dict[str, Any], source: DrafterSource | None) -> tuple[Drafter, Any]:
+    """One method's drafter and knobs: from a published checkpoint (its own knob values under the user's),
+    the target's own MTP modules, or specbench's own drafter directory (the embedded default's without one)."""
+    if source is not None and source.published:
+        options = make_options(name, {**published.knob_defaults(source), **knobs})
+        return published.load(source, target, options), options
+    options = make_options(name, knobs)
+    return definition(name).build(target, options, source.path if source else None), options
+
+
+def describe(source: DrafterSource | None, options: Any) -> dict[str, Any]:
+    where = source.describe() if source else {"format": "specbench", "path": None}
+    return {**where, "knobs": dataclasses.asdict(options)}
+
+
+def build_strategy(spec: StrategySpec, target, knobs: dict[str, dict[str, Any]],
+                   sources: dict[str, DrafterSource], controller: str | None = None) -> Strategy:
     """The drafter(s) and controller factory of a parsed strategy; `controller` overrides every member's."""
     if not spec.members:
         return Strategy(BASELINE, None, None)
     if controller is not None and controller not in CONTROLLERS:
         raise SpecbenchError(f"unknown controller {controller!r}; known: {', '.join(CONTROLLERS)}")
-    drafters, factories = [], []
+    drafters, factories, described = [], [], {}
     for name in spec.members:
+        source = sources.get(name) or published.builtin_source(name, target)
+        drafter, options = build_member(name, target, knobs.get(name, {}), source)
+        drafters.append(drafter)
+        described[name] = describe(source, options)
         method = definition(name)
-        options = make_options(name, knobs.get(name, {}))
-        drafters.append(method.build(target, options, drafter_dirs.get(name)))
         factory = CONTROLLERS[controller or method.default_controller]
-        budget = method.budget(options)
+        # a block drafter knows how many drafts its block holds (DeepSpec's layout drafts one more)
+        budget = getattr(drafter, "max_depth", None) or method.budget(options)
         factories.append(lambda factory=factory, budget=budget, options=options: factory(budget, options))
     if len(drafters) == 1:
-        return Strategy(spec.name, drafters[0], factories[0])
-    return Strategy(spec.name, CombinedDrafter(drafters, factories), lambda: FixedController(COMBINED_MAX_DEPTH))
+        return Strategy(spec.name, drafters[0], factories[0], described)
+    combined = CombinedDrafter(drafters, factories)
+    return Strategy(spec.name, combined, lambda: FixedController(COMBINED_MAX_DEPTH), described)

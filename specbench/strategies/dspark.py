@@ -11,7 +11,9 @@ block, one cheap step per position:
 - Confidence head: sigmoid(w . [hidden_k, W1[prev]] + b), an estimate of 1 - TV(p_draft, p_target),
   the probability that the target accepts draft k. The block is cut before the first position where
   the cumulative product of confidences (the estimated probability that the whole prefix is
-  accepted) falls below `confidence_threshold`.
+  accepted) falls below `confidence_threshold` (`confidence_rule = cumulative`); `token` is DeepSpec's
+  rule, a cut at the first position whose own confidence is below it, and the default for DeepSpec's
+  checkpoints (strategies/published/).
 
 Loss as DeepSpec's loss.py: 0.1 CE + 0.9 L1 + 1.0 BCE, each weighted exp(-k / gamma) over the block.
 The distribution term is the L1 distance sum |p_draft - p_target| (= 2 TV) as in DeepSpec's code;
@@ -43,12 +45,16 @@ from specbench.strategies.dspark_scheduler import check_knobs
 from specbench.strategies.trainable import DistillBatch
 
 CE_WEIGHT, L1_WEIGHT, CONFIDENCE_WEIGHT = 0.1, 0.9, 1.0  # DeepSpec's dspark config
+# where the block is cut: specbench's cumulative product of confidences (the estimated probability that the
+# whole prefix is accepted), or DeepSpec's first position whose own confidence is below the threshold
+CONFIDENCE_RULES = ("cumulative", "token")
 
 
 @dataclass
 class DSparkOptions:
     block_size: int = 7  # drafts per block (DeepSpec's value: with the last token, a verify length of 8)
-    confidence_threshold: float = 0.2  # cut where the cumulative confidence falls below this (0 = never)
+    confidence_threshold: float = 0.2  # cut where the confidence falls below this (0 = never)
+    confidence_rule: str = "cumulative"  # cumulative: the product of confidences so far; token: each one's own
     context_window: int = 512  # W: context positions the drafter sees (0 = all)
     window_size: int = 64  # scheduler: verifications in the acceptance-rate window
     adjust_interval: int = 16  # scheduler: committed tokens between evaluations
@@ -68,6 +74,9 @@ class DSparkOptions:
             raise SpecbenchError(f"dspark.confidence_threshold must be within [0, 1], got {self.confidence_threshold}")
         if self.markov_rank < 1:
             raise SpecbenchError(f"dspark.markov_rank must be at least 1, got {self.markov_rank}")
+        if self.confidence_rule not in CONFIDENCE_RULES:
+            raise SpecbenchError(f"dspark.confidence_rule must be one of {', '.join(CONFIDENCE_RULES)}, "
+                                 f"got {self.confidence_rule!r}")
 
 
 class DSparkModel(DFlashModel):
@@ -87,6 +96,12 @@ class DSparkModel(DFlashModel):
         """Markov-corrected logits and confidence logits of draft slots, given the token before each."""
         memory = self.markov_in(prev)
         return logits + self.markov_out(memory), self.confidence(torch.cat([hidden, memory], -1))[..., 0]
+
+    def step_heads(self, hidden: torch.Tensor, logits: torch.Tensor, prev: torch.Tensor,
+                   state: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """One draft slot at inference: its logits, its confidence logit (None: no confidence head) and the
+        heads' state carried to the next slot (recurrent heads; None here)."""
+        return *self.heads(hidden, logits, prev), None
 
     def training_loss(self, batch: DistillBatch) -> torch.Tensor:
         """0.1 CE + 0.9 L1 against the target's distribution + BCE of the confidence towards 1 - TV."""
@@ -114,11 +129,14 @@ class DSparkDrafter(DFlashDrafter):
         qs: list[torch.Tensor | None] = []
         prev = ctx.tokens[-1]
         alive = 1.0  # the estimated probability that every draft so far is accepted
+        state = None
         for k in range(len(hidden)):
-            logits, confidence = self.model.heads(hidden[k], base[k], prev)
-            alive *= float(torch.sigmoid(confidence))
-            if alive < self.options.confidence_threshold:
-                break
+            logits, confidence, state = self.model.step_heads(hidden[k], base[k], prev, state)
+            if confidence is not None:
+                p = float(torch.sigmoid(confidence))
+                alive = alive * p if self.options.confidence_rule == "cumulative" else p
+                if alive < self.options.confidence_threshold:
+                    break
             token, q = pick(logits[None], ctx)
             prev = token[0]
             tokens.append(int(prev))
