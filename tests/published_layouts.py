@@ -57,6 +57,18 @@ def target_states(model, prompt: list[int]) -> tuple[torch.Tensor, ...]:
         return model(input_ids=torch.tensor([prompt[:-1]]), output_hidden_states=True).hidden_states
 
 
+def propose(drafter, model, prompt: list[int], budget: int):
+    """The drafter's first proposal after `prompt` (greedy, a fixed budget), as the engine would ask for it."""
+    from specbench.engine.protocol import DraftContext
+    from specbench.engine.sampling import Sampling, seeded
+    from specbench.strategies.controllers import FixedController
+
+    states = target_states(model, prompt)
+    drafter.start(torch.tensor(prompt), tuple(states[i][0] for i in drafter.hidden_layers))
+    rng = seeded(0, torch.device("cpu"))
+    return drafter.propose(DraftContext(torch.tensor(prompt), budget, Sampling(), rng, FixedController(budget)))
+
+
 def write(path: Path, config: dict, state: dict[str, torch.Tensor], bin_format: bool = False) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     (path / "config.json").write_text(json.dumps(config, indent=2))
@@ -66,6 +78,14 @@ def write(path: Path, config: dict, state: dict[str, torch.Tensor], bin_format: 
     else:
         save_file(state, str(path / "model.safetensors"), metadata={"format": "pt"})
     return path
+
+
+def weights(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    if (path / "model.safetensors").is_file():
+        return load_file(str(path / "model.safetensors"))
+    return torch.load(path / "pytorch_model.bin", weights_only=True)
 
 
 def norm_weight(n: int, gen: torch.Generator) -> torch.Tensor:
@@ -111,10 +131,8 @@ class Eagle3Reference:
     """EAGLE-3 evaluated directly: rows i = (feature of position i, token i + 1) at position i."""
 
     def __init__(self, target, path: Path):
-        from safetensors.torch import load_file
-
         self.config = json.loads((path / "config.json").read_text())
-        self.w = load_file(str(path / "model.safetensors"))
+        self.w = weights(path)
         self.target = target
         layers = target.config.num_hidden_layers
         self.layers = (2, layers // 2, layers - 3)  # inputs of layers 2, L//2, L-3
@@ -245,10 +263,8 @@ class BlockReference:
     """One drafting block of a z-lab or DeepSpec checkpoint, evaluated directly."""
 
     def __init__(self, target, path: Path):
-        from safetensors.torch import load_file
-
         self.config = json.loads((path / "config.json").read_text())
-        self.w = load_file(str(path / "model.safetensors"))
+        self.w = weights(path)
         self.target = target
         self.deepspec = "markov_rank" in self.config
         c = self.config
@@ -294,13 +310,14 @@ class BlockReference:
         return self.target.get_output_embeddings()(hidden[1:]).argmax(-1).tolist()
 
     @torch.inference_mode()
-    def dspark_drafts(self, prompt: list[int], block_size: int, threshold: float) -> list[int]:
-        """Greedy DSpark: the Markov head slot by slot, cut at the first confidence below `threshold`."""
+    def dspark_drafts(self, prompt: list[int], block_size: int, threshold: float, rule: str = "token") -> list[int]:
+        """Greedy DSpark: the Markov head slot by slot, cut before the first slot whose confidence (rule
+        token: its own; cumulative: the product up to it) is below `threshold`."""
         c, w = self.config, self.w
         hidden = self.hidden(prompt, block_size)
         base = hidden @ w["lm_head.weight"].T
         r, kind = c["markov_rank"], c.get("markov_head_type")
-        prev, state, tokens = prompt[-1], torch.zeros(r), []
+        prev, state, tokens, alive = prompt[-1], torch.zeros(r), [], 1.0
         for k in range(block_size):
             m = w["markov_head.markov_w1.weight"][prev]
             if kind == "gated":
@@ -317,9 +334,10 @@ class BlockReference:
                 bias = m @ w["markov_head.markov_w2.weight"].T
             if c["enable_confidence_head"]:
                 features = torch.cat([hidden[k], m]) if c["confidence_head_with_markov"] else hidden[k]
-                confidence = torch.sigmoid(features @ w["confidence_head.proj.weight"][0]
-                                           + w["confidence_head.proj.bias"][0])
-                if confidence < threshold:
+                confidence = float(torch.sigmoid(features @ w["confidence_head.proj.weight"][0]
+                                                 + w["confidence_head.proj.bias"][0]))
+                alive = alive * confidence if rule == "cumulative" else confidence
+                if alive < threshold:
                     break
             prev = int((base[k] + bias).argmax())
             tokens.append(prev)
@@ -329,12 +347,12 @@ class BlockReference:
 # ---------------------------------------------------------------------------------------------------
 # MTP modules inside the target's checkpoint (DeepSeek-V3, Qwen3-Next, MiMo)
 
-def deepseek_v3(layers: int, seed: int = 0):
+def deepseek_v3(layers: int, seed: int = 0, vocab: int = 97):
     from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
 
     torch.manual_seed(seed)
     config = DeepseekV3Config(
-        vocab_size=97, hidden_size=32, intermediate_size=64, moe_intermediate_size=16, num_hidden_layers=layers,
+        vocab_size=vocab, hidden_size=32, intermediate_size=64, moe_intermediate_size=16, num_hidden_layers=layers,
         num_attention_heads=4, num_key_value_heads=4, n_routed_experts=4, num_experts_per_tok=2, n_group=1,
         topk_group=1, first_k_dense_replace=1, kv_lora_rank=16, q_lora_rank=24, qk_rope_head_dim=8,
         qk_nope_head_dim=8, v_head_dim=8, max_position_embeddings=512, initializer_range=0.3,
@@ -342,24 +360,24 @@ def deepseek_v3(layers: int, seed: int = 0):
     return DeepseekV3ForCausalLM(config).eval()
 
 
-def qwen3_next(layers: int, seed: int = 0):
+def qwen3_next(layers: int, seed: int = 0, vocab: int = 97):
     """Qwen3-Next's classes with full-attention layers only (the engine cannot cut linear-attention state)."""
     from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
 
     torch.manual_seed(seed)
     config = Qwen3NextConfig(
-        vocab_size=97, hidden_size=32, intermediate_size=64, moe_intermediate_size=16,
+        vocab_size=vocab, hidden_size=32, intermediate_size=64, moe_intermediate_size=16,
         shared_expert_intermediate_size=16, num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
         head_dim=8, num_experts=4, num_experts_per_tok=2, layer_types=["full_attention"] * layers,
         max_position_embeddings=512, initializer_range=0.3, tie_word_embeddings=False, attn_implementation="sdpa")
     return Qwen3NextForCausalLM(config).eval()
 
 
-def qwen2(layers: int, seed: int = 0):
+def qwen2(layers: int, seed: int = 0, vocab: int = 97):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(seed)
-    config = Qwen2Config(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+    config = Qwen2Config(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
                          initializer_range=0.3, tie_word_embeddings=False, attn_implementation="sdpa")
     return Qwen2ForCausalLM(config).eval()
@@ -376,8 +394,10 @@ def mtp_target(path: Path, family: str, layers: int = 2, seed: int = 0, tokenize
     the module's own weights. Returns that model: its last layer is the reference block.
     """
     from safetensors.torch import load_file
+    from transformers import AutoTokenizer
 
-    full = MTP_FAMILIES[family](layers + 1, seed)
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_from) if tokenizer_from is not None else None
+    full = MTP_FAMILIES[family](layers + 1, seed, len(tokenizer) if tokenizer is not None else 97)
     full.save_pretrained(path)
     state = load_file(str(path / "model.safetensors"))
     h, gen = full.config.hidden_size, torch.Generator().manual_seed(seed + 1)
@@ -409,10 +429,8 @@ def mtp_target(path: Path, family: str, layers: int = 2, seed: int = 0, tokenize
             config.update(layer_types=["full_attention"] * layers, num_nextn_predict_layers=1)
     save_file(state, str(path / "model.safetensors"), metadata={"format": "pt"})
     (path / "config.json").write_text(json.dumps(config, indent=2))
-    if tokenizer_from is not None:
-        from transformers import AutoTokenizer
-
-        AutoTokenizer.from_pretrained(tokenizer_from).save_pretrained(path)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(path)
     full.mtp_norms = extra  # the module's norm weights as multipliers, and its projection
     return full
 

@@ -198,7 +198,7 @@ def build_mtp(source: DrafterSource, target_model: nn.Module) -> BuiltinMtpModel
                                         dtype=target_model.dtype))
     problem = _loading_problem(info)
     if problem:
-        raise SpecbenchError(f"target {source.checkpoint.name}: {problem}")
+        raise SpecbenchError(f"target {source.checkpoint.name}: {problem} (named as transformers' MtpModel names it)")
     mtp.tie_with_main_model(target_model)
     return BuiltinMtpModel(target_model, mtp.to(target_model.device, target_model.dtype).eval())
 
