@@ -18,19 +18,25 @@ CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
 
 
-def save_drafter(out_dir: Path, strategy: str, config: dict, state: dict[str, torch.Tensor],
-                 fingerprint: str, dtype: torch.dtype = torch.bfloat16) -> None:
-    """Write the drafter beside `out_dir`, then rename it into place: never a half-written directory."""
+def write_checkpoint(out_dir: Path, config: dict, state: dict[str, torch.Tensor], dtype: torch.dtype) -> None:
+    """config.json and model.safetensors written beside `out_dir`, then renamed into place: never a
+    half-written directory."""
     out_dir = Path(out_dir)
     staging = out_dir.with_name(out_dir.name + ".writing")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    meta = {"specbench_strategy": strategy, "target_fingerprint": fingerprint, **config}
-    (staging / CONFIG).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    (staging / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     save_file({k: v.detach().to(dtype).contiguous().cpu() for k, v in state.items()}, str(staging / WEIGHTS))
     if out_dir.exists():
         shutil.rmtree(out_dir)
     os.replace(staging, out_dir)
+
+
+def save_drafter(out_dir: Path, strategy: str, config: dict, state: dict[str, torch.Tensor],
+                 fingerprint: str, dtype: torch.dtype = torch.bfloat16) -> None:
+    """A specbench drafter directory: the strategy and the target's fingerprint join its config."""
+    meta = {"specbench_strategy": strategy, "target_fingerprint": fingerprint, **config}
+    write_checkpoint(out_dir, meta, state, dtype)
 
 
 def read_drafter_config(path: Path) -> dict:

@@ -197,7 +197,7 @@ def knob_defaults(source: DrafterSource) -> dict:
     return defaults
 
 
-def _windows(config, raw: dict, layers: int, name: str) -> tuple[int | None, ...]:
+def layer_windows(config, raw: dict, layers: int, name: str) -> tuple[int | None, ...]:
     types = list(getattr(config, "layer_types", None) or ["full_attention"] * layers)[:layers]
     window = (raw.get("dflash_config") or {}).get("sliding_window") or getattr(config, "sliding_window", None)
     unknown = sorted(set(types) - {"full_attention", "sliding_attention"})
@@ -208,7 +208,7 @@ def _windows(config, raw: dict, layers: int, name: str) -> tuple[int | None, ...
     return tuple(int(window) if t == "sliding_attention" else None for t in types)
 
 
-def _check_architecture(config, name: str) -> None:
+def check_architecture(config, name: str) -> None:
     if getattr(config, "attention_bias", False):
         raise SpecbenchError(f"drafter {name}: attention_bias is true; only bias-free Qwen3 layers are supported")
     if getattr(config, "hidden_act", "silu") != "silu":
@@ -234,7 +234,7 @@ def load(source: DrafterSource, target, options) -> DFlashDrafter:
     """A DFlash (z-lab or DeepSpec) or DSpark (DeepSpec) drafter for `target`, checked against it."""
     name, raw = source.checkpoint.name, source.checkpoint.config
     config = hf_config(raw, name)
-    _check_architecture(config, name)
+    check_architecture(config, name)
     t = target.model.config
     vocab = target_vocab(target.model)
     deepspec = source.format.startswith("deepspec")
@@ -258,7 +258,7 @@ def load(source: DrafterSource, target, options) -> DFlashDrafter:
                 config.intermediate_size, config.rms_norm_eps, rope_theta)
     block = BlockConfig(arch, vocab, layers, tuple(i + 1 for i in ids), shifted)
     model_cls = PublishedDSparkModel if source.format == "deepspec-dspark" else PublishedBlockModel
-    model = model_cls(target.model, block, options, config, _windows(config, raw, layers, name),
+    model = model_cls(target.model, block, options, config, layer_windows(config, raw, layers, name),
                       config.vocab_size if deepspec else None)
     state = {specbench_name(k): v for k, v in source.checkpoint.load(source.checkpoint.weight_names()).items()}
     table = state.get("embed_tokens.weight", target.model.get_input_embeddings().weight.detach().cpu())

@@ -57,6 +57,11 @@ class Checkpoint:
             return dict.fromkeys(_bin_state(self.path / BIN), self.path / BIN)
         raise SpecbenchError(f"{self.name}: no weights ({SAFETENSORS}, {BIN} or a shard index) in {self.path}")
 
+    def dtype(self) -> torch.dtype:
+        """The dtype the weights are stored in (of the first of them)."""
+        first = min(self.files())
+        return self.load([first])[first].dtype
+
     def load(self, names) -> dict[str, torch.Tensor]:
         """The named tensors, as stored (dtype included)."""
         by_file: dict[Path, list[str]] = {}
