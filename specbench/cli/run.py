@@ -15,7 +15,7 @@ from specbench.cli.app import app, err, out, print_table, progress_bar, split_li
 @app.command()
 def run(
     model: Annotated[Optional[str], typer.Option(help="HF model id or local directory (default: the embedded model).")] = None,
-    drafter: Annotated[Optional[list[Path]], typer.Option(help="Drafter directory (repeatable).")] = None,
+    drafter: Annotated[Optional[list[str]], typer.Option(help="Drafter: a directory or hub id in specbench's, EAGLE-3, DFlash (z-lab) or DeepSpec format, or a causal LM for `draft` (repeatable; the format is detected).")] = None,
     strategy: Annotated[Optional[list[str]], typer.Option("--strategy", "-s", help="Strategy: ngram, draft, eagle+dflash, ... (repeatable or comma list; `all` for every implemented one).")] = None,
     suite: Annotated[Optional[str], typer.Option(help="Built-in suite name or a suite file.")] = None,
     categories: Annotated[Optional[list[str]], typer.Option("--categories", "--category", help="Only these categories (repeatable or comma list).")] = None,

@@ -145,12 +145,12 @@ class BlockAdapter(nn.Module):
 
 
 class BuiltinMtpModel(nn.Module):
-    """The interface MtpDrafter drives: `layers` (one per module), `logits`, `hidden_layers`, `arch`, `target`."""
+    """The interface MtpDrafter drives: `layers` (one per module), `logits`, `hidden_layers`, `arch`, `target`.
+    Only the modules' own weights are registered: the embedding and LM head they share are the target's."""
 
     def __init__(self, target_model: nn.Module, mtp: nn.Module):
         super().__init__()
         object.__setattr__(self, "target", target_model)
-        self.mtp = mtp
         rotary = target_model.get_decoder().rotary_emb
         self.layers = nn.ModuleList(BlockAdapter(layer, rotary, k) for k, layer in enumerate(mtp.layers))
         self.hidden_layers = (target_model.config.num_hidden_layers,)
