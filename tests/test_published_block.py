@@ -12,6 +12,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from specbench.engine.decode import generate
+from specbench.engine.sampling import Sampling
 from specbench.errors import SpecbenchError
 from specbench.models import Target
 from specbench.strategies.build import build_strategy
@@ -19,6 +20,8 @@ from specbench.strategies.published.formats import open_source
 from specbench.strategies.spec import parse_strategy
 from tests.conftest import tiny_lm
 from tests.published_layouts import BlockReference, deepspec_checkpoint, dflash_checkpoint, propose
+from tests.sampling_check import chi_square_pvalue
+from tests.test_eagle import small_vocab_target
 
 MASK = 7  # an id of the target's vocabulary standing for MASK
 
@@ -170,3 +173,19 @@ def test_a_drafter_for_another_target_is_refused(target, root, tmp_path):
     llama = Target(tiny_lm("llama-mha", layers=6), None, "llama", frozenset())
     with pytest.raises(SpecbenchError, match="target family"):
         build(llama, dspark, "dspark")
+
+
+@pytest.mark.slow
+def test_sampling_with_a_deepspec_dspark_is_exact(tmp_path):
+    """The RNN Markov head's sequentially sampled drafts keep the target's exact two-token distribution."""
+    target = small_vocab_target(vocab=12)  # every continuation is counted often enough
+    path = deepspec_checkpoint(tmp_path / "dspark", target.model, [-1], 3, block_size=3, markov_rank=4,
+                               markov_head_type="rnn")
+    strategy = build(target, path, "dspark", confidence_threshold=0.05)
+    sampling = Sampling(temperature=0.9)
+    accepted = [generate(target.model, [3, 1, 4], 2, sampling, drafter=strategy.drafter,
+                         controller=strategy.new_controller(), seed=seed).accepted for seed in range(40)]
+    assert 0 < sum(a > 0 for a in accepted) < len(accepted)  # acceptance and rejection both tested
+    pvalue = chi_square_pvalue(target.model, [3, 1, 4], sampling, 1500,
+                               lambda: (strategy.drafter, strategy.new_controller()))
+    assert pvalue > 0.001
