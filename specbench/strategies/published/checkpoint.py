@@ -15,8 +15,8 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from specbench.errors import SpecbenchError
+from specbench.strategies.drafter_dir import read_drafter_config
 
-CONFIG = "config.json"
 SAFETENSORS, BIN = "model.safetensors", "pytorch_model.bin"
 INDEXES = {"model.safetensors.index.json": "safetensors", "pytorch_model.bin.index.json": "bin"}
 HUB_FILES = ["*.json", "*.safetensors", "*.bin"]
@@ -96,15 +96,6 @@ def _bin_state(path: Path) -> dict[str, torch.Tensor]:
         raise SpecbenchError(f"{path}: not a readable PyTorch weights file ({str(exc).splitlines()[0]})") from None
 
 
-def read_config(path: Path, name: str) -> dict:
-    try:
-        return json.loads((path / CONFIG).read_text())
-    except FileNotFoundError:
-        raise SpecbenchError(f"drafter {name}: {CONFIG} is missing") from None
-    except json.JSONDecodeError as exc:
-        raise SpecbenchError(f"drafter {name}: {CONFIG} is not valid JSON ({exc.msg})") from None
-
-
 def fetch(hub_id: str) -> Path:
     """The local snapshot of a hub repository (downloaded when there is a network, else from the cache)."""
     from huggingface_hub import snapshot_download
@@ -123,8 +114,8 @@ def open_checkpoint(name: str | Path) -> Checkpoint:
     text = str(name)
     path = Path(text).expanduser()
     if path.is_dir():
-        return Checkpoint(path, None, read_config(path, text))
+        return Checkpoint(path, None, read_drafter_config(path, text))
     if path.exists() or text.startswith((".", "/", "~")) or not HUB_ID.match(text):
         raise SpecbenchError(f"drafter directory {text} does not exist")
     local = fetch(text)
-    return Checkpoint(local, text, read_config(local, text))
+    return Checkpoint(local, text, read_drafter_config(local, text))

@@ -29,9 +29,10 @@ from torch import nn
 
 from specbench.engine.kv_cache import layer_cache, layer_kv
 from specbench.errors import SpecbenchError
+from specbench.strategies.drafter_dir import read_drafter_config
 from specbench.strategies.layers import KV, lm_head
 from specbench.strategies.mtp import MtpDrafter, MtpOptions
-from specbench.strategies.published.checkpoint import Checkpoint, read_config
+from specbench.strategies.published.checkpoint import Checkpoint
 from specbench.strategies.published.formats import DrafterSource
 
 COUNT_KEYS = ("num_mtp_layers", "num_nextn_predict_layers", "mtp_num_hidden_layers")
@@ -55,7 +56,7 @@ def target_checkpoint(target_model: nn.Module) -> Checkpoint | None:
             path = Path(snapshot_download(name, local_files_only=True))
         except (OSError, ValueError):
             return None
-    return Checkpoint(path, None if Path(name).is_dir() else name, read_config(path, name))
+    return Checkpoint(path, None if Path(name).is_dir() else name, read_drafter_config(path, name))
 
 
 def layout(names: set[str], num_layers: int) -> str | None:
