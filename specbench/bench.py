@@ -7,8 +7,10 @@ keeps what was measured and `resume` carries on where it stopped.
 
 from __future__ import annotations
 
+import random
+import time
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -20,11 +22,14 @@ from specbench.engine.decode import Generation, generate
 from specbench.engine.sampling import Sampling
 from specbench.errors import SpecbenchError
 from specbench.hardware import GpuProfile, detect_local_gpu, get_profile, load_profiles
+from specbench.measure.cost_table import CostTable
+from specbench.measure.costs import CHAIN, TREE, Grid, drafter_key, measure_costs
 from specbench.measure.device_metrics import RunMetrics
 from specbench.measure.host import peak_rss_bytes
 from specbench.measure.lossless import divergence_margin, first_divergence
 from specbench.measure.memory import needed_bytes
-from specbench.measure.stats import paired_speedups, summarize
+from specbench.measure.noise import NoiseMonitor
+from specbench.measure.stats import CostInputs, paired_speedups, summarize
 from specbench.models import Target, encode_turns, load_target, resolve_device, resolve_dtype
 from specbench.plots import write_plots
 from specbench.projection import WorkloadShape, kv_bytes_per_token
@@ -36,6 +41,9 @@ from specbench.strategies.spec import parse_strategies
 from specbench.suites import Suite, SuiteItem, load_suite, select
 
 Progress = Callable[[str, int, int], None]  # what, done, total
+Estimate = Callable[[float, int, int], None]  # estimated seconds, prompts, strategies: after the warm-up
+
+VERIFY_MARGIN = 64  # positions a verified draft may add beyond prompt + answer
 
 
 @dataclass
@@ -43,12 +51,13 @@ class RunReport:
     run_dir: Path
     model: str
     suite: str
-    results: list[dict[str, Any]]
+    results: list[dict[str, Any]]  # one summary per strategy (measure/stats.py)
     complete: bool
+    extra: dict[str, Any] = field(default_factory=dict)  # by_category, noise, projection, skipped_prompts
 
     def as_json(self) -> dict[str, Any]:
         return {"run_dir": str(self.run_dir), "model": self.model, "suite": self.suite,
-                "complete": self.complete, "results": self.results}
+                "complete": self.complete, "results": self.results, **self.extra}
 
 
 @dataclass
@@ -62,6 +71,7 @@ class Bench:
     sampling: Sampling
     metrics: RunMetrics
     profile: GpuProfile | None  # the --gpu profile to project onto
+    skipped: list[str] = field(default_factory=list)  # prompts that would not fit in the model's context
 
 
 def prepare(config: RunConfig) -> Bench:
@@ -78,7 +88,30 @@ def prepare(config: RunConfig) -> Bench:
     target = load_target(config.model, device, resolve_dtype(config.dtype, device))
     strategies = [build_strategy(s, target, config.knobs, sources, config.controller) for s in specs]
     sampling = Sampling(config.temperature, config.top_p, config.top_k)
-    return Bench(config, target, strategies, suite, sampling, RunMetrics(device), profile)
+    suite, skipped = fitting_prompts(suite, target, config.max_new_tokens)
+    return Bench(config, target, strategies, suite, sampling, RunMetrics(device), profile, skipped)
+
+
+def context_limit(target: Target) -> int | None:
+    return getattr(target.model.config, "max_position_embeddings", None)
+
+
+def fits(target: Target, prompt: list[int], max_new_tokens: int) -> bool:
+    limit = context_limit(target)
+    return limit is None or len(prompt) + max_new_tokens + VERIFY_MARGIN <= limit
+
+
+def fitting_prompts(suite: Suite, target: Target, max_new_tokens: int) -> tuple[Suite, list[str]]:
+    """The suite without the prompts whose first turn, answer and drafts would not fit in the model's
+    context (never measured past it), and their ids; none fitting is an error."""
+    keep, skipped = [], []
+    for item in suite.items:
+        ok = fits(target, encode_turns(target.tokenizer, list(item.turns[:1]), []), max_new_tokens)
+        (keep if ok else skipped).append(item)
+    if not keep:
+        raise SpecbenchError(f"no prompt of the suite fits the model's context of {context_limit(target)} tokens "
+                             f"with {max_new_tokens} new tokens; use a shorter suite or --max-new-tokens")
+    return Suite(suite.name, tuple(keep)), [item.id for item in skipped]
 
 
 def _seed(config: RunConfig, item: SuiteItem, turn: int, repeat: int) -> int:
@@ -99,38 +132,53 @@ def _peak_memory(device: torch.device) -> int:
 
 
 def make_row(model, strategy: Strategy, item: SuiteItem, turn: int, repeat: int, prompt: list[int], gen: Generation,
-         reference: list[int] | None, peak: int) -> dict[str, Any]:
+             reference: list[int] | None, peak: int, order: int = 0) -> dict[str, Any]:
+    """One measured generation as a row; `reference` is `ar`'s greedy output (None when sampling: no
+    greedy check runs, and `mismatch` is None)."""
     n = len(gen.tokens)
-    context = len(prompt) + n + gen.max_verified
     first = first_divergence(gen.tokens, reference) if reference is not None else None
     margin = divergence_margin(model, prompt, gen.tokens, reference, first) if first is not None else None
     return {
         "strategy": strategy.name, "prompt_id": item.id, "category": item.category, "turn": turn, "repeat": repeat,
-        "prompt_tokens": len(prompt), "new_tokens": n, "wall_s": gen.wall_s, "ttft_s": gen.ttft_s,
+        "order": order, "prompt_tokens": len(prompt), "new_tokens": n, "wall_s": gen.wall_s, "ttft_s": gen.ttft_s,
         "tpot_s": (gen.wall_s - gen.ttft_s) / (n - 1) if n > 1 else None,
         "steps": gen.steps, "tau": n / gen.steps if gen.steps else None,
-        "drafted": gen.drafted, "accepted": gen.accepted, "verified": gen.verified, "draft_depth": gen.draft_depth,
+        "drafted": gen.drafted, "accepted": gen.accepted, "verified": gen.verified, "max_verified": gen.max_verified,
+        "draft_depth": gen.draft_depth, "budget": gen.budget, "tree_steps": gen.tree_steps,
         "accept_by_position": gen.accept_by_position,
         "prefill_s": gen.prefill_s, "draft_s": gen.draft_s, "verify_s": gen.verify_s, "other_s": gen.other_s,
-        "memory_bytes": needed_bytes(model, strategy.drafter, context, gen.drafter_state_bytes),
+        "memory_bytes": needed_bytes(model, strategy.drafter, len(prompt) + n + gen.max_verified,
+                                     gen.drafter_state_bytes),
         "peak_mem_bytes": peak, "stop_reason": gen.stop_reason,
-        "mismatch": first is not None, "first_divergence": first, "divergence_margin": margin,
-        "output_ids": gen.tokens,
+        "mismatch": None if reference is None else first is not None, "first_divergence": first,
+        "divergence_margin": margin, "output_ids": gen.tokens,
     }
 
 
-def warm_up(bench: Bench) -> None:
-    """Run every strategy on the first prompt, unmeasured, so lazy initialisation is not timed."""
+def warm_up(bench: Bench) -> float:
+    """Run every strategy on the first prompt, unmeasured, so lazy initialisation is not timed; the
+    seconds one pass over the strategies took (what one prompt will take)."""
     item = bench.suite.items[0]
     prompt = encode_turns(bench.target.tokenizer, list(item.turns[:1]), [])
+    started = time.perf_counter()
     for _ in range(bench.config.warmup):
         for strategy in bench.strategies:
             run_one(bench, strategy, prompt, 0)
+    return (time.perf_counter() - started) / max(1, bench.config.warmup)
+
+
+def strategy_order(bench: Bench, key: tuple[str, int, int]) -> list[Strategy]:
+    """Every strategy, `ar` included, in an order shuffled per prompt with the run's seed, so that no
+    strategy always runs first or right after another (caches, clocks and load drift)."""
+    order = list(bench.strategies)
+    random.Random(f"{bench.config.seed}/{key}").shuffle(order)
+    return order
 
 
 def measure_prompt(bench: Bench, item: SuiteItem, done: set[tuple[str, int, int]],
-                   previous: dict[tuple[str, int, int], list[int]], on_rows: Callable[[list[dict]], None]) -> None:
-    """All turns and repeats of one suite item, every strategy interleaved with `ar`.
+                   previous: dict[tuple[str, int, int], list[int]], on_rows: Callable[[list[dict]], None]) -> bool:
+    """All turns and repeats of one suite item, every strategy interleaved with `ar`; False when a later
+    turn's context would not fit in the model (the turns before it are kept).
 
     Turn k's context holds `ar`'s own answers to the earlier turns (the same context for every
     strategy, so the comparison stays paired). `previous` maps (prompt, turn, repeat) to `ar`'s
@@ -140,27 +188,39 @@ def measure_prompt(bench: Bench, item: SuiteItem, done: set[tuple[str, int, int]
     answers: list[str] = []
     for turn in range(len(item.turns)):
         prompt = encode_turns(tokenizer, list(item.turns[:turn + 1]), answers)
+        if not fits(bench.target, prompt, bench.config.max_new_tokens):
+            return False
         for repeat in range(bench.config.repeats):
             key = (item.id, turn, repeat)
             if key in done:
                 continue
-            # rotate the order so no strategy always runs right after another (cache and clock drift)
-            order = bench.strategies[1:]
-            shift = zlib.crc32(f"{key}".encode()) % max(1, len(order))
-            order = [bench.strategies[0]] + order[shift:] + order[:shift]
-            rows, reference = [], None
-            for strategy in order:
+            generations = []
+            for position, strategy in enumerate(strategy_order(bench, key)):
                 if bench.target.device.type == "cuda":
                     torch.cuda.reset_peak_memory_stats(bench.target.device)
                 with bench.metrics.measure(strategy.name):
                     gen = run_one(bench, strategy, prompt, _seed(bench.config, item, turn, repeat))
-                if strategy.drafter is None:
-                    reference = gen.tokens if bench.sampling.greedy else None
-                    previous[key] = gen.tokens
-                rows.append(make_row(bench.target.model, strategy, item, turn, repeat, prompt, gen, reference,
-                                 _peak_memory(bench.target.device)))
-            on_rows(rows)
+                generations.append((position, strategy, gen, _peak_memory(bench.target.device)))
+            ar = next(gen for _, strategy, gen, _ in generations if strategy.drafter is None)
+            previous[key] = ar.tokens
+            reference = ar.tokens if bench.sampling.greedy else None
+            generations.sort(key=lambda g: bench.strategies.index(g[1]))  # rows in run order, `ar` first
+            on_rows([make_row(bench.target.model, strategy, item, turn, repeat, prompt, gen, reference, peak, position)
+                     for position, strategy, gen, peak in generations])
         answers.append(tokenizer.decode(previous[(item.id, turn, 0)], skip_special_tokens=True))
+    return True
+
+
+def cost_inputs(bench: Bench) -> CostInputs:
+    """The measured forward costs of this target and these strategies (stored under results/costs/,
+    reused by later runs), at the verify lengths, masks and contexts the run can reach."""
+    contexts = [64, 256] + [c for c in (1024, 4096) if c <= (context_limit(bench.target) or 0)]
+    longest = max(len(encode_turns(bench.target.tokenizer, list(i.turns[:1]), [])) for i in bench.suite.items)
+    contexts = [c for c in contexts if c <= 4 * (longest + bench.config.max_new_tokens)] or contexts[:1]
+    grid = Grid(context_lens=tuple(contexts), masks=(CHAIN, TREE))
+    context = encode_turns(bench.target.tokenizer, list(bench.suite.items[0].turns[:1]), [])
+    table: CostTable = measure_costs(bench.target.model, bench.strategies, context, bench.config.out, grid)
+    return CostInputs(table, {s.name: drafter_key(s) for s in bench.strategies if s.drafter is not None})
 
 
 def _drafter_parameters(drafter) -> int:
@@ -198,16 +258,21 @@ def project(bench: Bench, rows: pd.DataFrame, summary: list[dict[str, Any]]) -> 
     return {"gpu": profile.name, "projected": True}
 
 
-def finish(bench: Bench, run: RunDir, complete: bool) -> list[dict[str, Any]]:
-    """Summaries, device metrics, projection and plots of everything measured so far."""
+def finish(bench: Bench, run: RunDir, complete: bool, noise: NoiseMonitor | None,
+           costs: CostInputs | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Summaries (per strategy and per category), device metrics, noise, projection and plots of
+    everything measured so far."""
     rows = pd.DataFrame(run.read_rows())
     summary: list[dict[str, Any]] = []
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = {"skipped_prompts": bench.skipped}
     if len(rows):
         rows["speedup"] = paired_speedups(rows)
-        summary = summarize(rows, bench.config.seed)
+        summary = summarize(rows, bench.config.seed, costs=costs)
         for result in summary:
             result.update(bench.metrics.summary(result["strategy"], result["new_tokens"]))
+        extra["by_category"] = summarize(rows, bench.config.seed, by="category", costs=costs)
+        if noise is not None:
+            extra["noise"] = noise.summary(rows)
         if bench.profile:
             extra["projection"] = project(bench, rows, summary)
     series = bench.metrics.series_frame()
@@ -216,15 +281,17 @@ def finish(bench: Bench, run: RunDir, complete: bool) -> list[dict[str, Any]]:
     run.finish(rows, summary, extra, complete)
     if len(rows):
         write_plots(run.path, run.path)
-    return summary
+    return summary, extra
 
 
-def run_benchmark(config: RunConfig, progress: Progress | None = None, resume: str | Path | None = None) -> RunReport:
+def run_benchmark(config: RunConfig, progress: Progress | None = None, resume: str | Path | None = None,
+                  on_estimate: Estimate | None = None) -> RunReport:
     """Measure every configured strategy against `ar` and write a run directory.
 
     With `resume`, reopen an interrupted run directory (its saved configuration wins) and measure
     only the prompts it lacks. On KeyboardInterrupt the rows measured so far are kept and the run
-    is marked incomplete before the interrupt propagates.
+    is marked incomplete before the interrupt propagates. `on_estimate` hears, after the warm-up,
+    how long the measured part should take.
     """
     if resume is not None:
         run, config = RunDir.reopen(resume)
@@ -241,15 +308,22 @@ def run_benchmark(config: RunConfig, progress: Progress | None = None, resume: s
         if r["strategy"] == "ar":
             previous[(r["prompt_id"], r["turn"], r["repeat"])] = r["output_ids"]
 
-    warm_up(bench)
-    total = len(bench.suite.items)
-    complete = False
+    per_prompt = warm_up(bench)
+    todo = [item for item in bench.suite.items
+            if any((item.id, turn, r) not in done for turn in range(len(item.turns)) for r in range(config.repeats))]
+    if on_estimate:
+        generations = sum(len(item.turns) for item in todo) * config.repeats
+        on_estimate(per_prompt * generations, len(todo), len(bench.strategies))
+    costs = cost_inputs(bench) if config.cost_model else None
+    noise, complete = NoiseMonitor(), False
     try:
-        for i, item in enumerate(bench.suite.items):
-            measure_prompt(bench, item, done, previous, run.append_rows)
+        for i, item in enumerate(todo):
+            if not measure_prompt(bench, item, done, previous, run.append_rows):
+                bench.skipped.append(item.id)
+            noise.tick()
             if progress:
-                progress(item.id, i + 1, total)
+                progress(item.id, i + 1, len(todo))
         complete = True
     finally:
-        results = finish(bench, run, complete)
-    return RunReport(run.path, bench.target.name, bench.suite.name, results, complete)
+        results, extra = finish(bench, run, complete, noise, costs)
+    return RunReport(run.path, bench.target.name, bench.suite.name, results, complete, extra)

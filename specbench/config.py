@@ -18,7 +18,7 @@ class RunConfig:
     strategies: list[str] = field(default_factory=lambda: ["default"])
     suite: str = "default"
     categories: list[str] = field(default_factory=list)
-    limit: int | None = None
+    limit: int | None = 8  # prompts, spread over the categories; 0 or None: the whole suite
     max_new_tokens: int = 64
     temperature: float = 0.0
     top_p: float = 1.0
@@ -33,6 +33,7 @@ class RunConfig:
     knobs: dict[str, dict[str, Any]] = field(default_factory=dict)  # strategy -> knob -> value
     gpu: str | None = None
     profiles: str | None = None  # TOML file with extra GPU profiles
+    cost_model: bool = True  # time the forwards the cost model predicts from (stored, reused by later runs)
 
     def validate(self) -> RunConfig:
         if self.max_new_tokens < 1:
@@ -43,8 +44,10 @@ class RunConfig:
             raise SpecbenchError(f"--top-p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
             raise SpecbenchError(f"--top-k must be >= 0, got {self.top_k}")
-        if self.limit is not None and self.limit < 1:
-            raise SpecbenchError(f"--limit must be at least 1, got {self.limit}")
+        if self.limit is not None and self.limit < 0:
+            raise SpecbenchError(f"--limit must be 0 (the whole suite) or more, got {self.limit}")
+        if self.limit == 0:
+            self.limit = None
         if self.warmup < 0 or self.repeats < 1:
             raise SpecbenchError("--warmup must be >= 0 and --repeats at least 1")
         return self

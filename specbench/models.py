@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from specbench.engine.kv_cache import check_supported
 from specbench.errors import SpecbenchError
 
 ASSETS = Path(__file__).parent / "assets"
@@ -74,6 +75,7 @@ def load_lm(name: str, device: torch.device, dtype: torch.dtype) -> torch.nn.Mod
 def load_target(name: str | None, device: torch.device, dtype: torch.dtype) -> Target:
     path = model_path(name)
     model = load_lm(path, device, dtype)
+    check_supported(model.config)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as exc:

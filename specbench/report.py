@@ -1,9 +1,10 @@
-"""Read run directories written by the bench and turn them into comparison tables.
+"""Read run directories and render their summaries as comparison tables.
 
 A run directory holds run.json (status, model, suite, strategies), config.json, environment.json,
-rows.jsonl (or rows.parquet: one row per strategy, prompt, turn and repeat), summary.json (one
-aggregate per strategy, written when the run completes) and optionally nvml_series.csv. An
-incomplete run is shown with what it has, aggregated from its rows, and flagged in the warnings.
+rows.jsonl (or rows.parquet: one row per strategy, prompt, turn and repeat), summary.json (the
+summaries measure/stats.py computed when the run finished) and optionally nvml_series.csv. Every
+figure comes from measure/stats.py: a finished run's summary.json, or for a run that never finished
+(interrupted, killed) the same `summarize` over the rows it holds. This module only renders.
 """
 
 from __future__ import annotations
@@ -11,42 +12,76 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 from rich.table import Table
 
 from specbench.errors import SpecbenchError
 from specbench.measure.lossless import divergences, mismatch_detail
-from specbench.measure.stats import geometric_mean
+from specbench.measure.stats import BASELINE, summarize
+from specbench.strict_json import dumps
 
 ROW_KEYS = (
-    "strategy", "prompt_id", "category", "turn", "repeat", "prompt_tokens", "new_tokens", "wall_s",
-    "ttft_s", "tpot_s", "steps", "tau", "drafted", "accepted",
-    "accept_by_position", "draft_s", "verify_s", "other_s", "peak_mem_bytes",
-    "mismatch", "first_divergence", "speedup",
+    "strategy", "prompt_id", "category", "turn", "repeat", "prompt_tokens", "new_tokens", "wall_s", "steps",
+    "drafted", "accepted", "accept_by_position", "prefill_s", "draft_s", "verify_s", "other_s", "memory_bytes",
+    "peak_mem_bytes", "mismatch", "first_divergence",
 )
+"""What `summarize` reads from each row."""
 STATUSES = ("complete", "incomplete")
 FORMATS = ("table", "markdown", "csv", "json")
 GROUPINGS = ("strategy", "category")
-STRATEGY_COLUMNS = (
-    "run", "model", "suite", "strategy", "prompts", "new_tokens", "tokens_per_s", "speedup",
-    "speedup_ci_low", "speedup_ci_high", "tau", "draft_efficiency", "mismatches", "draft_frac",
-    "verify_frac", "other_frac", "peak_mem_gb",
-)
-"""Columns of comparison(by="strategy"); cost-model, NVML and projection columns follow when present."""
-CATEGORY_COLUMNS = (
-    "run", "model", "suite", "strategy", "category", "prompts", "new_tokens", "tokens_per_s",
-    "speedup", "tau", "draft_efficiency", "mismatches", "peak_mem_gb",
-)
+SETTINGS = ("model", "max_new_tokens", "temperature", "top_p", "top_k", "dtype")
+"""Runs that differ in any of these are not comparable and are shown in separate groups."""
+
+COLUMNS = ("strategy", "speedup", "tokens_per_s", "tau", "draft_efficiency", "mismatches")
+"""The default table: what a user needs first, within 80 columns."""
+WIDE_COLUMNS = ("prompts", "new_tokens", "share_prefill", "share_draft", "share_verify", "share_other",
+                "memory_gb", "peak_mem_gb", "predicted_speedup", "measured_over_predicted",
+                "projected_speedup", "projected_tokens_per_s", "projected_fits", "mem_util_pct", "dram_bw_gbs",
+                "energy_j")
+"""`--wide` adds these (those a run has)."""
+
+HEADERS = {
+    "speedup": "speedup [95% CI]", "tokens_per_s": "tok/s", "tau": "tau", "draft_efficiency": "eff",
+    "mismatches": "mismatch", "new_tokens": "tokens", "share_prefill": "prefill", "share_draft": "draft",
+    "share_verify": "verify", "share_other": "other", "memory_gb": "needs GB", "peak_mem_gb": "peak GB",
+    "predicted_speedup": "predicted", "measured_over_predicted": "meas/pred",
+    "projected_speedup": "projected", "projected_tokens_per_s": "proj tok/s", "projected_fits": "fits",
+    "mem_util_pct": "mem util %", "dram_bw_gbs": "DRAM GB/s", "energy_j": "energy J",
+}
+LEGEND = {
+    "speedup": "paired speedup over ar: tokens/s over ar's on the same prompt, geometric mean over "
+               "prompts, 95% bootstrap interval",
+    "tokens_per_s": "generated tokens per second, prefill included",
+    "tau": "tokens per target forward, the bonus token included",
+    "draft_efficiency": "accepted draft tokens / drafted tokens (every tree node)",
+    "mismatches": "prompts whose greedy output differs from ar's (must be 0); n/a when sampling: the "
+                  "greedy check does not run",
+    "prompts": "prompts (and turns) measured", "new_tokens": "tokens generated",
+    "share_prefill": "share of the measured time in prefill", "share_draft": "... in drafting",
+    "share_verify": "... in the target's verify forwards",
+    "share_other": "... in acceptance, cache compaction and bookkeeping (the four sum to 100%)",
+    "memory_gb": "memory the strategy needs: target and drafter weights, KV cache at the run's lengths, "
+                 "drafter state (GB)",
+    "peak_mem_gb": "the process's peak memory (GB; on a CPU one figure for the whole run)",
+    "predicted_speedup": "cost model's prediction from tau, the draft shape and separately timed forwards",
+    "measured_over_predicted": "measured / predicted speedup: below 1 by the engine's overheads",
+    "projected_speedup": "speedup projected onto the --gpu profile (roofline model), not measured",
+    "projected_tokens_per_s": "tokens/s projected onto the --gpu profile, not measured",
+    "projected_fits": "whether weights and KV cache fit the --gpu profile's memory (projected)",
+    "mem_util_pct": "NVML memory-controller busy time (%)", "dram_bw_gbs": "DRAM bandwidth through NVML GPM (GB/s)",
+    "energy_j": "GPU energy over the strategy's generations (J)",
+}
+PERCENT = {"draft_efficiency", "share_prefill", "share_draft", "share_verify", "share_other"}
+TIMES_X = {"predicted_speedup", "projected_speedup", "measured_over_predicted"}
 
 
 @dataclass
 class Run:
-    """One loaded run directory. `summary` is summary.json's results, None when absent."""
+    """One loaded run directory, with the summaries of what it holds."""
 
     path: Path
     label: str
@@ -54,19 +89,22 @@ class Run:
     config: dict[str, Any]
     environment: dict[str, Any]
     rows: pd.DataFrame
-    summary: list[dict[str, Any]] | None
-    nvml_series: pd.DataFrame | None
+    summary: list[dict[str, Any]]
+    by_category: list[dict[str, Any]]
+    extra: dict[str, Any] = field(default_factory=dict)  # noise, projection, skipped prompts
+    nvml_series: pd.DataFrame | None = None
 
     @property
     def complete(self) -> bool:
         return self.meta["status"] == "complete"
 
+    @property
+    def settings(self) -> tuple:
+        """What must match for two runs' figures to be compared."""
+        return tuple(self.meta.get(k) if k == "model" else self.config.get(k) for k in SETTINGS)
+
     def strategies(self) -> list[str]:
-        """Strategies in run order: run.json's list, then any others the rows or summary name."""
-        seen = list(self.meta.get("strategies") or [])
-        found = list(self.rows["strategy"].unique()) if len(self.rows) else []
-        found += [r["strategy"] for r in self.summary or []]
-        return seen + [s for s in dict.fromkeys(found) if s not in seen]
+        return [s["strategy"] for s in self.summary]
 
 
 # -- loading ---------------------------------------------------------------------------------
@@ -75,8 +113,9 @@ class Run:
 def load_runs(dirs: Sequence[Path | str]) -> tuple[list[Run], list[str]]:
     """Load run directories; returns the runs and warnings for the caller to print.
 
-    Not a run directory -> SpecbenchError. An incomplete run loads with what it has (a cut-off
-    last line of rows.jsonl is skipped) and adds a warning; so does a greedy mismatch.
+    Not a run directory -> SpecbenchError. A run that never finished (interrupted, or killed with its
+    last row cut off) loads with the summaries of the rows it holds, with a warning; so do greedy
+    mismatches, and runs whose models or settings differ (they are shown in separate groups).
     """
     if not dirs:
         raise SpecbenchError("no run directories given")
@@ -85,17 +124,18 @@ def load_runs(dirs: Sequence[Path | str]) -> tuple[list[Run], list[str]]:
     runs: list[Run] = []
     warnings: list[str] = []
     for path, name in zip(paths, names, strict=True):
-        label = name if names.count(name) == 1 else str(path)
-        run = _load_run(path, label, warnings)
+        run = _load_run(path, name if names.count(name) == 1 else str(path), warnings)
         runs.append(run)
         if not run.complete:
-            have = f"{len(run.rows)} rows" + (", summary.json" if run.summary is not None else "")
-            warnings.append(f"run {path} is incomplete: showing what it has ({have})")
-        if len(run.rows):
-            bad = run.rows[run.rows["mismatch"].astype(bool)]
+            warnings.append(f"run {path} is incomplete: showing what its {len(run.rows)} rows hold")
+        if len(run.rows) and run.rows["mismatch"].notna().any():
+            bad = run.rows[run.rows["mismatch"].fillna(False).astype(bool)]
             for strategy, rows in bad.groupby("strategy"):
                 warnings.append(f"run {path}: strategy {strategy} has {len(rows)} greedy mismatch(es) against ar"
                                 + mismatch_detail(*divergences(rows)))
+    if len({run.settings for run in runs}) > 1:
+        warnings.append("the runs differ in model or settings (" + ", ".join(SETTINGS) + "): they are shown in "
+                        "separate groups, not compared")
     return runs, warnings
 
 
@@ -104,6 +144,15 @@ def _read_json(path: Path, what: str) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise SpecbenchError(f"cannot read {what} {path}: {err}") from None
+
+
+def _optional_dict(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    data = _read_json(path, path.name)
+    if not isinstance(data, dict):
+        raise SpecbenchError(f"{path} must hold a JSON object")
+    return data
 
 
 def _load_run(path: Path, label: str, warnings: list[str]) -> Run:
@@ -115,43 +164,27 @@ def _load_run(path: Path, label: str, warnings: list[str]) -> Run:
     if not isinstance(meta, dict) or meta.get("status") not in STATUSES:
         raise SpecbenchError(f"{path / 'run.json'}: 'status' must be one of {', '.join(STATUSES)}")
     complete = meta["status"] == "complete"
-
-    def optional_dict(name: str) -> dict[str, Any]:
-        file = path / name
-        if not file.is_file():
-            return {}
-        data = _read_json(file, name)
-        if not isinstance(data, dict):
-            raise SpecbenchError(f"{file} must hold a JSON object")
-        return data
-
     rows = _load_rows(path, complete, warnings)
-    summary = None
-    if (path / "summary.json").is_file():
-        data = _read_json(path / "summary.json", "run summary")
-        if not isinstance(data, dict) or not isinstance(data.get("results"), list):
-            raise SpecbenchError(f"{path / 'summary.json'} must hold {{\"results\": [...]}}")
-        summary = data["results"]
-        if not all(isinstance(r, dict) and isinstance(r.get("strategy"), str) for r in summary):
-            raise SpecbenchError(f"{path / 'summary.json'}: every result needs a 'strategy' name")
-    elif complete:
+    saved = _optional_dict(path / "summary.json")
+    if complete and not saved:
         raise SpecbenchError(f"run {path} is marked complete but has no summary.json")
+    if complete:
+        if not isinstance(saved.get("results"), list) or not all(
+                isinstance(r, dict) and isinstance(r.get("strategy"), str) for r in saved["results"]):
+            raise SpecbenchError(f"{path / 'summary.json'} must hold {{\"results\": [...]}} with a strategy each")
+        summary, by_category = saved["results"], saved.get("by_category", [])
+    else:  # what the rows hold, summarised as a finished run would be
+        summary = summarize(rows) if len(rows) else []
+        by_category = summarize(rows, by="category") if len(rows) else []
     nvml_series = None
     if (path / "nvml_series.csv").is_file():
         nvml_series = pd.read_csv(path / "nvml_series.csv")
         missing = {"strategy", "t_s", "metric", "value"} - set(nvml_series.columns)
         if missing:
             raise SpecbenchError(f"{path / 'nvml_series.csv'} lacks column(s) {', '.join(sorted(missing))}")
-    return Run(
-        path=path,
-        label=label,
-        meta=meta,
-        config=optional_dict("config.json"),
-        environment=optional_dict("environment.json"),
-        rows=rows,
-        summary=summary,
-        nvml_series=nvml_series,
-    )
+    extra = {k: v for k, v in saved.items() if k not in ("results", "by_category")}
+    return Run(path, label, meta, _optional_dict(path / "config.json"), _optional_dict(path / "environment.json"),
+               rows, summary, by_category, extra, nvml_series)
 
 
 def _load_rows(path: Path, complete: bool, warnings: list[str]) -> pd.DataFrame:
@@ -184,188 +217,168 @@ def _load_rows(path: Path, complete: bool, warnings: list[str]) -> pd.DataFrame:
     return rows
 
 
-# -- aggregation -----------------------------------------------------------------------------
+# -- the comparison frame ----------------------------------------------------------------------
 
 
-def _ratio(num: float, den: float) -> float:
-    return num / den if den else math.nan
-
-
-def _aggregate_rows(rows: pd.DataFrame, strategy: str) -> dict[str, Any]:
-    """Per-group figures computed from per-prompt rows (same meaning as summary.json's)."""
-    steps = rows["steps"].sum()
-    time_total = rows[["draft_s", "verify_s", "other_s"]].to_numpy(dtype=float).sum()
-    speedup = geometric_mean(rows["speedup"])
-    if strategy == "ar" and math.isnan(speedup):
-        speedup = 1.0
-    return {
-        "prompts": int(rows["prompt_id"].nunique()),
-        "new_tokens": int(rows["new_tokens"].sum()),
-        "tokens_per_s": _ratio(rows["new_tokens"].sum(), rows["wall_s"].sum()),
-        "speedup": speedup,
-        "speedup_ci_low": math.nan,
-        "speedup_ci_high": math.nan,
-        "tau": _ratio((rows["tau"] * rows["steps"]).sum(), steps),
-        "draft_efficiency": _ratio(rows["accepted"].sum(), rows["drafted"].sum()),
-        "mismatches": int(rows["mismatch"].astype(bool).sum()),
-        "draft_frac": _ratio(rows["draft_s"].sum(), time_total),
-        "verify_frac": _ratio(rows["verify_s"].sum(), time_total),
-        "other_frac": _ratio(rows["other_s"].sum(), time_total),
-        "peak_mem_gb": rows["peak_mem_bytes"].max() / 1e9,
-    }
-
-
-def _from_summary(result: dict[str, Any]) -> dict[str, Any]:
-    ci = result.get("speedup_ci") or [None, None]
-    speedup = result.get("speedup")
-    out = {
-        "prompts": result.get("prompts"),
-        "new_tokens": result.get("new_tokens"),
-        "tokens_per_s": result.get("tokens_per_s"),
-        "speedup": 1.0 if speedup is None and result["strategy"] == "ar" else speedup,
-        "speedup_ci_low": ci[0],
-        "speedup_ci_high": ci[1],
-        "tau": result.get("tau"),
-        "draft_efficiency": result.get("draft_efficiency"),
-        "mismatches": result.get("mismatches"),
-        "draft_frac": result.get("draft_frac"),
-        "verify_frac": result.get("verify_frac"),
-        "other_frac": result.get("other_frac"),
-        "peak_mem_gb": (result["peak_mem_bytes"] / 1e9) if result.get("peak_mem_bytes") is not None else None,
-    }
-    if result.get("acceptance_by_position"):
-        out["accept_by_position"] = " ".join(f"{a:.2f}" for a in result["acceptance_by_position"][:8])
-    cost = result.get("cost_model") or {}
+def _flat(summary: dict[str, Any]) -> dict[str, Any]:
+    """One summary as flat columns (the figures, renamed for tables; nothing recomputed)."""
+    ci = summary.get("speedup_ci") or [None, None]
+    out = {k: summary.get(k) for k in ("prompts", "new_tokens", "tokens_per_s", "speedup", "tau",
+                                       "draft_efficiency", "mismatches")}
+    out.update(speedup_ci_low=ci[0], speedup_ci_high=ci[1],
+               accept_by_position=summary.get("acceptance_by_position") or [])
+    for part, share in (summary.get("time_shares") or {}).items():
+        out[f"share_{part}"] = share
+    for key, column in (("memory_bytes", "memory_gb"), ("peak_mem_bytes", "peak_mem_gb")):
+        if summary.get(key) is not None:
+            out[column] = summary[key] / 1e9
+    cost = summary.get("cost_model") or {}
     if cost:
-        out["predicted_tau"] = cost.get("predicted_tau")
         out["predicted_speedup"] = cost.get("predicted_speedup")
-    nvml = result.get("nvml") or {}
+        out["measured_over_predicted"] = cost.get("measured_over_predicted")
+    nvml = summary.get("nvml") or {}
     if nvml.get("available"):
-        out["mem_util_pct"] = nvml.get("mem_util_pct_mean")
-        out["dram_bw_gbs"] = nvml.get("dram_bw_gbs_mean")
-        out["energy_j"] = nvml.get("energy_j")
-    projection = result.get("projection") or {}
+        out.update(mem_util_pct=nvml.get("mem_util_pct_mean"), dram_bw_gbs=nvml.get("dram_bw_gbs_mean"),
+                   energy_j=nvml.get("energy_j"))
+    projection = summary.get("projection") or {}
     if projection:
-        out["projected_gpu"] = projection.get("gpu")
-        out["projected_tokens_per_s"] = projection.get("tokens_per_s")
-        out["projected_speedup"] = projection.get("speedup")
-        out["projected_fits"] = (projection.get("memory_fit") or {}).get("fits")
+        out.update(projected_gpu=projection.get("gpu"), projected_speedup=projection.get("speedup"),
+                   projected_tokens_per_s=projection.get("tokens_per_s"),
+                   projected_fits=(projection.get("memory_fit") or {}).get("fits"))
     return out
 
 
 def comparison(runs: Sequence[Run], by: str = "strategy") -> pd.DataFrame:
-    """One row per (run, strategy), or per (run, strategy, category) with by="category".
-
-    By strategy a run's summary.json is used where it exists (it carries the bootstrap interval);
-    an incomplete run without one is aggregated from its rows. By category everything comes from
-    the rows: tokens/s, tau, acceptance and the geometric-mean paired speedup of each category.
-    """
+    """One row per (run, strategy), or per (run, strategy, category) with by="category", from the runs'
+    summaries; `group` numbers the sets of runs with the same model and settings."""
     if by not in GROUPINGS:
         raise SpecbenchError(f"unknown grouping '{by}'; choose one of {', '.join(GROUPINGS)}")
-    records: list[dict[str, Any]] = []
+    groups = list(dict.fromkeys(run.settings for run in runs))
+    records = []
     for run in runs:
-        head = {"run": run.label, "model": run.meta.get("model"), "suite": run.meta.get("suite")}
-        by_strategy = {r["strategy"]: r for r in run.summary or []}
-        for strategy in run.strategies():
-            rows = run.rows[run.rows["strategy"] == strategy]
-            if by == "strategy":
-                if strategy in by_strategy:
-                    records.append({**head, "strategy": strategy, **_from_summary(by_strategy[strategy])})
-                elif len(rows):
-                    records.append({**head, "strategy": strategy, **_aggregate_rows(rows, strategy)})
-                continue
-            for category, group in rows.groupby("category", sort=True):
-                figures = _aggregate_rows(group, strategy)
-                for key in ("speedup_ci_low", "speedup_ci_high", "draft_frac", "verify_frac", "other_frac"):
-                    figures.pop(key)
-                records.append({**head, "strategy": strategy, "category": category, **figures})
-    base = STRATEGY_COLUMNS if by == "strategy" else CATEGORY_COLUMNS
-    extra = [k for k in dict.fromkeys(k for r in records for k in r) if k not in base]
-    return pd.DataFrame.from_records(records, columns=[*base, *extra])
+        head = {"group": groups.index(run.settings) + 1, "run": run.label, "model": run.meta.get("model"),
+                "suite": run.meta.get("suite")}
+        for summary in run.summary if by == "strategy" else run.by_category:
+            extra = {"category": summary.get("category")} if by == "category" else {}
+            records.append({**head, "strategy": summary["strategy"], **extra, **_flat(summary)})
+    return pd.DataFrame.from_records(records)
 
 
 # -- rendering -------------------------------------------------------------------------------
-
-_PERCENT = {"draft_efficiency", "draft_frac", "verify_frac", "other_frac"}
-_INTEGER = {"prompts", "new_tokens", "mismatches"}
-_HEADERS = {
-    "new_tokens": "tokens",
-    "tokens_per_s": "tok/s",
-    "speedup": "speedup [95% CI]",
-    "tau": "tau",
-    "draft_efficiency": "accept",
-    "mismatches": "mismatch",
-    "draft_frac": "draft",
-    "verify_frac": "verify",
-    "other_frac": "other",
-    "peak_mem_gb": "peak GB",
-    "accept_by_position": "accept @1..8",
-    "predicted_tau": "tau (model)",
-    "predicted_speedup": "speedup (model)",
-    "mem_util_pct": "mem util %",
-    "dram_bw_gbs": "DRAM GB/s",
-    "energy_j": "energy J",
-    "projected_gpu": "projected on",
-    "projected_tokens_per_s": "tok/s (projected)",
-    "projected_speedup": "speedup (projected)",
-    "projected_fits": "fits (projected)",
-}
 
 
 def _missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
-def _cell(column: str, value: Any, row: pd.Series) -> str:
+def _cell(column: str, row: pd.Series, noisy: bool = False) -> str:
+    value = row.get(column)
+    if row.get("strategy") == BASELINE and column in ("speedup", "mismatches"):
+        return "1.00x" if column == "speedup" else "-"  # the baseline itself
+    if column == "mismatches":
+        return "n/a" if _missing(value) else str(int(value))
     if _missing(value):
         return "-"
     if column == "speedup":
         low, high = row.get("speedup_ci_low"), row.get("speedup_ci_high")
-        text = f"{value:.2f}x"
+        text = ("~" if noisy else "") + f"{value:.2f}x"
         return text if _missing(low) or _missing(high) else f"{text} [{low:.2f}, {high:.2f}]"
-    if column in _PERCENT:
+    if column in PERCENT:
         return f"{100 * value:.0f}%"
-    if column in {"predicted_speedup", "projected_speedup"}:
+    if column in TIMES_X:
         return f"{value:.2f}x"
-    if column in _INTEGER:
+    if column in ("prompts", "new_tokens"):
         return str(int(value))
-    if isinstance(value, (bool, np.bool_)):
+    if isinstance(value, bool):
         return "yes" if value else "NO"
-    if isinstance(value, (float, np.floating)):
+    if isinstance(value, (int, float)):
         return f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}"
     return str(value)
 
 
-def _display(df: pd.DataFrame) -> tuple[list[str], list[list[str]], str]:
-    """Columns, formatted cells and a caption; columns equal in every row move to the caption."""
-    columns = [c for c in df.columns if c not in {"speedup_ci_low", "speedup_ci_high"}]
-    caption_parts = []
-    for column in ("run", "model", "suite"):
-        if column in columns and df[column].nunique(dropna=False) <= 1:
-            columns.remove(column)
-            if len(df):
-                caption_parts.append(f"{column}: {df[column].iloc[0]}")
-    cells = [[_cell(c, row[c], row) for c in columns] for _, row in df.iterrows()]
-    return [_HEADERS.get(c, c) for c in columns], cells, ", ".join(caption_parts)
+def columns_of(frame: pd.DataFrame, wide: bool = False) -> list[str]:
+    extra = [c for c in WIDE_COLUMNS if wide and c in frame and frame[c].notna().any()]
+    head = ["run"] if frame["run"].nunique() > 1 else []
+    return head + list(COLUMNS[:1]) + (["category"] if "category" in frame else []) + list(COLUMNS[1:]) + extra
 
 
-def render(df: pd.DataFrame, fmt: str = "table") -> str | Table:
-    """The comparison as a rich Table ("table"), or markdown, CSV or JSON text."""
+def legend(columns: Sequence[str]) -> list[str]:
+    return [f"{HEADERS.get(c, c)}: {LEGEND[c]}" for c in columns if c in LEGEND]
+
+
+def _caption(frame: pd.DataFrame) -> str:
+    parts = [f"{c}: {frame[c].iloc[0]}" for c in ("run", "model", "suite") if c in frame and frame[c].nunique() == 1]
+    return ", ".join(parts)
+
+
+def render(frame: pd.DataFrame, fmt: str = "table", wide: bool = False,
+           noisy: Sequence[str] = ()) -> str | Table | list[Table]:
+    """The comparison as rich Tables (one per group of comparable runs), or Markdown, CSV or JSON text.
+    Runs named in `noisy` get their speedups marked with ~."""
     if fmt not in FORMATS:
         raise SpecbenchError(f"unknown report format '{fmt}'; choose one of {', '.join(FORMATS)}")
     if fmt == "csv":
-        return df.to_csv(index=False)
+        return frame.assign(accept_by_position=frame["accept_by_position"].map(
+            lambda v: " ".join(f"{a:.3f}" for a in v))).to_csv(index=False)
     if fmt == "json":
-        return df.to_json(orient="records", indent=2)
-    headers, cells, caption = _display(df)
+        return dumps(frame.to_dict("records"), indent=2) + "\n"
+    tables, texts = [], []
+    for _, group in frame.groupby("group", sort=True):
+        columns = columns_of(group, wide)
+        cells = [[_cell(c, row, row.get("run") in noisy) for c in columns] for _, row in group.iterrows()]
+        headers = [HEADERS.get(c, c) for c in columns]
+        caption = _caption(group)
+        if fmt == "markdown":
+            lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+            texts.append((f"{caption}\n\n" if caption else "") + "\n".join(
+                lines + ["| " + " | ".join(r) + " |" for r in cells]) + "\n")
+            continue
+        table = Table(title=caption or None)
+        for column, header in zip(columns, headers):
+            label = column in ("run", "strategy", "category")
+            table.add_column(header, justify="left" if label else "right", no_wrap=True)
+        for row in cells:
+            table.add_row(*row)
+        tables.append(table)
+    return "\n".join(texts) if fmt == "markdown" else tables
+
+
+def acceptance_table(frame: pd.DataFrame, fmt: str = "table", positions: int = 8) -> str | Table | None:
+    """Per-position acceptance a_1..a_k of every drafting strategy, as its own small table."""
+    rows = [r for _, r in frame.iterrows() if len(r["accept_by_position"])]
+    if not rows:
+        return None
+    width = min(positions, max(len(r["accept_by_position"]) for r in rows))
+    headers = ["strategy"] + [f"a{k}" for k in range(1, width + 1)]
+    cells = [[r["strategy"]] + [f"{a:.2f}" for a in r["accept_by_position"][:width]]
+             + ["-"] * (width - len(r["accept_by_position"][:width])) for r in rows]
+    title = "acceptance a_k = P(draft k accepted | k-1 accepted)"
     if fmt == "markdown":
         lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-        lines += ["| " + " | ".join(row) + " |" for row in cells]
-        return (f"{caption}\n\n" if caption else "") + "\n".join(lines) + "\n"
-    table = Table(title=caption or None)
+        return f"{title}\n\n" + "\n".join(lines + ["| " + " | ".join(c) + " |" for c in cells]) + "\n"
+    table = Table(title=title)
     for header in headers:
-        label = header in {"run", "strategy", "category"}
-        table.add_column(header, justify="left" if label else "right", no_wrap=label or header == _HEADERS["speedup"])
-    for row in cells:
-        table.add_row(*row)
+        table.add_column(header, justify="left" if header == "strategy" else "right", no_wrap=True)
+    for c in cells:
+        table.add_row(*c)
     return table
+
+
+def footer(runs: Sequence[Run]) -> list[str]:
+    """What a reader must know about the runs' trustworthiness: noise, few prompts, skipped prompts."""
+    lines = []
+    for run in runs:
+        noise = run.extra.get("noise") or {}
+        name = f"run {run.label}: " if len(runs) > 1 else ""
+        if noise.get("noisy"):
+            lines.append(f"~ {name}noisy machine: {'; '.join(noise['reasons'])}; the timings are marked ~")
+        if noise.get("advice"):
+            lines.append(f"{name}note: " + "; ".join(noise["advice"]))
+        if run.extra.get("skipped_prompts"):
+            lines.append(f"{name}{len(run.extra['skipped_prompts'])} prompt(s) skipped: longer than the model's "
+                         "context with the answer")
+    return lines
+
+
+def noisy_runs(runs: Sequence[Run]) -> list[str]:
+    return [run.label for run in runs if (run.extra.get("noise") or {}).get("noisy")]

@@ -22,6 +22,7 @@ import torch
 from specbench import __version__
 from specbench.config import RunConfig
 from specbench.errors import SpecbenchError
+from specbench.strict_json import dumps
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -31,7 +32,7 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def write_json(path: Path, data: Any) -> None:
-    write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
+    write_atomic(path, dumps(data, indent=2) + "\n")
 
 
 def _now() -> str:
@@ -106,12 +107,12 @@ class RunDir:
 
     def append_rows(self, rows: list[dict[str, Any]]) -> None:
         with self.rows_file.open("a") as f:
-            f.write("".join(json.dumps(r, default=float) + "\n" for r in rows))
+            f.write("".join(dumps(r) + "\n" for r in rows))
             f.flush()
             os.fsync(f.fileno())
 
     def _write_rows(self, rows: list[dict[str, Any]]) -> None:
-        write_atomic(self.rows_file, "".join(json.dumps(r, default=float) + "\n" for r in rows))
+        write_atomic(self.rows_file, "".join(dumps(r) + "\n" for r in rows))
 
     def keep_complete_groups(self, strategies: set[str]) -> set[tuple[str, int, int]]:
         """Drop rows of a (prompt, turn, repeat) that not every strategy finished; return the finished keys."""

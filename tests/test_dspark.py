@@ -133,7 +133,6 @@ def test_budget_cuts_before_the_confidence_does():
     assert len(drafter.propose(DraftContext(ids, 3, Sampling(), None, FixedController(3)))) == 3
 
 
-@pytest.mark.slow
 def test_sampling_is_exact():
     """Markov-corrected, sequentially sampled drafts keep the target's exact distributions (top-k too)."""
     target = small_vocab_target(seed=1)

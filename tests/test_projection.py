@@ -6,7 +6,8 @@ import pytest
 
 from specbench.errors import SpecbenchError
 from specbench.hardware import BUILTIN_PROFILES, GpuProfile
-from specbench.measure.cost_model import predict
+from specbench.measure.cost_model import StepShape, expected_tau, predict
+from specbench.measure.cost_table import CostTable
 from specbench.projection import (
     STEP_OVERHEAD_S,
     WorkloadShape,
@@ -103,25 +104,39 @@ def test_bad_shapes(change, needle):
 # -- cost model ----------------------------------------------------------------------------
 
 
-def test_predict_by_hand():
-    # tau = 1 + 0.8 + 0.8*0.5 + 0.8*0.5*0.25 = 2.3; cost = 0.3 + 1.1 + 0.1 = 1.5
-    out = predict([0.8, 0.5, 0.25], draft_ratio=0.3, verify_ratio=1.1, other_ratio=0.1)
-    assert out["predicted_tau"] == pytest.approx(2.3)
-    assert out["predicted_speedup"] == pytest.approx(2.3 / 1.5)
-
-
-def test_predict_matches_leviathan_closed_form():
+def test_expected_tau_by_hand_and_leviathan_closed_form():
+    assert expected_tau([0.8, 0.5, 0.25]) == pytest.approx(1 + 0.8 + 0.8 * 0.5 + 0.8 * 0.5 * 0.25)
+    assert expected_tau([0.8, 0.5, 0.25], depth=1) == pytest.approx(1.8)
     a, gamma = 0.7, 5
-    out = predict([a] * gamma, draft_ratio=0.0, verify_ratio=1.0)
-    assert out["predicted_tau"] == pytest.approx((1 - a ** (gamma + 1)) / (1 - a))
-
-
-def test_predict_edge_cases():
-    assert predict([], 0.0, 1.0) == {"predicted_tau": 1.0, "predicted_speedup": 1.0}
-    assert predict([1.0, 1.0], 0.5, 1.5)["predicted_tau"] == 3.0
+    assert expected_tau([a] * gamma) == pytest.approx((1 - a ** (gamma + 1)) / (1 - a))
+    assert expected_tau([]) == 1.0
     with pytest.raises(SpecbenchError, match="position 2"):
-        predict([0.5, 1.2], 0.1, 1.0)
-    with pytest.raises(SpecbenchError, match="verify_ratio"):
-        predict([0.5], 0.1, -1.0)
-    with pytest.raises(SpecbenchError, match="step cost"):
-        predict([0.5], 0.0, 0.0)
+        expected_tau([0.5, 1.2])
+
+
+def hand_table() -> CostTable:
+    """Target forwards: 10 ms + 1 ms per extra token at context 64, twice that at 256 (chain and tree
+    alike); the drafter: 2 ms per budget position."""
+    target = [{"batch": 1, "tokens": n, "context": c, "mask": m, "spread": 0.0,
+               "median_s": (c / 64) ** 0.5 * (0.010 + 0.001 * (n - 1))}
+              for n in (1, 2, 4, 8) for c in (64, 256) for m in ("chain", "tree")]
+    return CostTable({"model": "m"}, target, {"d": [{"budget": b, "median_s": 0.002 * b, "spread": 0.0}
+                                                    for b in (1, 2, 4, 8)]})
+
+
+def test_cost_table_interpolates_and_extends():
+    table = hand_table()
+    assert table.target_s(4, 64) == pytest.approx(0.013)
+    assert table.target_s(3, 64) == pytest.approx(0.012)  # between measured lengths
+    assert table.target_s(16, 64) == pytest.approx(0.010 + 0.015)  # past the last: the last slope continues
+    assert table.target_s(1, 160) == pytest.approx(0.015)  # halfway between contexts 64 and 256
+    assert table.drafter_s("d", 3) == pytest.approx(0.006)
+
+
+def test_predict_from_the_table_by_hand():
+    # tau 3 at 4 verified tokens, budget 3, context 64: (3 * 10 ms) / (6 ms + 13 ms)
+    out = predict(StepShape(tau=3.0, verified=4, budget=3, context=64, tree=False), hand_table(), "d")
+    assert out["predicted_speedup"] == pytest.approx(3 * 0.010 / (0.006 + 0.013))
+    assert out["ar_step_s"] == pytest.approx(0.010)
+    ar = predict(StepShape(tau=1.0, verified=1, budget=0, context=64, tree=False), hand_table(), None)
+    assert ar["predicted_speedup"] == pytest.approx(1.0)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from contextlib import contextmanager
 from typing import Annotated, Iterator
 
@@ -34,17 +33,40 @@ def not_implemented(command: str) -> None:
     raise typer.Exit(2)
 
 
-def print_table(table_or_text) -> None:
-    """A rich table on a terminal, plain Markdown text when piped."""
-    if isinstance(table_or_text, str):
-        sys.stdout.write(table_or_text)
-    else:
-        out.print(table_or_text)
-
-
 def progress_bar() -> Progress:
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     TextColumn("{task.fields[detail]}"), console=err, transient=True)
+
+
+def table_format(fmt: str) -> str:
+    """`table` on a terminal, Markdown when stdout is piped; other formats as asked."""
+    return "markdown" if fmt == "table" and not out.is_terminal else fmt
+
+
+def print_report(runs, fmt: str = "table", wide: bool = False, by: str = "strategy",
+                 console: Console | None = None) -> None:
+    """The comparison of loaded runs: one table per group of comparable runs, the per-position
+    acceptance, a legend of the columns and what the reader must know about the measurements."""
+    from specbench.report import acceptance_table, columns_of, comparison, footer, legend, noisy_runs, render
+
+    console = console or out
+    frame = comparison(runs, by)
+    if frame.empty:
+        console.print("no measurements yet")
+        return
+    rendered = render(frame, fmt, wide, noisy_runs(runs))
+    if fmt in ("csv", "json"):
+        console.file.write(rendered)
+        return
+    notes = legend(columns_of(frame, wide)) + footer(runs)
+    accept = acceptance_table(frame, fmt) if by == "strategy" else None
+    if fmt == "markdown":
+        console.file.write(rendered + ("\n" + accept if accept else "") + "\n" + "".join(f"- {n}\n" for n in notes))
+        return
+    for table in [*rendered, *([accept] if accept else [])]:
+        console.print(table)
+    for note in notes:
+        console.print(note, style="dim", highlight=False, markup=False)
 
 
 def split_list(values: list[str] | None) -> list[str] | None:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from specbench.cli.app import app, err, out, print_table, progress_bar, split_list, user_errors
+from specbench.cli.app import app, err, print_report, progress_bar, split_list, table_format, user_errors
 
 
 @app.command()
@@ -36,21 +35,24 @@ def run(
     out_dir: Annotated[Optional[str], typer.Option("--out", help="Results directory (default results/).")] = None,
     config: Annotated[Optional[Path], typer.Option(help="TOML config file; flags override it.")] = None,
     resume: Annotated[Optional[Path], typer.Option(help="Resume an interrupted run directory.")] = None,
+    cost_model: Annotated[Optional[bool], typer.Option("--cost-model/--no-cost-model", help="Time the forwards the cost model predicts from (first run only; stored in results/costs/).")] = None,
+    wide: Annotated[bool, typer.Option(help="Every column: time shares, memory, cost model, projection, NVML.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")] = False,
 ) -> None:
     """Run strategies against plain autoregressive decoding on a prompt suite."""
     from specbench.bench import run_benchmark
     from specbench.config import load_config_file, resolve
     from specbench.measure.lossless import mismatch_detail
-    from specbench.report import comparison, load_runs, render
+    from specbench.report import load_runs
     from specbench.strategies.knobs import parse_sets
+    from specbench.strict_json import dumps
 
     with user_errors():
         flags = dict(model=model, drafters=[str(d) for d in drafter or []], strategies=strategy or None,
                      suite=suite, categories=split_list(categories), limit=limit, max_new_tokens=max_new_tokens,
                      temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, dtype=dtype, device=device,
                      warmup=warmup, repeats=repeats, controller=controller, gpu=gpu, out=out_dir,
-                     profiles=str(profiles) if profiles else None,
+                     profiles=str(profiles) if profiles else None, cost_model=cost_model,
                      knobs=parse_sets(set_ or []))
         cfg = resolve(load_config_file(config) if config else {}, flags)
         with progress_bar() as bar:
@@ -59,17 +61,22 @@ def run(
             def advance(prompt_id: str, done: int, total: int) -> None:
                 bar.update(task, completed=done, total=total, detail=prompt_id)
 
+            def estimate(seconds: float, prompts: int, strategies: int) -> None:
+                bar.update(task, total=prompts, detail="timing the cost model's forwards" if cfg.cost_model else "")
+                err.print(f"measuring {prompts} prompts x {strategies} strategies (ar included): about "
+                          f"{seconds:.0f} s, estimated from the warm-up", highlight=False)
+
             try:
-                report = run_benchmark(cfg, advance, resume)
+                report = run_benchmark(cfg, advance, resume, estimate)
             except KeyboardInterrupt:
                 err.print("interrupted: the prompts finished so far are kept; the run is marked incomplete "
                           "(resume it with `specbench run --resume RUN_DIR`)", highlight=False)
                 raise typer.Exit(130) from None
         if as_json:
-            sys.stdout.write(json.dumps(report.as_json(), indent=2, default=float) + "\n")
+            sys.stdout.write(dumps(report.as_json(), indent=2) + "\n")
             return
         runs, _ = load_runs([report.run_dir])
-        print_table(render(comparison(runs), "table" if out.is_terminal else "markdown"))
+        print_report(runs, table_format("table"), wide)
         if cfg.temperature == 0:
             for r in report.results:
                 if r["mismatches"]:

@@ -23,6 +23,8 @@ class Generation:
     verified: int = 0  # positions in the target's verify forwards (tree size + 1 per step)
     max_verified: int = 0  # the largest verify forward
     draft_depth: int = 0  # sum over steps of the proposed tree's depth
+    budget: int = 0  # sum over steps of the controller's draft budget
+    tree_steps: int = 0  # steps whose draft branched (verified with a tree mask)
     accept_by_position: list[int] = field(default_factory=list)  # [k]: steps that accepted more than k drafts
     drafter_state_bytes: int = 0  # the drafter's per-sequence state (its caches) at the end
     prefill_s: float = 0.0
@@ -33,8 +35,10 @@ class Generation:
     wall_s: float = 0.0
     stop_reason: str = "length"
 
-    def record(self, tree: DraftTree, accepted: int) -> None:
+    def record(self, tree: DraftTree, accepted: int, budget: int) -> None:
         self.steps += 1
+        self.budget += budget
+        self.tree_steps += not tree.is_chain()
         self.drafted += len(tree)
         self.accepted += accepted
         self.verified += len(tree) + 1
@@ -107,9 +111,9 @@ def generate(target, prompt: list[int], max_new_tokens: int, sampling: Sampling 
 
     while len(result.tokens) < max_new_tokens:
         t0 = clock()
-        tree = DraftTree()
+        tree, budget = DraftTree(), controller.budget() if drafter else 0
         if drafter:
-            tree = drafter.propose(DraftContext(committed, controller.budget(), sampling, rng, controller))
+            tree = drafter.propose(DraftContext(committed, budget, sampling, rng, controller))
         t1 = clock()
         cached = cache_length(cache)
         tokens = torch.tensor([int(committed[-1])] + tree.tokens, dtype=torch.long, device=device)
@@ -124,7 +128,7 @@ def generate(target, prompt: list[int], max_new_tokens: int, sampling: Sampling 
             result.stop_reason = "eos"
         result.tokens.extend(new)
         committed = torch.cat([committed, torch.tensor(new, dtype=torch.long, device=device)])
-        result.record(tree, len(path))
+        result.record(tree, len(path), budget)
         if drafter:
             kept = [0] + [node + 1 for node in path]
             drafter.observe(StepOutcome(tree, path, bonus, new, tuple(h[kept] for h in hidden)))

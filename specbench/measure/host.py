@@ -7,8 +7,10 @@ the background: CPU time is read at both ends, and peak RSS is the kernel's high
 from __future__ import annotations
 
 import os
+import platform
 import sys
 import time
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -30,6 +32,17 @@ def cpu_seconds() -> tuple[float, str]:
         return times.user + times.system, "psutil"
     times = os.times()
     return times.user + times.system, "os.times"
+
+
+def cpu_name() -> str:
+    """The processor's model name (Linux /proc/cpuinfo), else what the platform module reports."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def peak_rss_bytes() -> int | None:

@@ -1,19 +1,42 @@
-"""Run statistics: paired speedups (geometric mean, bootstrap interval) and per-strategy summaries."""
+"""Run statistics, the one home of every figure: paired speedups (per generated token, geometric mean
+over prompts, bootstrap interval) and the per-strategy (and per-category) summaries that tables,
+plots, tune and recommend render or consume.
+
+The figures, each named for what it is:
+- speedup: per (prompt, turn, repeat), the strategy's tokens per second over `ar`'s on the same
+  prompt, turn and repeat; the geometric mean over repeats, then over prompts; a 95% percentile
+  bootstrap interval over prompts.
+- tau: tokens committed per target forward, the bonus token included (1 for `ar`).
+- acceptance_by_position: a_k = P(draft k accepted | draft k - 1 accepted) over all steps (a step that
+  drafted nothing is rejected at position 1), the per-position rate vLLM reports.
+- draft_efficiency: accepted draft tokens / drafted tokens, every tree node counted, so a wide tree
+  shows what it wastes.
+- time_shares: prefill, draft, verify and other (acceptance, cache compaction, bookkeeping) as shares
+  of the measured time, summing to 1.
+- memory_bytes: what the strategy needs (measure/memory.py); peak_mem_bytes: the process's peak.
+- cost_model: the speedup predicted from tau, the draft shape and separately timed forwards
+  (measure/cost_model.py), and measured / predicted.
+"""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from scipy.stats import bootstrap
 
-from specbench.measure.cost_model import predict
+from specbench.measure.cost_model import StepShape, predict
+from specbench.measure.cost_table import CostTable
 from specbench.measure.lossless import divergences
 
 BASELINE = "ar"
+PROMPT = ["prompt_id", "turn"]
+PAIR = ["prompt_id", "turn", "repeat"]
+SHARES = ("prefill", "draft", "verify", "other")
 
 
 def geometric_mean(values: Sequence[float] | pd.Series) -> float:
@@ -40,11 +63,17 @@ def paired_speedups(rows: pd.DataFrame) -> pd.Series:
     Per generated token, not per answer: at temperature > 0 (or after a greedy mismatch) the two
     answers differ in length, and an earlier EOS must not read as a speedup.
     """
-    key = ["prompt_id", "turn", "repeat"]
     rate = rows.new_tokens / rows.wall_s
-    base = rate[rows.strategy == BASELINE].set_axis(pd.MultiIndex.from_frame(rows.loc[rows.strategy == BASELINE, key]))
-    base_for_row = pd.Series(base.reindex(pd.MultiIndex.from_frame(rows[key])).to_numpy(), index=rows.index)
-    return rate / base_for_row
+    ar = rows.strategy == BASELINE
+    base = rate[ar].set_axis(pd.MultiIndex.from_frame(rows.loc[ar, PAIR]))
+    return rate / base.reindex(pd.MultiIndex.from_frame(rows[PAIR])).to_numpy()
+
+
+def acceptance_by_position(accepted: np.ndarray, steps: int) -> list[float]:
+    """a_k = P(draft k accepted | draft k - 1 accepted) from how many steps accepted more than k - 1
+    drafts (`accepted[k - 1]`); a step that drafted nothing counts as rejected at position 1."""
+    reached = np.concatenate([[steps], accepted[:-1]])
+    return [float(a / r) for a, r in zip(accepted, reached) if r > 0]
 
 
 def _position_sums(column: pd.Series) -> np.ndarray:
@@ -55,53 +84,73 @@ def _position_sums(column: pd.Series) -> np.ndarray:
     return total
 
 
-def acceptance_by_position(accepted: np.ndarray, steps: int) -> list[float]:
-    """a_k = P(draft k accepted | draft k - 1 accepted) from how many steps accepted more than k - 1
-    drafts (`accepted[k - 1]`); a step that drafted nothing counts as rejected at position 1."""
-    reached = np.concatenate([[steps], accepted[:-1]])
-    return [float(a / r) for a, r in zip(accepted, reached) if r > 0]
+def _ratio(num: float, den: float) -> float | None:
+    return float(num / den) if den else None
 
 
-def _safe_div(num: float, den: float) -> float:
-    return num / den if den else float("nan")
+@dataclass(frozen=True)
+class CostInputs:
+    """What the cost model needs beside the rows: the cost table, and each strategy's key in it."""
+
+    table: CostTable
+    drafter_keys: dict[str, str]  # strategy name -> its proposals' key in the table
 
 
-def summarize_strategy(rows: pd.DataFrame, ar_rows: pd.DataFrame, seed: int = 0) -> dict[str, Any]:
-    """One strategy's summary from its per-prompt rows and the baseline's rows of the same run."""
-    per_prompt = rows.dropna(subset=["speedup"]).groupby(["prompt_id", "turn"]).speedup.apply(geometric_mean)
+def step_shape(rows: pd.DataFrame) -> StepShape:
+    steps = rows.steps.sum()
+    return StepShape(tau=rows.new_tokens.sum() / steps, verified=rows.verified.sum() / steps,
+                     budget=rows.budget.sum() / steps,
+                     context=float((rows.prompt_tokens + rows.new_tokens / 2).mean()),
+                     tree=bool(rows.tree_steps.sum() > 0))
+
+
+def summarize_strategy(rows: pd.DataFrame, seed: int = 0, costs: CostInputs | None = None) -> dict[str, Any]:
+    """One strategy's summary from its rows (which carry their paired `speedup`)."""
+    name = rows.strategy.iloc[0]
+    per_prompt = rows.dropna(subset=["speedup"]).groupby(PROMPT).speedup.apply(geometric_mean)
     speedup, low, high = geometric_mean_ci(per_prompt.to_numpy(), seed) if len(per_prompt) else (math.nan,) * 3
-    steps, wall = rows.steps.sum(), rows.wall_s.sum()
-    per_position = acceptance_by_position(_position_sums(rows.accept_by_position), steps)
+    steps, new_tokens = int(rows.steps.sum()), int(rows.new_tokens.sum())
+    checked = rows.mismatch.notna().all()
     first_divergences, margins = divergences(rows)
+    times = {part: float(rows[f"{part}_s"].sum()) for part in SHARES}
+    total = sum(times.values())
     summary = {
-        "strategy": rows.strategy.iloc[0],
-        "prompts": int(rows.groupby(["prompt_id", "turn"]).ngroups),
-        "new_tokens": int(rows.new_tokens.sum()),
-        "wall_s": float(wall),
-        "tokens_per_s": _safe_div(rows.new_tokens.sum(), wall),
+        "strategy": name,
+        "prompts": int(rows.groupby(PROMPT).ngroups),
+        "new_tokens": new_tokens,
+        "wall_s": float(rows.wall_s.sum()),
+        "tokens_per_s": _ratio(new_tokens, rows.wall_s.sum()),
         "speedup": speedup,
         "speedup_ci": [low, high],
-        "tau": _safe_div(rows.new_tokens.sum(), steps),
-        "draft_efficiency": _safe_div(rows.accepted.sum(), rows.drafted.sum()),
-        "acceptance_by_position": per_position,
-        "mismatches": int(rows.mismatch.sum()),
+        "tau": _ratio(new_tokens, steps),
+        "acceptance_by_position": acceptance_by_position(_position_sums(rows.accept_by_position), steps),
+        "draft_efficiency": _ratio(rows.accepted.sum(), rows.drafted.sum()),
+        "mismatches": int(rows.mismatch.astype(bool).sum()) if checked else None,
         "first_divergence": first_divergences,
         "divergence_margin": margins,
-        "draft_frac": _safe_div(rows.draft_s.sum(), wall),
-        "verify_frac": _safe_div(rows.verify_s.sum(), wall),
-        "other_frac": _safe_div(rows.other_s.sum(), wall),
-        "prefill_frac": _safe_div(rows.prefill_s.sum(), wall),
+        "time_shares": {part: times[part] / total if total else None for part in SHARES},
         "memory_bytes": int(rows.memory_bytes.max()),
         "peak_mem_bytes": int(rows.peak_mem_bytes.max()),
     }
-    ar_step = _safe_div(ar_rows.verify_s.sum() + ar_rows.other_s.sum(), ar_rows.steps.sum())
-    if steps and ar_step > 0 and summary["strategy"] != BASELINE:
-        summary["cost_model"] = predict(per_position, rows.draft_s.sum() / steps / ar_step,
-                                        rows.verify_s.sum() / steps / ar_step, rows.other_s.sum() / steps / ar_step)
+    if costs is not None and name != BASELINE and name in costs.drafter_keys and steps:
+        model = predict(step_shape(rows), costs.table, costs.drafter_keys[name])
+        summary["cost_model"] = {**model, "measured_over_predicted": speedup / model["predicted_speedup"]}
     return summary
 
 
-def summarize(rows: pd.DataFrame, seed: int = 0) -> list[dict[str, Any]]:
-    """Summaries of every strategy in a run's rows, `ar` first, in order of appearance."""
-    ar_rows = rows[rows.strategy == BASELINE]
-    return [summarize_strategy(rows[rows.strategy == name], ar_rows, seed) for name in rows.strategy.unique()]
+def summarize(rows: pd.DataFrame, seed: int = 0, by: str | None = None,
+              costs: CostInputs | None = None) -> list[dict[str, Any]]:
+    """Summaries of every strategy in a run's rows, in order of appearance with `ar` first; with
+    `by="category"` one per strategy and category (the category named in each)."""
+    if "speedup" not in rows or rows.speedup.isna().all():
+        rows = rows.assign(speedup=paired_speedups(rows))
+    names = [BASELINE] * (BASELINE in set(rows.strategy)) + [s for s in rows.strategy.unique() if s != BASELINE]
+    if by is None:
+        return [summarize_strategy(rows[rows.strategy == name], seed, costs) for name in names]
+    out = []
+    for value, group in rows.groupby(by, sort=True):
+        for name in names:
+            part = group[group.strategy == name]
+            if len(part):
+                out.append({by: value, **summarize_strategy(part, seed, costs)})
+    return out
