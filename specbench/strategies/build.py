@@ -34,9 +34,8 @@ def drafter_dirs_by_strategy(dirs: list[str | Path], specs: list[StrategySpec]) 
         if source.strategy in out:
             raise SpecbenchError(f"two --drafter values for {source.strategy}: {out[source.strategy].path} and {name}")
         if source.strategy not in used:
-            what = FORMATS[source.format][1] if source.published or source.format == "draft-lm" else "a drafter"
-            raise SpecbenchError(f"--drafter {name} is {what} for strategy {source.strategy}, which this run does "
-                                 f"not use (its drafting strategies: {', '.join(used) or 'none'})")
+            raise SpecbenchError(f"--drafter {name} is {FORMATS[source.format][1]}, for strategy {source.strategy}, "
+                                 f"which this run does not use (its drafting strategies: {', '.join(used) or 'none'})")
         out[source.strategy] = source
     return out
 

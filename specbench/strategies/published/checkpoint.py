@@ -6,6 +6,7 @@ without reading any tensor; tensors are read only for the names a loader asks fo
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from specbench.errors import SpecbenchError
 from specbench.strategies.drafter_dir import read_drafter_config
 
 SAFETENSORS, BIN = "model.safetensors", "pytorch_model.bin"
-INDEXES = {"model.safetensors.index.json": "safetensors", "pytorch_model.bin.index.json": "bin"}
+INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 HUB_FILES = ["*.json", "*.safetensors", "*.bin"]
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -28,22 +29,14 @@ class Checkpoint:
     path: Path
     hub_id: str | None = None  # where it was fetched from
     config: dict = field(default_factory=dict)
-    _files: dict[str, Path] | None = field(default=None, repr=False)  # weight name -> file holding it
 
     @property
     def name(self) -> str:
         return self.hub_id or str(self.path)
 
+    @functools.cached_property
     def files(self) -> dict[str, Path]:
         """Every weight name and the file it is in: an index's weight map, or the one weights file."""
-        if self._files is None:
-            self._files = self._weight_map()
-        return self._files
-
-    def weight_names(self) -> set[str]:
-        return set(self.files())
-
-    def _weight_map(self) -> dict[str, Path]:
         for index in INDEXES:
             if (self.path / index).is_file():
                 try:
@@ -57,16 +50,19 @@ class Checkpoint:
             return dict.fromkeys(_bin_state(self.path / BIN), self.path / BIN)
         raise SpecbenchError(f"{self.name}: no weights ({SAFETENSORS}, {BIN} or a shard index) in {self.path}")
 
+    def weight_names(self) -> set[str]:
+        return set(self.files)
+
     def dtype(self) -> torch.dtype:
         """The dtype the weights are stored in (of the first of them)."""
-        first = min(self.files())
+        first = min(self.files)
         return self.load([first])[first].dtype
 
     def load(self, names) -> dict[str, torch.Tensor]:
         """The named tensors, as stored (dtype included)."""
         by_file: dict[Path, list[str]] = {}
         for name in names:
-            by_file.setdefault(self.files()[name], []).append(name)
+            by_file.setdefault(self.files[name], []).append(name)
         out: dict[str, torch.Tensor] = {}
         for path, wanted in by_file.items():
             if path.suffix == ".safetensors":

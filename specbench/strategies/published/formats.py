@@ -21,12 +21,12 @@ from specbench.errors import SpecbenchError
 from specbench.strategies.published.checkpoint import Checkpoint, open_checkpoint
 
 FORMATS = {  # format -> (strategy, what it is)
-    "specbench": (None, "specbench's own drafter directory"),
-    "draft-lm": ("draft", "a causal language model drafting token by token"),
-    "eagle3": ("eagle", "EAGLE-3 (SafeAILab/EAGLE, SpecForge)"),
-    "dflash": ("dflash", "DFlash (z-lab/dflash)"),
-    "deepspec-dflash": ("dflash", "DFlash in DeepSpec's layout (deepseek-ai/DeepSpec)"),
-    "deepspec-dspark": ("dspark", "DSpark (deepseek-ai/DeepSpec)"),
+    "specbench": (None, "a specbench drafter directory"),
+    "draft-lm": ("draft", "a causal language model (a draft model)"),
+    "eagle3": ("eagle", "an EAGLE-3 drafter (SafeAILab/EAGLE, SpecForge)"),
+    "dflash": ("dflash", "a DFlash drafter (z-lab/dflash)"),
+    "deepspec-dflash": ("dflash", "a DFlash drafter in DeepSpec's layout (deepseek-ai/DeepSpec)"),
+    "deepspec-dspark": ("dspark", "a DSpark drafter (deepseek-ai/DeepSpec)"),
     "mtp-deepseek-v3": ("mtp", "the target's own MTP modules, DeepSeek-V3 layout (model.layers.L+k)"),
     "mtp-qwen3-next": ("mtp", "the target's own MTP module, Qwen3-Next layout (mtp.*)"),
     "mtp-mimo": ("mtp", "the target's own MTP modules, MiMo layout (model.mtp_layers.*)"),
