@@ -4,6 +4,7 @@ hub ids without a network, and `specbench run` end to end on published checkpoin
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import huggingface_hub
@@ -72,6 +73,19 @@ def test_missing_directories_and_hub_ids_without_a_network(tmp_path, monkeypatch
     empty.mkdir()
     with pytest.raises(SpecbenchError, match="config.json is missing"):
         open_source(empty)
+
+
+def test_a_hub_id_in_the_local_cache_is_used_offline(checkpoints, tmp_path, monkeypatch):
+    """A hub id already in the Hugging Face cache works without a network (the cache's own layout)."""
+    repo = tmp_path / "cache" / "models--specbench-tests--eagle3"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("0" * 40)
+    shutil.copytree(checkpoints["eagle"], repo / "snapshots" / ("0" * 40))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
+    source = open_source("specbench-tests/eagle3")
+    assert (source.format, source.checkpoint.hub_id) == ("eagle3", "specbench-tests/eagle3")
+    assert source.describe()["hub_id"] == "specbench-tests/eagle3"
 
 
 def test_a_drafter_no_strategy_of_the_run_uses_is_refused(checkpoints, tiny_draft_dir):

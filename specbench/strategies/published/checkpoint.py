@@ -20,7 +20,6 @@ from specbench.strategies.drafter_dir import read_drafter_config
 
 SAFETENSORS, BIN = "model.safetensors", "pytorch_model.bin"
 INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
-HUB_FILES = ["*.json", "*.safetensors", "*.bin"]
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
@@ -98,7 +97,10 @@ def fetch(hub_id: str) -> Path:
     from huggingface_hub.errors import HfHubHTTPError
 
     try:
-        return Path(snapshot_download(hub_id, allow_patterns=HUB_FILES))
+        path = Path(snapshot_download(hub_id, allow_patterns=["*.json", "*.safetensors"]))
+        if not any(path.glob("*.safetensors")):  # an older checkpoint: PyTorch weights only
+            path = Path(snapshot_download(hub_id, allow_patterns=["*.json", "*.bin"]))
+        return path
     except (OSError, ValueError, HfHubHTTPError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise SpecbenchError(f"drafter {hub_id}: not a local directory, and the hub id could not be fetched "
