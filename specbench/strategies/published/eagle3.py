@@ -141,9 +141,10 @@ def load(source: DrafterSource, target, options: EagleOptions) -> EagleDrafter:
     check_equal(name, "target hidden size", getattr(config, "target_hidden_size", None) or config.hidden_size,
                 target_config.hidden_size)
     check_equal(name, "vocabulary size", config.vocab_size, target_vocab(target.model))
-    layers = tuple((raw.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
-                   or eagle3_layers(target_config.num_hidden_layers))
-    if len(set(layers)) != len(layers) or min(layers) < 1 or max(layers) >= target_config.num_hidden_layers:
+    # concatenated in layer order, as the target's forward collects them
+    layers = tuple(sorted((raw.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+                          or eagle3_layers(target_config.num_hidden_layers)))
+    if len(set(layers)) != len(layers) or min(layers) < 0 or max(layers) >= target_config.num_hidden_layers:
         raise SpecbenchError(f"drafter {name}: EAGLE-3 reads the inputs of target layers {list(layers)}, which a "
                              f"{target_config.num_hidden_layers}-layer target does not have as distinct layers")
     state = source.checkpoint.load(source.checkpoint.weight_names())

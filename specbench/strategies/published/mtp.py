@@ -183,6 +183,7 @@ def build_mtp(source: DrafterSource, target_model: nn.Module) -> BuiltinMtpModel
     from transformers.core_model_loading import convert_and_load_state_dict_in_model
     from transformers.modeling_layers import MtpModel
     from transformers.modeling_utils import LoadStateDictConfig
+    from transformers.utils import ContextManagers
 
     config = target_model.config
     count = declared_modules(source.checkpoint.config)
@@ -191,13 +192,19 @@ def build_mtp(source: DrafterSource, target_model: nn.Module) -> BuiltinMtpModel
                              "(mtp_use_dedicated_embeddings) are not supported")
     renamed = mtp_names(source, config.num_hidden_layers)
     state = {renamed[k]: v for k, v in source.checkpoint.load(renamed).items()}
-    with mtp_config(config, count, hidden_first=source.format == "mtp-mimo"):
+    # built as transformers' own MtpModel.from_pretrained builds it: in the target's dtype, on the meta device
+    # until the weights are loaded (a DeepSeek-V3 MTP layer holds billions of parameters)
+    init = ContextManagers(MtpModel.get_init_context(target_model.dtype, False, False, None))
+    with mtp_config(config, count, hidden_first=source.format == "mtp-mimo"), init:
         mtp = MtpModel(target_model, count)
     info, _ = convert_and_load_state_dict_in_model(
         model=mtp, state_dict=state,
         load_config=LoadStateDictConfig(weight_mapping=mtp.get_weight_conversions(target_model),
                                         dtype=target_model.dtype))
     problem = _loading_problem(info)
+    unset = next((n for n, t in [*mtp.named_parameters(), *mtp.named_buffers()] if t.is_meta), None)
+    if problem is None and unset is not None:
+        problem = f"MTP weight {unset} was not loaded"
     if problem:
         raise SpecbenchError(f"target {source.checkpoint.name}: {problem} (named as transformers' MtpModel names it)")
     mtp.tie_with_main_model(target_model)
