@@ -105,3 +105,24 @@ def test_convert_command(tiny_model_dir, tmp_path):
     assert result.exit_code == 0 and "deepspec-dspark" in result.output
     result = runner.invoke(app, ["convert", str(tmp_path / "nowhere"), "--out", str(tmp_path / "x")])
     assert result.exit_code == 2 and "does not exist" in result.output
+
+
+def test_the_embedded_dspark_drafter_in_deepspec_layout_drafts_the_same(tmp_path):
+    """The shipped default target and dspark drafter (bfloat16 weights): converted to DeepSpec's layout
+    and read back by the DeepSpec reader, it drafts exactly what specbench's own drafter does."""
+    from specbench.models import ASSETS, load_target
+
+    target = load_target(None, torch.device("cpu"), torch.float32)
+    ours = ASSETS / "default" / "drafters" / "dspark"
+    converted = convert(open_source(ours), target, tmp_path / "deepspec", mask_token_id=target.tokenizer.pad_token_id)
+    knobs = {"confidence_threshold": 0.2, "confidence_rule": "cumulative"}
+    own = build_strategy(parse_strategy("dspark"), target, {"dspark": knobs}, {}).drafter
+    published = build_strategy(parse_strategy("dspark"), target, {"dspark": knobs},
+                               {"dspark": open_source(converted.out)}).drafter
+    drafted = 0
+    for text in ("def parse(text):\n    ", "import os\n", "class Config:\n    def __init__(self"):
+        prompt = target.tokenizer(text)["input_ids"]
+        tokens = propose(own, target.model, prompt, 7).tokens
+        assert propose(published, target.model, prompt, 7).tokens == tokens
+        drafted += len(tokens)
+    assert drafted > 3
