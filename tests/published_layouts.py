@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -386,12 +387,40 @@ def qwen2(layers: int, seed: int = 0, vocab: int = 97):
 MTP_FAMILIES = {"deepseek-v3": deepseek_v3, "qwen3-next": qwen3_next, "mimo": qwen2}
 
 
-def mtp_target(path: Path, family: str, layers: int = 2, seed: int = 0, tokenizer_from: Path | None = None):
+@dataclass
+class MtpReference:
+    """The MTP module of a target written by mtp_target, evaluated directly."""
+
+    family: str
+    full: torch.nn.Module  # the model with one layer more: its last layer is the module's block
+    weights: dict[str, torch.Tensor]  # the module's norms (as multipliers) and projection
+
+    @torch.inference_mode()
+    def first_level(self, target, prompt: list[int], width: int) -> list[int]:
+        """The top `width` tokens the module predicts after `prompt`: h = the target's final normed state at
+        n - 2, the embedding of token n - 1, through the norms, the projection, the block (causal over rows
+        0..n-2) and the post norm, then the target's LM head."""
+        eps, w = self.full.config.rms_norm_eps, self.weights
+        hidden = target_states(target, prompt)[-1][0]
+        embeds = target.get_input_embeddings().weight[torch.tensor(prompt[1:])]
+        e, h = rms(embeds, w["enorm"], eps), rms(hidden, w["hnorm"], eps)
+        x = (torch.cat([h, e] if self.family == "mimo" else [e, h], -1) @ w["proj"].T)[None]
+        rows = torch.arange(len(prompt) - 1)[None]
+        causal = torch.ones(rows.shape[1], rows.shape[1], dtype=torch.bool).tril()
+        mask = torch.zeros(1, 1, *causal.shape).masked_fill(~causal, torch.finfo(torch.float32).min)
+        out = self.full.model.layers[-1](x, attention_mask=mask, position_ids=rows,
+                                         position_embeddings=self.full.model.rotary_emb(x, rows))
+        logits = target.get_output_embeddings()(rms(out[0, -1], w["post"], eps))
+        return logits.topk(width).indices.tolist()
+
+
+def mtp_target(path: Path, family: str, layers: int = 2, seed: int = 0,
+               tokenizer_from: Path | None = None) -> MtpReference:
     """A target directory whose checkpoint carries one MTP module in the family's published layout.
 
     A model with one layer more is built and saved as transformers saves it (experts one by one, as
     published); its last decoder layer becomes the MTP block, renamed into the family's layout, beside
-    the module's own weights. Returns that model: its last layer is the reference block.
+    the module's own weights.
     """
     from safetensors.torch import load_file
     from transformers import AutoTokenizer
@@ -431,24 +460,4 @@ def mtp_target(path: Path, family: str, layers: int = 2, seed: int = 0, tokenize
     (path / "config.json").write_text(json.dumps(config, indent=2))
     if tokenizer is not None:
         tokenizer.save_pretrained(path)
-    full.mtp_norms = extra  # the module's norm weights as multipliers, and its projection
-    return full
-
-
-@torch.inference_mode()
-def mtp_first_level(full, target, family: str, prompt: list[int], width: int) -> list[int]:
-    """The top `width` tokens the MTP module predicts after `prompt`: h = the target's final normed state
-    at n - 2, the embedding of token n - 1, through the norms, the projection, the block (the extra layer
-    of `full`, causal over rows 0..n-2) and the post norm, then the target's LM head."""
-    eps, extra = full.config.rms_norm_eps, full.mtp_norms
-    hidden = target_states(target, prompt)[-1][0]
-    embeds = target.get_input_embeddings().weight[torch.tensor(prompt[1:])]
-    e, h = rms(embeds, extra["enorm"], eps), rms(hidden, extra["hnorm"], eps)
-    x = (torch.cat([h, e] if family == "mimo" else [e, h], -1) @ extra["proj"].T)[None]
-    rows = torch.arange(len(prompt) - 1)[None]
-    mask = torch.zeros(1, 1, rows.shape[1], rows.shape[1]).masked_fill(
-        ~torch.ones(rows.shape[1], rows.shape[1], dtype=torch.bool).tril(), torch.finfo(torch.float32).min)
-    out = full.model.layers[-1](x, attention_mask=mask, position_ids=rows,
-                                position_embeddings=full.model.rotary_emb(x, rows))
-    logits = target.get_output_embeddings()(rms(out[0, -1], extra["post"], eps))
-    return logits.topk(width).indices.tolist()
+    return MtpReference(family, full, extra)

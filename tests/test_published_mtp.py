@@ -15,7 +15,7 @@ from specbench.errors import SpecbenchError
 from specbench.models import Target, load_lm
 from specbench.strategies.build import build_strategy
 from specbench.strategies.spec import parse_strategy
-from tests.published_layouts import mtp_first_level, mtp_target, propose
+from tests.published_layouts import mtp_target, propose
 
 FAMILIES = {"deepseek-v3": "mtp-deepseek-v3", "qwen3-next": "mtp-qwen3-next", "mimo": "mtp-mimo"}
 
@@ -26,10 +26,10 @@ def load(path) -> Target:
 
 @pytest.fixture(scope="module", params=list(FAMILIES))
 def family_target(request, tmp_path_factory):
-    """(family, the model with the extra layer: the reference, the target as specbench loads it)."""
+    """(family, the module's direct evaluation, the target as specbench loads it)."""
     path = tmp_path_factory.mktemp("mtp") / request.param
-    full = mtp_target(path, request.param)
-    return request.param, full, load(path)
+    reference = mtp_target(path, request.param)
+    return request.param, reference, load(path)
 
 
 def mtp(target, **knobs):
@@ -46,13 +46,13 @@ def test_the_targets_own_modules_are_used(family_target):
 
 
 def test_proposals_equal_a_direct_evaluation(family_target):
-    family, full, target = family_target
+    _, reference, target = family_target
     drafter = mtp(target).drafter
     rng = random.Random(0)
     for _ in range(3):
         prompt = [rng.randrange(97) for _ in range(rng.randint(2, 12))]
         tree = propose(drafter, target.model, prompt, 1)
-        assert tree.tokens == mtp_first_level(full, target.model, family, prompt, 3)
+        assert tree.tokens == reference.first_level(target.model, prompt, 3)
 
 
 def test_greedy_output_identical_to_ar(family_target):
