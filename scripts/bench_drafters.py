@@ -1,10 +1,12 @@
-"""Drafter benchmarks (issue 3) on the embedded default model, CPU, greedy, `ar` in the same run.
+"""Drafter benchmarks on the embedded default model, CPU, `ar` in the same run.
 
-One `specbench run` over the default suite with every strategy and the listed combinations, then
-the figures the issue asks for: tau on the code category per trained drafter with per-position
-acceptance, the fastest of eagle / dflash / dspark with its 95% interval, dspark tau against
-dflash tau, eagle+dflash tau against its members, and the cost model's prediction beside every
-measured speedup. Writes results/benchmarks/drafters.{json,md}.
+One `specbench run --strategy all` over the default suite (every drafter and the listed
+combinations, greedy), then the figures: tau on the code category per trained drafter with
+per-position acceptance, the fastest of eagle / dflash / dspark with its 95% interval, dspark tau
+against dflash tau, eagle+dflash tau against its members, and the cost model's prediction (from
+separately timed forwards) beside every measured speedup with measured / predicted. Then the
+combinations that pair a tree drafter with a sampling drafter, sampled at temperature 1 and greedy,
+with their acceptance figures and the greedy check. Writes results/benchmarks/drafters.{json,md}.
 
     python scripts/bench_drafters.py --limit 32 --max-new-tokens 64
 """
@@ -12,15 +14,20 @@ measured speedup. Writes results/benchmarks/drafters.{json,md}.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from specbench.bench import run_benchmark
 from specbench.config import RunConfig
-from specbench.report import comparison, load_runs, render
+from specbench.report import acceptance_table, comparison, load_runs, render
+from specbench.strict_json import dumps
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "benchmarks"
 DRAFTERS = ("eagle", "mtp", "dflash", "dspark")
+SAMPLED = ["eagle+dflash", "mtp+dspark"]
+
+
+def fmt(value: float | None, spec: str = ".2f") -> str:
+    return "-" if value is None else format(value, spec)
 
 
 def main() -> None:
@@ -32,32 +39,45 @@ def main() -> None:
     report = run_benchmark(RunConfig(strategies=["all"], limit=args.limit, max_new_tokens=args.max_new_tokens,
                                      device="cpu", out=str(OUT.parent)))
     results = {r["strategy"]: r for r in report.results}
-    runs, _ = load_runs([report.run_dir])
-    by_category = comparison(runs, by="category")
-    code = by_category[by_category.category == "code"].set_index("strategy")
+    code = {s["strategy"]: s for s in report.extra["by_category"] if s["category"] == "code"}
     fastest = max(("eagle", "dflash", "dspark"), key=lambda s: results[s]["speedup"])
     figures = {
         "run_dir": str(report.run_dir),
-        "tau_code": {s: float(code.loc[s, "tau"]) for s in DRAFTERS},
-        "per_position_acceptance": {s: results[s]["per_position_acceptance"] for s in DRAFTERS},
+        "noise": report.extra.get("noise"),
+        "tau_code": {s: code[s]["tau"] for s in DRAFTERS},
+        "acceptance_by_position": {s: results[s]["acceptance_by_position"] for s in DRAFTERS},
         "fastest_feature_drafter": {"strategy": fastest, "speedup": results[fastest]["speedup"],
                                     "speedup_ci": results[fastest]["speedup_ci"]},
         "dspark_vs_dflash_tau": [results["dspark"]["tau"], results["dflash"]["tau"]],
         "eagle_dflash_tau": {s: results[s]["tau"] for s in ("eagle+dflash", "eagle", "dflash")},
-        "measured_vs_predicted": {s: {"speedup": r["speedup"],
-                                      "predicted": r.get("cost_model", {}).get("predicted_speedup"),
-                                      "tau": r["tau"], "predicted_tau": r.get("cost_model", {}).get("predicted_tau")}
+        "measured_vs_predicted": {s: {"speedup": r["speedup"], "tau": r["tau"],
+                                      "draft_efficiency": r["draft_efficiency"],
+                                      "predicted": (r.get("cost_model") or {}).get("predicted_speedup"),
+                                      "measured_over_predicted": (r.get("cost_model") or {}).get(
+                                          "measured_over_predicted")}
                                   for s, r in results.items() if s != "ar"},
         "mismatches": {s: r["mismatches"] for s, r in results.items()},
     }
-    (OUT / "drafters.json").write_text(json.dumps(figures, indent=2, default=float) + "\n")
+    sampled = {}
+    for temperature in (1.0, 0.0):
+        run = run_benchmark(RunConfig(strategies=SAMPLED, limit=8, max_new_tokens=args.max_new_tokens,
+                                      temperature=temperature, device="cpu", out=str(OUT.parent)))
+        sampled[f"temperature {temperature:g}"] = {
+            "run_dir": str(run.run_dir),
+            "results": {r["strategy"]: {k: r[k] for k in ("speedup", "speedup_ci", "tau", "acceptance_by_position",
+                                                            "draft_efficiency", "mismatches")}
+                        for r in run.results}}
+    figures["sampled_combinations"] = sampled
+    (OUT / "drafters.json").write_text(dumps(figures, indent=2) + "\n")
+
+    runs, _ = load_runs([report.run_dir])
     lines = ["# Drafter benchmarks", "",
              f"`python scripts/bench_drafters.py --limit {args.limit} --max-new-tokens {args.max_new_tokens}` "
-             "(CPU, greedy, embedded default model and its shipped drafters)", "",
-             "## All strategies", "", render(comparison(runs), "markdown"),
-             "## tau on the code category", ""]
+             "(CPU, float32, greedy, embedded default model and its shipped drafters)", "",
+             "## All strategies", "", render(comparison(runs), "markdown", wide=True),
+             acceptance_table(comparison(runs), "markdown"), "## tau on the code category", ""]
     lines += [f"- {s}: tau {figures['tau_code'][s]:.2f}; per-position acceptance "
-              + " ".join(f"{a:.2f}" for a in figures["per_position_acceptance"][s]) for s in DRAFTERS]
+              + " ".join(f"{a:.2f}" for a in figures["acceptance_by_position"][s]) for s in DRAFTERS]
     f = figures["fastest_feature_drafter"]
     lines += ["", f"Fastest of eagle, dflash, dspark: {f['strategy']} at {f['speedup']:.2f}x "
               f"(95% CI {f['speedup_ci'][0]:.2f}-{f['speedup_ci'][1]:.2f})",
@@ -65,11 +85,23 @@ def main() -> None:
               "eagle+dflash tau {eagle+dflash:.2f} vs eagle {eagle:.2f}, dflash {dflash:.2f}".format(
                   **figures["eagle_dflash_tau"]),
               "", "## Measured speedup beside the cost model", "",
-              "| strategy | tau | predicted tau | speedup | predicted speedup |",
-              "|---|---|---|---|---|"]
-    lines += [f"| {s} | {m['tau']:.2f} | {m['predicted_tau'] or float('nan'):.2f} | {m['speedup']:.2f} | "
-              f"{m['predicted'] or float('nan'):.2f} |" for s, m in figures["measured_vs_predicted"].items()]
-    lines += ["", "## By category", "", render(by_category, "markdown")]
+              "Predicted from the run's tau and draft shape and from forwards timed separately "
+              "(results/costs/); measured / predicted below 1 is the engine's overhead.", "",
+              "| strategy | tau | draft efficiency | speedup | predicted | measured / predicted |",
+              "|---|---|---|---|---|---|"]
+    lines += [f"| {s} | {m['tau']:.2f} | {fmt(m['draft_efficiency'], '.0%')} | {m['speedup']:.2f} | "
+              f"{fmt(m['predicted'])} | {fmt(m['measured_over_predicted'])} |"
+              for s, m in figures["measured_vs_predicted"].items()]
+    lines += ["", "## Tree drafter + sampling drafter, sampled and greedy (8 prompts)", ""]
+    for label, part in sampled.items():
+        lines += [f"### {label}", "", "| strategy | speedup | tau | draft efficiency | a_1..a_k | mismatches |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {s} | {r['speedup']:.2f} | {r['tau']:.2f} | {fmt(r['draft_efficiency'], '.0%')} | "
+                  + " ".join(f"{a:.2f}" for a in r["acceptance_by_position"][:8])
+                  + f" | {'n/a (sampling)' if r['mismatches'] is None else r['mismatches']} |"
+                  for s, r in part["results"].items()]
+        lines.append("")
+    lines += ["## By category", "", render(comparison(runs, by="category"), "markdown")]
     (OUT / "drafters.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -15,7 +15,6 @@ checked to be identical. Writes results/benchmarks/foundation.{json,md}.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from specbench.report import comparison, load_runs, render
 from specbench.strategies.build import build_strategy
 from specbench.strategies.registry import definition
 from specbench.strategies.spec import StrategySpec
+from specbench.strict_json import dumps
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "benchmarks"
 
@@ -106,14 +106,15 @@ def main() -> None:
     }
     report = run_benchmark(config)
     ar = next(r for r in report.results if r["strategy"] == "ar")
-    result["c_ar_outside_forward_share"] = ar["other_frac"] / (ar["verify_frac"] + ar["other_frac"])
+    shares = ar["time_shares"]
+    result["c_ar_outside_forward_share"] = shares["other"] / (shares["verify"] + shares["other"])
     runs, _ = load_runs([report.run_dir])
     by_category = comparison(runs, by="category")
     result["d_speedup_by_category"] = by_category[["strategy", "category", "speedup", "tau"]].to_dict("records")
     result["run_dir"] = str(report.run_dir)
     result["summary"] = [{k: r[k] for k in ("strategy", "tokens_per_s", "speedup", "speedup_ci", "tau", "mismatches")}
                          for r in report.results]
-    (OUT / "foundation.json").write_text(json.dumps(result, indent=2, default=float) + "\n")
+    (OUT / "foundation.json").write_text(dumps(result, indent=2) + "\n")
     md = ["# Foundation benchmarks", "", f"`python scripts/bench_foundation.py --limit {args.limit} "
           f"--max-new-tokens {args.max_new_tokens}` (CPU, greedy, embedded default model)", ""]
     for key in ("a_draft_vs_transformers", "b_ngram_vs_transformers"):

@@ -20,7 +20,7 @@ import torch
 from specbench.config import RunConfig
 from specbench.engine.decode import Generation, generate
 from specbench.engine.sampling import Sampling
-from specbench.errors import SpecbenchError
+from specbench.errors import Interrupted, SpecbenchError
 from specbench.hardware import GpuProfile, detect_local_gpu, get_profile, load_profiles
 from specbench.measure.cost_table import CostTable
 from specbench.measure.costs import CHAIN, TREE, Grid, drafter_key, measure_costs
@@ -35,13 +35,14 @@ from specbench.plots import write_plots
 from specbench.projection import WorkloadShape, kv_bytes_per_token
 from specbench.projection import project as projection
 from specbench.results import RunDir, write_atomic
-from specbench.strategies.build import Strategy, build_strategy, drafter_dirs_by_strategy
+from specbench.strategies.build import Strategy, build_strategy
 from specbench.strategies.knobs import validate_knobs
+from specbench.strategies.published.formats import drafter_dirs_by_strategy
 from specbench.strategies.spec import parse_strategies
 from specbench.suites import Suite, SuiteItem, load_suite, select
 
 Progress = Callable[[str, int, int], None]  # what, done, total
-Estimate = Callable[[float, int, int], None]  # estimated seconds, prompts, strategies: after the warm-up
+Estimate = Callable[[dict[str, Any]], None]  # after the warm-up: the plan (seconds, prompts, strategies, ...)
 
 VERIFY_MARGIN = 64  # positions a verified draft may add beyond prompt + answer
 
@@ -289,12 +290,13 @@ def run_benchmark(config: RunConfig, progress: Progress | None = None, resume: s
     """Measure every configured strategy against `ar` and write a run directory.
 
     With `resume`, reopen an interrupted run directory (its saved configuration wins) and measure
-    only the prompts it lacks. On KeyboardInterrupt the rows measured so far are kept and the run
-    is marked incomplete before the interrupt propagates. `on_estimate` hears, after the warm-up,
-    how long the measured part should take.
+    only the prompts it lacks; a complete run is refused and left untouched. On KeyboardInterrupt
+    while prompts are measured, the rows measured so far are kept, the run is marked incomplete
+    and `Interrupted` (a KeyboardInterrupt naming the run directory) propagates. `on_estimate`
+    hears, after the warm-up, how long the measured part should take.
     """
     if resume is not None:
-        run, config = RunDir.reopen(resume)
+        run, config = RunDir.resume(resume)
         bench = prepare(config)
         if run.meta.get("strategies") != [s.name for s in bench.strategies]:
             raise SpecbenchError(f"{resume}: the strategies no longer match the saved run")
@@ -308,14 +310,18 @@ def run_benchmark(config: RunConfig, progress: Progress | None = None, resume: s
         if r["strategy"] == "ar":
             previous[(r["prompt_id"], r["turn"], r["repeat"])] = r["output_ids"]
 
+    noise = NoiseMonitor()  # the load before this run adds its own
     per_prompt = warm_up(bench)
     todo = [item for item in bench.suite.items
             if any((item.id, turn, r) not in done for turn in range(len(item.turns)) for r in range(config.repeats))]
     if on_estimate:
         generations = sum(len(item.turns) for item in todo) * config.repeats
-        on_estimate(per_prompt * generations, len(todo), len(bench.strategies))
+        on_estimate({"seconds": per_prompt * generations, "prompts": len(todo), "strategies": len(bench.strategies),
+                     "load": noise.load_before, "cpus": noise.cpus, "busy": noise.busy_before(),
+                     "skipped": list(bench.skipped), "context": context_limit(bench.target)})
     costs = cost_inputs(bench) if config.cost_model else None
-    noise, complete = NoiseMonitor(), False
+    noise.restart()
+    complete = False
     try:
         for i, item in enumerate(todo):
             if not measure_prompt(bench, item, done, previous, run.append_rows):
@@ -324,6 +330,8 @@ def run_benchmark(config: RunConfig, progress: Progress | None = None, resume: s
             if progress:
                 progress(item.id, i + 1, len(todo))
         complete = True
+    except KeyboardInterrupt as exc:
+        raise Interrupted(run.path, "the prompts finished so far are kept; the run is marked incomplete") from exc
     finally:
         results, extra = finish(bench, run, complete, noise, costs)
     return RunReport(run.path, bench.target.name, bench.suite.name, results, complete, extra)

@@ -1,18 +1,41 @@
-"""The resolved configuration of a run: defaults < TOML config file < command-line flags."""
+"""The resolved configuration of a run: defaults < TOML config file < command-line flags.
+
+Everything here is torch-free, so a bad configuration is refused at once, before torch is
+imported or a model loads: value types (pydantic, strict: a TOML `max_new_tokens = "abc"` is
+refused, not compared with an int later), ranges and choices, strategy names, knobs only for
+strategies that are run, the controller, the suite and its categories, where the model is, the
+GPU profile and the output directory. Knob values are checked next, by the method modules.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ConfigDict, TypeAdapter, ValidationError
+
 from specbench.errors import SpecbenchError
+from specbench.hardware import get_profile, load_profiles
+from specbench.model_source import model_path
+from specbench.paths import check_output_dir
+from specbench.strategies.controllers import CONTROLLERS
+from specbench.strategies.knobs import check_knobs_apply
+from specbench.strategies.published.formats import drafter_dirs_by_strategy
+from specbench.strategies.spec import parse_strategies
+from specbench.suites import load_suite, select
+
+DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16")
+DEVICE_CHOICES = ("auto", "cpu", "cuda")
 
 
 @dataclass
 class RunConfig:
+    # strict types; instances are re-checked when validated (pydantic reads this, dataclasses ignore it)
+    __pydantic_config__ = ConfigDict(strict=True, revalidate_instances="always", allow_inf_nan=False)
+
     model: str | None = None  # HF id, local directory, or None for the embedded default
     drafters: list[str] = field(default_factory=list)  # drafter directories
     strategies: list[str] = field(default_factory=lambda: ["default"])
@@ -35,7 +58,13 @@ class RunConfig:
     profiles: str | None = None  # TOML file with extra GPU profiles
     cost_model: bool = True  # time the forwards the cost model predicts from (stored, reused by later runs)
 
-    def validate(self) -> RunConfig:
+    def validate(self, where: str = "configuration") -> RunConfig:
+        """This configuration, type-checked, after every check that needs no torch; `where` names its source."""
+        config = checked_types(self, where)
+        config._check_values()
+        return config
+
+    def _check_values(self) -> None:
         if self.max_new_tokens < 1:
             raise SpecbenchError(f"--max-new-tokens must be at least 1, got {self.max_new_tokens}")
         if self.temperature < 0:
@@ -50,41 +79,121 @@ class RunConfig:
             self.limit = None
         if self.warmup < 0 or self.repeats < 1:
             raise SpecbenchError("--warmup must be >= 0 and --repeats at least 1")
-        return self
+        if self.dtype not in DTYPE_CHOICES:
+            raise SpecbenchError(f"--dtype {self.dtype}: expected {', '.join(DTYPE_CHOICES)}")
+        if self.device not in DEVICE_CHOICES:
+            raise SpecbenchError(f"--device {self.device}: expected {', '.join(DEVICE_CHOICES)}")
+        if self.controller is not None and self.controller not in CONTROLLERS:
+            raise SpecbenchError(f"unknown controller {self.controller!r}; known: {', '.join(CONTROLLERS)}")
+        check_knobs_apply(self.knobs, parse_strategies(self.strategies))
+        drafter_dirs_by_strategy(self.drafters, parse_strategies(self.strategies))  # formats: read, not loaded
+        select(load_suite(self.suite), self.categories or None, self.limit)
+        model_path(self.model)
+        profiles = load_profiles(Path(self.profiles)) if self.profiles else None
+        if self.gpu:
+            get_profile(self.gpu, profiles or load_profiles())
+        check_output_dir(self.out, "--out")
 
 
 FIELDS = {f.name for f in dataclasses.fields(RunConfig)}
 ALIASES = {"strategy": "strategies", "drafter": "drafters", "category": "categories"}
+LISTS = ("strategies", "drafters", "categories")  # a single string is a list of one
+OPTIONS = {"strategies": "--strategy", "drafters": "--drafter", "knobs": "--set"}  # the flag of each field
+_TYPES = TypeAdapter(RunConfig)
+_EXPECTED = {"int_type": "an integer", "float_type": "a number", "finite_number": "a finite number",
+             "string_type": "a string", "bool_type": "true or false", "dict_type": "a table", "list_type": "a list"}
+
+
+def option(name: str) -> str:
+    """The command-line flag that sets the field `name`."""
+    return OPTIONS.get(name, "--" + name.replace("_", "-"))
+
+
+def checked_types(config: RunConfig, where: str, keys: dict[str, str] | None = None) -> RunConfig:
+    """`config` with every field checked against its type; `keys` maps fields to the names the user wrote."""
+    try:
+        return _TYPES.validate_python(config)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        name, *inner = error["loc"]
+        key = (keys or {}).get(str(name), str(name)) + "".join(f"[{p}]" if isinstance(p, int) else f".{p}"
+                                                               for p in inner)
+        expected = _EXPECTED.get(error["type"])
+        if name in LISTS and not inner:
+            expected = "a string or a list of strings"
+        what = f"must be {expected}" if expected else error["msg"][0].lower() + error["msg"][1:]
+        raise SpecbenchError(f"{where}: {key} {what}, got {error['input']!r}") from None
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
     """Read a TOML run config: top-level keys are RunConfig fields; [knobs.STRATEGY] tables hold knobs."""
     path = Path(path)
+    where = f"config file {path}"
     try:
-        raw = tomllib.loads(path.read_text())
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise SpecbenchError(f"config file {path} does not exist") from None
+        raise SpecbenchError(f"{where} does not exist") from None
+    except UnicodeDecodeError:
+        raise SpecbenchError(f"{where} is not a TOML text file (it is not UTF-8 text)") from None
+    except OSError as exc:
+        raise SpecbenchError(f"{where}: cannot read it ({exc.strerror})") from None
     except tomllib.TOMLDecodeError as exc:
-        raise SpecbenchError(f"config file {path}: {exc}") from None
-    values = {}
+        raise SpecbenchError(f"{where}: {exc}") from None
+    values, keys = {}, {}
     for key, value in raw.items():
         name = ALIASES.get(key.replace("-", "_"), key.replace("-", "_"))
         if name not in FIELDS:
-            raise SpecbenchError(f"config file {path}: unknown key {key!r}; known: {', '.join(sorted(FIELDS))}")
-        if name in ("strategies", "drafters", "categories") and isinstance(value, str):
+            raise SpecbenchError(f"{where}: unknown key {key!r}; known: {', '.join(sorted(FIELDS))}")
+        if name in LISTS and isinstance(value, str):
             value = [value]
-        values[name] = value
+        values[name], keys[name] = value, key
+    checked_types(RunConfig(**values), where, keys)
     return values
 
 
-def resolve(file_values: dict[str, Any], flags: dict[str, Any]) -> RunConfig:
-    """Defaults, then the config file, then every flag that was given (None means not given)."""
-    merged = dict(file_values)
-    knobs = {k: dict(v) for k, v in merged.pop("knobs", {}).items()}
-    for strategy, values in flags.pop("knobs", {}).items():
-        knobs.setdefault(strategy, {}).update(values)
-    merged.update({k: v for k, v in flags.items() if v is not None and v != []})
-    try:
-        return RunConfig(knobs=knobs, **merged).validate()
-    except TypeError as exc:
-        raise SpecbenchError(f"bad configuration: {exc}") from None
+def resolve(file_values: dict[str, Any], flags: dict[str, Any], saved: RunConfig | None = None) -> RunConfig:
+    """Defaults, then the config file, then every flag that was given (None means not given).
+
+    With `saved`, the configuration of a run being resumed, that configuration is the result: a
+    file value or flag may repeat it, and one that differs is refused (it would change what the
+    run measures).
+    """
+    given = {k: v for k, v in flags.items() if k != "knobs" and v is not None and v != []}
+    file_values = dict(file_values)
+    base = asdict(saved) if saved else {}
+    knobs = {k: dict(v) for k, v in base.pop("knobs", {}).items()}
+    for layer in (file_values.pop("knobs", {}), flags.get("knobs", {})):
+        for strategy, values in layer.items():
+            knobs.setdefault(strategy, {}).update(values)
+    if saved is not None:
+        _refuse_changes(saved, {**file_values, **given}, knobs)
+        return saved.validate()
+    return RunConfig(knobs=knobs, **{**file_values, **given}).validate()
+
+
+def _same(name: str, a: Any, b: Any) -> bool:
+    if name == "strategies":
+        return [s.name for s in parse_strategies(a)] == [s.name for s in parse_strategies(b)]
+    if name == "knobs":  # `--set draft.k=4` is the string "4", a TOML knob the number 4
+        def text(knobs):
+            return {s: {k: str(v) for k, v in values.items()} for s, values in knobs.items() if values}
+        return text(a) == text(b)
+    return a == b
+
+
+def _shown(name: str, value: Any) -> str:
+    if name == "knobs":
+        return ",".join(f"{s}.{k}={v}" for s, values in value.items() for k, v in values.items()) or "(none)"
+    if isinstance(value, list):
+        return ",".join(map(str, value)) or "(none)"
+    return str(value)
+
+
+def _refuse_changes(saved: RunConfig, given: dict[str, Any], knobs: dict[str, dict[str, Any]]) -> None:
+    changes = [(name, value) for name, value in {**given, "knobs": knobs}.items()
+               if not _same(name, value, getattr(saved, name))]
+    if changes:
+        listed = ", ".join(f"{option(name)} {_shown(name, value)} (the run has {_shown(name, getattr(saved, name))})"
+                           for name, value in changes)
+        raise SpecbenchError(f"--resume continues a run with its saved configuration: {listed} would change what it "
+                             "measures; drop it to resume, or start a new run")

@@ -1,22 +1,29 @@
-"""Loading the target and its tokenizer (HF id, local directory or the embedded default)."""
+"""Loading the target and its tokenizer (HF id, local directory or the embedded default).
+
+Loading is offline and quiet: model_source.py resolves the files locally, and transformers'
+progress bars and notices are silenced while a model loads (the CLI draws its own progress).
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
+from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Iterator
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers.utils import logging as hf_logging
 
+from specbench.config import DTYPE_CHOICES
 from specbench.engine.kv_cache import check_supported
 from specbench.errors import SpecbenchError
+from specbench.model_source import ASSETS as ASSETS  # re-exported: where the embedded default lives
+from specbench.model_source import DEFAULT_DIR as DEFAULT_DIR
+from specbench.model_source import DEFAULT_MODEL, model_path
 
-ASSETS = Path(__file__).parent / "assets"
-DEFAULT_MODEL = "default"
-DEFAULT_DIR = ASSETS / "default"
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = {name: getattr(torch, name) for name in DTYPE_CHOICES if name != "auto"}
 
 
 @dataclass
@@ -49,24 +56,25 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return DTYPES[dtype]
 
 
-def model_path(name: str | None) -> str:
-    """The embedded default's directory, a local directory, or an HF hub id left as it is."""
-    if name in (None, DEFAULT_MODEL):
-        if not (DEFAULT_DIR / "target" / "config.json").is_file():
-            raise SpecbenchError("the embedded default model is missing; "
-                                 "rebuild it with scripts/build_default_model.py")
-        return str(DEFAULT_DIR / "target")
-    path = Path(name).expanduser()
-    if path.exists() or name.startswith((".", "/", "~")) or name.count("/") > 1:
-        if not (path / "config.json").is_file():
-            raise SpecbenchError(f"model path {name}: no such model directory (config.json not found)")
-        return str(path)
-    return name
+@contextmanager
+def quiet_loading() -> Iterator[None]:
+    """No "Loading weights" bars or load-time notices from transformers; the previous settings come back after."""
+    bars, verbosity = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 def load_lm(name: str, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
     try:
-        model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype, attn_implementation="sdpa")
+        with quiet_loading():
+            model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype, attn_implementation="sdpa",
+                                                         local_files_only=True)
     except (OSError, ValueError) as exc:
         raise SpecbenchError(f"cannot load model {name}: {str(exc).splitlines()[0]}") from None
     return model.to(device).eval()
@@ -77,7 +85,8 @@ def load_target(name: str | None, device: torch.device, dtype: torch.dtype) -> T
     model = load_lm(path, device, dtype)
     check_supported(model.config)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        with quiet_loading():
+            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError) as exc:
         raise SpecbenchError(f"cannot load the tokenizer of {path}: {str(exc).splitlines()[0]}") from None
     eos = model.generation_config.eos_token_id if model.generation_config else None

@@ -3,10 +3,16 @@
 Layout: run.json (status, model, suite, strategies), config.json, environment.json,
 rows.jsonl (one row per strategy x prompt x turn x repeat, appended as measured),
 and at the end rows.parquet, rows.csv, summary.json, summary.csv, summary.md.
+
+A directory is named after its start time, its strategies and a short hash of everything that
+decides what is measured, so two runs cannot be confused. Opening a run to resume it is
+torch-free (pandas and torch are imported where rows are summarised), so `--resume` of a broken
+or complete run is refused at once.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -14,15 +20,18 @@ import subprocess
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
-import torch
+from typing import TYPE_CHECKING, Any
 
 from specbench import __version__
-from specbench.config import RunConfig
+from specbench.config import FIELDS, RunConfig
 from specbench.errors import SpecbenchError
+from specbench.paths import check_output_dir
 from specbench.strict_json import dumps
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+STATUSES = ("complete", "incomplete")
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -40,6 +49,7 @@ def _now() -> str:
 
 
 def environment() -> dict[str, Any]:
+    import torch
     import transformers
 
     try:
@@ -55,6 +65,28 @@ def environment() -> dict[str, Any]:
     return env
 
 
+def run_name(config: RunConfig, strategies: list[str]) -> str:
+    """`20261129-101500-ngram-draft-3fa2c1`: start time, strategies (the first three and a count beyond),
+    and a hash of the strategies and every setting that changes what is measured."""
+    shown = [s.replace("+", "_") for s in strategies if s != "ar"]
+    slug = "-".join(shown[:3]) + (f"-and-{len(shown) - 3}-more" if len(shown) > 3 else "") or "ar"
+    measured = {k: v for k, v in asdict(config).items() if k != "out"}
+    digest = hashlib.sha256(json.dumps([strategies, measured], sort_keys=True, default=str).encode()).hexdigest()
+    return f"{datetime.now():%Y%m%d-%H%M%S}-{slug}-{digest[:6]}"
+
+
+def _read_object(path: Path, name: str) -> dict[str, Any]:
+    try:
+        data = json.loads((path / name).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SpecbenchError(f"{path} is not a specbench run directory ({name} missing)") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise SpecbenchError(f"{path / name} is damaged: not valid JSON ({getattr(exc, 'msg', exc)})") from None
+    if not isinstance(data, dict):
+        raise SpecbenchError(f"{path / name} is damaged: expected a JSON object")
+    return data
+
+
 class RunDir:
     """One run's directory: created fresh or reopened to resume."""
 
@@ -66,14 +98,7 @@ class RunDir:
     def create(cls, out: str | Path, config: RunConfig, model: str, suite: str, strategies: list[str],
                drafters: dict[str, Any] | None = None) -> RunDir:
         """A fresh run directory; `drafters` (each strategy's drafter formats and knobs) joins environment.json."""
-        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-        slug = "-".join(s.replace("+", "_") for s in strategies[1:4]) or "ar"
-        path = Path(out) / "runs" / f"{stamp}-{slug}"
-        n = 1
-        while path.exists():
-            n += 1
-            path = Path(out) / "runs" / f"{stamp}-{slug}-{n}"
-        path.mkdir(parents=True)
+        path = cls._new_path(Path(out) / "runs", run_name(config, strategies))
         run = cls(path)
         write_json(path / "config.json", asdict(config))
         write_json(path / "environment.json", {**environment(), "drafters": drafters or {}})
@@ -83,13 +108,46 @@ class RunDir:
         run.rows_file.touch()
         return run
 
+    @staticmethod
+    def _new_path(parent: Path, name: str) -> Path:
+        """A directory of its own under `parent`, even when another run starts in the same second."""
+        for n in range(1, 1000):
+            path = parent / (name if n == 1 else f"{name}-{n}")
+            try:
+                path.mkdir(parents=True)
+                return path
+            except FileExistsError:
+                continue
+            except OSError as exc:
+                raise SpecbenchError(f"cannot create the run directory {path} ({exc.strerror})") from None
+        raise SpecbenchError(f"{parent}: too many runs named {name}")
+
     @classmethod
     def reopen(cls, path: str | Path) -> tuple[RunDir, RunConfig]:
+        """An existing run and its saved configuration, both checked: a damaged file is one clear line."""
         path = Path(path)
-        if not (path / "run.json").is_file() or not (path / "config.json").is_file():
-            raise SpecbenchError(f"{path} is not a specbench run directory (run.json / config.json missing)")
-        config = RunConfig(**json.loads((path / "config.json").read_text())).validate()
-        return cls(path), config
+        if not path.is_dir():
+            raise SpecbenchError(f"{path} is not a specbench run directory (no such directory)")
+        meta = _read_object(path, "run.json")
+        if meta.get("status") not in STATUSES or not isinstance(meta.get("strategies"), list):
+            raise SpecbenchError(f"{path / 'run.json'} is damaged: it lacks a status ({' or '.join(STATUSES)}) "
+                                 "and the list of strategies")
+        values = _read_object(path, "config.json")
+        unknown = sorted(set(values) - FIELDS)
+        if unknown:
+            raise SpecbenchError(f"{path / 'config.json'} is damaged: unknown key(s) {', '.join(unknown)} "
+                                 "(or written by another specbench version)")
+        return cls(path), RunConfig(**values).validate(where=str(path / "config.json"))
+
+    @classmethod
+    def resume(cls, path: str | Path) -> tuple[RunDir, RunConfig]:
+        """Reopen an interrupted run to finish it; a complete run is refused and left untouched."""
+        run, config = cls.reopen(path)
+        if run.meta["status"] == "complete":
+            raise SpecbenchError(f"{run.path} is complete: there is nothing to resume and nothing was changed "
+                                 f"(its results: {run.path / 'summary.json'})")
+        check_output_dir(run.path, "--resume")
+        return run, config
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -129,6 +187,8 @@ class RunDir:
 
         `frame` is every row measured, with the paired speedup the run computed from them.
         """
+        import pandas as pd
+
         # rows.jsonl is rewritten whole: no torn tail, so a resumed run appends after valid lines only
         self._write_rows(frame.to_dict("records"))
         if len(frame):
@@ -142,4 +202,6 @@ class RunDir:
         write_atomic(self.path / "summary.md", table.to_markdown(index=False, floatfmt=".3g") + "\n")
         meta = self.meta
         meta.update(status="complete" if complete else "incomplete", finished=_now())
+        if "noise" in extra:
+            meta["noise"] = {k: extra["noise"][k] for k in ("noisy", "reasons", "advice")}
         write_json(self.path / "run.json", meta)

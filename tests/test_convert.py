@@ -104,7 +104,7 @@ def test_convert_command(tiny_model_dir, tmp_path):
                                  str(tmp_path / "back"), "--mask-token-id", str(MASK)])
     assert result.exit_code == 0 and "deepspec-dspark" in result.output
     result = runner.invoke(app, ["convert", str(tmp_path / "nowhere"), "--out", str(tmp_path / "x")])
-    assert result.exit_code == 2 and "does not exist" in result.output
+    assert result.exit_code == 2 and "no such drafter directory" in result.output
 
 
 def test_the_embedded_dspark_drafter_in_deepspec_layout_drafts_the_same(tmp_path):

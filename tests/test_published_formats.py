@@ -15,8 +15,7 @@ from typer.testing import CliRunner
 from specbench.cli import app
 from specbench.errors import SpecbenchError
 from specbench.models import load_lm
-from specbench.strategies.build import drafter_dirs_by_strategy
-from specbench.strategies.published.formats import open_source
+from specbench.strategies.published.formats import drafter_dirs_by_strategy, open_source
 from specbench.strategies.spec import parse_strategies
 from tests.conftest import write_tiny_model_dir
 from tests.published_layouts import deepspec_checkpoint, dflash_checkpoint, eagle3_checkpoint, mtp_target, write
@@ -62,26 +61,25 @@ def test_unknown_and_unsupported_layouts_are_one_line(tmp_path, config, names, m
         open_source(path)
 
 
-def test_missing_directories_and_hub_ids_without_a_network(tmp_path, monkeypatch):
-    with pytest.raises(SpecbenchError, match="does not exist"):
+def test_missing_directories_and_hub_ids_not_in_the_cache(tmp_path, monkeypatch):
+    with pytest.raises(SpecbenchError, match="no such drafter directory"):
         open_source(str(tmp_path / "nowhere"))
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
-    with pytest.raises(SpecbenchError, match="could not be fetched .*pass the local directory with --drafter DIR"):
-        open_source("specbench-tests/no-such-drafter")
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(SpecbenchError, match="config.json is missing"):
+    with pytest.raises(SpecbenchError, match="no such drafter directory"):
         open_source(empty)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(SpecbenchError, match=r"drafter specbench-tests/no-such-drafter is not available offline.*"
+                                             r"hf download.*or pass a drafter directory"):
+        open_source("specbench-tests/no-such-drafter")
 
 
 def test_a_hub_id_in_the_local_cache_is_used_offline(checkpoints, tmp_path, monkeypatch):
-    """A hub id already in the Hugging Face cache works without a network (the cache's own layout)."""
+    """A hub id already in the Hugging Face cache is read from there (the cache's own layout)."""
     repo = tmp_path / "cache" / "models--specbench-tests--eagle3"
     (repo / "refs").mkdir(parents=True)
     (repo / "refs" / "main").write_text("0" * 40)
     shutil.copytree(checkpoints["eagle"], repo / "snapshots" / ("0" * 40))
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
     source = open_source("specbench-tests/eagle3")
     assert (source.format, source.checkpoint.hub_id) == ("eagle3", "specbench-tests/eagle3")

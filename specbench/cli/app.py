@@ -1,21 +1,59 @@
-"""The Typer app and what every command shares: consoles, one-line errors, progress bars, output."""
+"""The Typer app and what every command shares: consoles, one-line errors, interrupts, progress bars, output."""
 
 from __future__ import annotations
 
+import os
+import shlex
+import signal
 from contextlib import contextmanager
-from typing import Annotated, Iterator
+from typing import Annotated, Any, Callable, Iterator
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from typer.core import TyperGroup
 
 from specbench import __version__
-from specbench.errors import SpecbenchError
+from specbench.errors import Interrupted, SpecbenchError
 
-app = typer.Typer(help="Benchmark and autotune lossless speculative-decoding strategies.",
-                  no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
+# specbench downloads nothing (model_source.py); this keeps every library it loads offline too
+os.environ["HF_HUB_OFFLINE"] = "1"
+
 out = Console()
 err = Console(stderr=True)
+
+
+def print_error(message: str) -> None:
+    err.print(f"error: {message}", style="red", highlight=False, markup=False, soft_wrap=True)
+
+
+@contextmanager
+def _one_line_usage_errors() -> Iterator[None]:
+    try:
+        yield
+    except typer.TyperException as exc:  # Click's usage errors: a bad --limit, an unknown option, ...
+        ctx = getattr(exc, "ctx", None)
+        hint = f" (see `specbench {ctx.info_name} --help`)" if ctx is not None and ctx.parent is not None else ""
+        print_error(exc.format_message() + hint)
+        raise typer.Exit(2) from None
+
+
+class OneLineErrors(TyperGroup):
+    """Usage errors as one line on stderr with exit code 2, instead of Click's usage box."""
+
+    def make_context(self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any) -> Any:
+        if not args and self.no_args_is_help:  # `specbench` alone prints the help
+            return super().make_context(info_name, args, parent, **extra)
+        with _one_line_usage_errors():
+            return super().make_context(info_name, args, parent, **extra)
+
+    def invoke(self, ctx: Any) -> Any:
+        with _one_line_usage_errors():
+            return super().invoke(ctx)
+
+
+app = typer.Typer(help="Benchmark and autotune lossless speculative-decoding strategies.", cls=OneLineErrors,
+                  no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
 
 
 @contextmanager
@@ -24,18 +62,62 @@ def user_errors() -> Iterator[None]:
     try:
         yield
     except SpecbenchError as exc:
-        err.print(f"error: {exc}", style="red", highlight=False, markup=False, soft_wrap=True)
+        print_error(str(exc))
         raise typer.Exit(2) from None
 
 
+@contextmanager
+def interruptible(how_to_resume: Callable[[Interrupted], str],
+                  before: str | None = None) -> Iterator[None]:
+    """Ctrl-C and SIGTERM: say what was kept and how to carry on, then exit 130 (143 after SIGTERM).
+
+    `before` replaces the line for an interrupt that comes before any work was kept (while loading).
+    SIGTERM would otherwise end the process silently, losing what an interrupt keeps.
+    """
+    received: list[int] = []
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        received.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    except Interrupted as exc:
+        err.print(f"interrupted: {exc.kept}; {how_to_resume(exc)}", highlight=False, soft_wrap=True)
+        raise typer.Exit(143 if received else 130) from None
+    except KeyboardInterrupt:
+        err.print(before or "interrupted before anything was kept", highlight=False, soft_wrap=True)
+        raise typer.Exit(143 if received else 130) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def command_line(ctx: typer.Context) -> str:
+    """The running command as it could be typed again: `specbench COMMAND` and the options given."""
+    words = ["specbench", ctx.info_name]
+    for param in ctx.command.params:
+        if ctx.get_parameter_source(param.name).name != "COMMANDLINE":
+            continue
+        value = ctx.params[param.name]
+        if getattr(param, "is_flag", False):
+            words.append(param.opts[0] if value else param.secondary_opts[0])
+            continue
+        for item in value if param.multiple else [value]:
+            words += [param.opts[0], str(item)]
+    return shlex.join(words)
+
+
 def not_implemented(command: str) -> None:
-    err.print(f"error: `specbench {command}` is not implemented yet", style="red", highlight=False)
+    print_error(f"`specbench {command}` is not implemented yet")
     raise typer.Exit(2)
 
 
 def progress_bar() -> Progress:
+    """Done / total, elapsed and remaining time on stderr; nothing at all when stderr is not a terminal."""
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    TextColumn("{task.fields[detail]}"), console=err, transient=True)
+                    TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[detail]}"),
+                    console=err, transient=True, disable=not err.is_terminal)
 
 
 def table_format(fmt: str) -> str:

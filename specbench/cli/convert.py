@@ -21,14 +21,18 @@ def convert(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a line.")] = False,
 ) -> None:
     """Convert a drafter exactly: z-lab DFlash or DeepSpec DSpark -> specbench, specbench dspark -> DeepSpec."""
-    import torch
-
-    from specbench.models import load_target
-    from specbench.strategies.published.convert import convert as convert_drafter
+    from specbench.model_source import model_path
     from specbench.strategies.published.formats import open_source
 
     with user_errors():
-        checkpoint = open_source(source)  # a bad checkpoint is refused before the target is loaded
+        checkpoint = open_source(source)  # a bad checkpoint or --model is refused before torch is imported
+        model_path(model)
+
+        import torch
+
+        from specbench.models import load_target
+        from specbench.strategies.published.convert import convert as convert_drafter
+
         target = load_target(model, torch.device("cpu"), torch.float32)
         done = convert_drafter(checkpoint, target, out_dir, mask_token_id)
     if as_json:

@@ -13,7 +13,7 @@ from specbench.cli.app import app, out, user_errors
 
 
 @app.command()
-def suites(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+def suites(as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a listing.")] = False) -> None:
     """List the built-in suites with their categories and counts."""
     from specbench.suites import builtin_suite_names, load_suite
 
@@ -30,7 +30,7 @@ def suites(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
 @app.command()
 def hardware(
     profiles: Annotated[Optional[Path], typer.Option(help="TOML file with extra GPU profiles.")] = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """List the GPU profiles and the local device."""
     from specbench.hardware import detect_local_gpu, hardware_listing, hardware_table, load_profiles

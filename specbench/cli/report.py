@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -9,30 +10,36 @@ import typer
 from rich.console import Console
 
 from specbench.cli.app import app, err, print_report, table_format, user_errors
+from specbench.paths import check_output_file
 
 
 @app.command()
 def report(
-    run_dirs: Annotated[list[Path], typer.Argument(help="One or more run directories.")],
-    by: Annotated[str, typer.Option(help="strategy or category.")] = "strategy",
+    run_dirs: Annotated[list[Path], typer.Argument(help="One or more run directories.", metavar="RUN_DIR")],
+    by: Annotated[str, typer.Option(help="strategy (a row per strategy) or category (a row per strategy and category).")] = "strategy",
     fmt: Annotated[str, typer.Option("--format", help="table, markdown, csv or json.")] = "table",
     wide: Annotated[bool, typer.Option(help="Every column: time shares, memory, cost model, projection, NVML.")] = False,
-    out_file: Annotated[Optional[Path], typer.Option("--out", help="Write to this file instead of stdout.")] = None,
+    out_file: Annotated[Optional[Path], typer.Option("--out", help="Write to this file instead of stdout.", show_default="stdout")] = None,
     plots: Annotated[bool, typer.Option(help="Also write PNG plots into each run directory.")] = False,
 ) -> None:
     """Merge runs into comparison tables (and plots)."""
-    from specbench.plots import write_plots
-    from specbench.report import load_runs
-
     with user_errors():
+        if out_file is not None:
+            check_output_file(out_file, "--out")
+
+        from specbench.plots import write_plots
+        from specbench.report import load_runs
+        from specbench.results import write_atomic
+
         runs, warnings = load_runs(run_dirs)
         for warning in warnings:
             err.print(f"warning: {warning}", style="yellow", highlight=False)
         if out_file is None:
             print_report(runs, table_format(fmt), wide, by)
         else:
-            with out_file.open("w") as f:
-                print_report(runs, fmt, wide, by, Console(file=f, width=120, no_color=True))
+            text = io.StringIO()
+            print_report(runs, fmt, wide, by, Console(file=text, width=120, no_color=True))
+            write_atomic(out_file, text.getvalue())
         if plots:
             for run_ in runs:
                 for path in write_plots([run_], run_.path):

@@ -2,76 +2,98 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from specbench.cli.app import app, err, print_report, progress_bar, split_list, table_format, user_errors
+from specbench.cli.app import app, err, interruptible, print_report, progress_bar, split_list, table_format, user_errors
+from specbench.config import DEVICE_CHOICES, DTYPE_CHOICES, RunConfig, load_config_file, resolve
+from specbench.results import RunDir
+from specbench.strategies.controllers import CONTROLLERS
+from specbench.strategies.knobs import parse_sets
+from specbench.strategies.spec import COMBINATIONS, DEFAULT_STRATEGIES
+
+DEFAULTS = RunConfig()
+
+
+def default(name: str, when_none: str = "") -> str:
+    """A RunConfig default as `run --help` shows it (flags default to None so a config file can set them)."""
+    value = getattr(DEFAULTS, name)
+    return when_none if value is None else ",".join(value) if isinstance(value, list) else str(value)
 
 
 @app.command()
 def run(
-    model: Annotated[Optional[str], typer.Option(help="HF model id or local directory (default: the embedded model).")] = None,
-    drafter: Annotated[Optional[list[str]], typer.Option(help="Drafter: a directory or hub id in specbench's, EAGLE-3, DFlash (z-lab) or DeepSpec format, or a causal LM for `draft` (repeatable; the format is detected).")] = None,
-    strategy: Annotated[Optional[list[str]], typer.Option("--strategy", "-s", help="Strategy: ngram, draft, eagle+dflash, ... (repeatable or comma list; `all` for every implemented one).")] = None,
-    suite: Annotated[Optional[str], typer.Option(help="Built-in suite name or a suite file.")] = None,
-    categories: Annotated[Optional[list[str]], typer.Option("--categories", "--category", help="Only these categories (repeatable or comma list).")] = None,
-    limit: Annotated[Optional[int], typer.Option(help="At most N prompts, spread over the categories.")] = None,
-    max_new_tokens: Annotated[Optional[int], typer.Option(help="New tokens per answer.")] = None,
-    temperature: Annotated[Optional[float], typer.Option(help="0 = greedy (lossless check on).")] = None,
-    top_p: Annotated[Optional[float], typer.Option()] = None,
-    top_k: Annotated[Optional[int], typer.Option()] = None,
-    seed: Annotated[Optional[int], typer.Option()] = None,
-    dtype: Annotated[Optional[str], typer.Option(help="auto, float32, bfloat16 or float16.")] = None,
-    device: Annotated[Optional[str], typer.Option(help="auto, cpu or cuda.")] = None,
-    warmup: Annotated[Optional[int], typer.Option(help="Unmeasured warm-up passes.")] = None,
-    repeats: Annotated[Optional[int], typer.Option(help="Measured repeats per prompt.")] = None,
-    controller: Annotated[Optional[str], typer.Option(help="Override every strategy's controller: fixed, heuristic, entropy, ...")] = None,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="A strategy knob, e.g. --set draft.k=4 (repeatable).")] = None,
-    gpu: Annotated[Optional[str], typer.Option(help="GPU profile to project the results onto.")] = None,
-    profiles: Annotated[Optional[Path], typer.Option(help="TOML file with extra GPU profiles.")] = None,
-    out_dir: Annotated[Optional[str], typer.Option("--out", help="Results directory (default results/).")] = None,
-    config: Annotated[Optional[Path], typer.Option(help="TOML config file; flags override it.")] = None,
-    resume: Annotated[Optional[Path], typer.Option(help="Resume an interrupted run directory.")] = None,
-    cost_model: Annotated[Optional[bool], typer.Option("--cost-model/--no-cost-model", help="Time the forwards the cost model predicts from (first run only; stored in results/costs/).")] = None,
+    model: Annotated[Optional[str], typer.Option(help="HF model id (from the local cache: nothing is downloaded) or local directory.", show_default=default("model", "the embedded model"))] = None,
+    drafter: Annotated[Optional[list[str]], typer.Option(help="Drafter: a directory or cached hub id in specbench's, EAGLE-3, DFlash (z-lab) or DeepSpec format, or a causal LM for `draft` (repeatable; the format is detected).", show_default="the embedded model's drafters")] = None,
+    strategy: Annotated[Optional[list[str]], typer.Option("--strategy", "-s", help=f"Strategy: ngram, draft, eagle+dflash, ... (repeatable or comma list); `default` is {', '.join(DEFAULT_STRATEGIES)}; `all` every drafter and {len(COMBINATIONS)} combinations.", show_default=default("strategies"))] = None,
+    suite: Annotated[Optional[str], typer.Option(help="Built-in suite name or a suite file.", show_default=default("suite"))] = None,
+    categories: Annotated[Optional[list[str]], typer.Option("--categories", "--category", help="Only these categories (repeatable or comma list).", show_default="all")] = None,
+    limit: Annotated[Optional[int], typer.Option(help="At most N prompts, spread over the categories (0: the whole suite).", show_default=default("limit", "the whole suite"))] = None,
+    max_new_tokens: Annotated[Optional[int], typer.Option(help="New tokens per answer.", show_default=default("max_new_tokens"))] = None,
+    temperature: Annotated[Optional[float], typer.Option(help="Sampling temperature; 0 = greedy (the lossless check runs).", show_default=default("temperature"))] = None,
+    top_p: Annotated[Optional[float], typer.Option(help="Nucleus sampling: keep the smallest token set with this much probability (1 = off).", show_default=default("top_p"))] = None,
+    top_k: Annotated[Optional[int], typer.Option(help="Sample among the k most likely tokens only (0 = off).", show_default=default("top_k"))] = None,
+    seed: Annotated[Optional[int], typer.Option(help="Random seed of sampling and of the bootstrap intervals.", show_default=default("seed"))] = None,
+    dtype: Annotated[Optional[str], typer.Option(help=f"{', '.join(DTYPE_CHOICES)} (auto: bfloat16 on CUDA, float32 on CPU).", show_default=default("dtype"))] = None,
+    device: Annotated[Optional[str], typer.Option(help=f"{', '.join(DEVICE_CHOICES)}.", show_default=default("device"))] = None,
+    warmup: Annotated[Optional[int], typer.Option(help="Unmeasured warm-up passes over the first prompt.", show_default=default("warmup"))] = None,
+    repeats: Annotated[Optional[int], typer.Option(help="Measured repeats per prompt.", show_default=default("repeats"))] = None,
+    controller: Annotated[Optional[str], typer.Option(help=f"Override every strategy's controller: {', '.join(CONTROLLERS)}.", show_default=default("controller", "each strategy's own"))] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="A knob of a strategy that is run, e.g. --set draft.k=4 (repeatable).", show_default="each strategy's defaults")] = None,
+    gpu: Annotated[Optional[str], typer.Option(help="GPU profile to project the results onto (see `specbench hardware`).", show_default=default("gpu", "none"))] = None,
+    profiles: Annotated[Optional[Path], typer.Option(help="TOML file with extra GPU profiles.", show_default=default("profiles", "none"))] = None,
+    out_dir: Annotated[Optional[str], typer.Option("--out", help="Results directory; the run goes to OUT/runs/.", show_default=default("out"))] = None,
+    config: Annotated[Optional[Path], typer.Option(help="TOML config file; flags override it.", show_default="none")] = None,
+    resume: Annotated[Optional[Path], typer.Option(help="Finish an interrupted run directory with its saved configuration.", show_default="none")] = None,
+    cost_model: Annotated[Optional[bool], typer.Option("--cost-model/--no-cost-model", help="Time the forwards the cost model predicts from (first run only; stored in results/costs/).", show_default=default("cost_model"))] = None,
     wide: Annotated[bool, typer.Option(help="Every column: time shares, memory, cost model, projection, NVML.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")] = False,
 ) -> None:
     """Run strategies against plain autoregressive decoding on a prompt suite."""
-    from specbench.bench import run_benchmark
-    from specbench.config import load_config_file, resolve
-    from specbench.measure.lossless import mismatch_detail
-    from specbench.report import load_runs
-    from specbench.strategies.knobs import parse_sets
-    from specbench.strict_json import dumps
-
     with user_errors():
+        # every check that needs no torch comes first: a bad input is refused in well under a second
         flags = dict(model=model, drafters=[str(d) for d in drafter or []], strategies=strategy or None,
                      suite=suite, categories=split_list(categories), limit=limit, max_new_tokens=max_new_tokens,
                      temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, dtype=dtype, device=device,
                      warmup=warmup, repeats=repeats, controller=controller, gpu=gpu, out=out_dir,
                      profiles=str(profiles) if profiles else None, cost_model=cost_model,
                      knobs=parse_sets(set_ or []))
-        cfg = resolve(load_config_file(config) if config else {}, flags)
-        with progress_bar() as bar:
+        saved = RunDir.resume(resume)[1] if resume else None
+        cfg = resolve(load_config_file(config) if config else {}, flags, saved)
+
+        from specbench.bench import run_benchmark
+        from specbench.measure.lossless import mismatch_detail
+        from specbench.report import load_runs
+        from specbench.strict_json import dumps
+
+        def how_to_resume(run_dir: Path) -> str:
+            return f"resume it with: specbench run --resume {shlex.quote(str(run_dir))}"
+
+        before = (f"interrupted before anything new was measured; {how_to_resume(resume)}" if resume else
+                  "interrupted before anything was measured")
+        with interruptible(lambda stop: how_to_resume(stop.path), before), \
+                progress_bar() as bar:
             task = bar.add_task("prompts", total=None, detail="loading models")
 
             def advance(prompt_id: str, done: int, total: int) -> None:
                 bar.update(task, completed=done, total=total, detail=prompt_id)
 
-            def estimate(seconds: float, prompts: int, strategies: int) -> None:
-                bar.update(task, total=prompts, detail="timing the cost model's forwards" if cfg.cost_model else "")
-                err.print(f"measuring {prompts} prompts x {strategies} strategies (ar included): about "
-                          f"{seconds:.0f} s, estimated from the warm-up", highlight=False)
+            def estimate(plan: dict) -> None:
+                bar.update(task, total=plan["prompts"], detail="timing forwards for the cost model" if cfg.cost_model else "")
+                err.print(f"measuring {plan['prompts']} prompts x {plan['strategies']} strategies (ar included): "
+                          f"about {plan['seconds']:.0f} s, estimated from the warm-up", highlight=False)
+                if plan["skipped"]:
+                    err.print(f"warning: {len(plan['skipped'])} prompt(s) skipped: with the answer they would not fit "
+                              f"the model's context of {plan['context']} tokens", style="yellow", highlight=False)
+                if plan["busy"]:
+                    err.print(f"warning: the machine is busy before the run (load {plan['load']:.1f} on "
+                              f"{plan['cpus']} CPUs): timings will be noisy", style="yellow", highlight=False)
 
-            try:
-                report = run_benchmark(cfg, advance, resume, estimate)
-            except KeyboardInterrupt:
-                err.print("interrupted: the prompts finished so far are kept; the run is marked incomplete "
-                          "(resume it with `specbench run --resume RUN_DIR`)", highlight=False)
-                raise typer.Exit(130) from None
+            report = run_benchmark(cfg, advance, resume, estimate)
         if as_json:
             sys.stdout.write(dumps(report.as_json(), indent=2) + "\n")
             return

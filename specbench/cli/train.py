@@ -7,42 +7,46 @@ from typing import Annotated, Optional
 
 import typer
 
-from specbench.cli.app import app, out, progress_bar, user_errors
-from specbench.errors import SpecbenchError
+from specbench.cli.app import app, command_line, interruptible, out, progress_bar, user_errors
+from specbench.config import DEVICE_CHOICES
+from specbench.strategies.knobs import parse_sets
+from specbench.training.settings import TrainSettings
 
 
 @app.command()
 def train(
+    ctx: typer.Context,
     strategy: Annotated[str, typer.Option(help="eagle, mtp, dflash or dspark.")],
     prompts: Annotated[str, typer.Option(help="Suite name or file with the training prompts.")],
-    out_dir: Annotated[Path, typer.Option("--out", help="Drafter directory to write.")],
-    model: Annotated[Optional[str], typer.Option(help="Target: HF id or local directory (default: embedded).")] = None,
-    steps: Annotated[int, typer.Option(help="Optimizer steps.")] = 300,
-    batch_size: Annotated[int, typer.Option()] = 8,
-    lr: Annotated[float, typer.Option()] = 1e-3,
-    max_new_tokens: Annotated[int, typer.Option(help="Length of the regenerated answers.")] = 128,
-    limit: Annotated[Optional[int], typer.Option(help="Use at most N prompts.")] = None,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="A drafter knob, e.g. --set dflash.block_size=8.")] = None,
-    device: Annotated[str, typer.Option()] = "auto",
-    seed: Annotated[int, typer.Option()] = 0,
+    out_dir: Annotated[Path, typer.Option("--out", help="Drafter directory to write (its unfinished training is kept in OUT.partial).")],
+    model: Annotated[Optional[str], typer.Option(help="Target: HF id (from the local cache) or local directory.", show_default="the embedded model")] = TrainSettings.model,
+    steps: Annotated[int, typer.Option(help="Optimizer steps.")] = TrainSettings.steps,
+    batch_size: Annotated[int, typer.Option(help="Sequences per optimizer step.")] = TrainSettings.batch_size,
+    lr: Annotated[float, typer.Option(help="Learning rate of AdamW, reached after a linear warm-up over the first 5% of the steps.")] = TrainSettings.lr,
+    max_new_tokens: Annotated[int, typer.Option(help="Length of the target's regenerated answers.")] = TrainSettings.max_new_tokens,
+    limit: Annotated[Optional[int], typer.Option(help="Use at most N prompts.", show_default="all")] = TrainSettings.limit,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="A drafter knob, e.g. --set dflash.block_size=8 (repeatable).", show_default="the strategy's defaults")] = None,
+    device: Annotated[str, typer.Option(help=f"{', '.join(DEVICE_CHOICES)}.")] = TrainSettings.device,
+    seed: Annotated[int, typer.Option(help="Random seed of initialisation and batch sampling.")] = TrainSettings.seed,
+    force: Annotated[bool, typer.Option("--force", help="Replace a drafter of another strategy in --out, or discard an unfinished training with other settings.")] = TrainSettings.force,
 ) -> None:
-    """Train a drafter against a target by self-distillation (resumes an interrupted training)."""
-    from specbench.strategies.knobs import parse_sets
-    from specbench.training.run import train_drafter
+    """Train a drafter against a target by self-distillation (run it again to resume an interrupted training)."""
+    with user_errors():
+        settings = TrainSettings(strategy, prompts, out_dir, model, steps, batch_size, lr, max_new_tokens, limit,
+                                 parse_sets(set_ or []), device, seed, force)
+        settings.check()  # before torch is imported: a bad input is refused at once
 
-    with user_errors(), progress_bar() as bar:
-        knobs = parse_sets(set_ or [])
-        extra = set(knobs) - {strategy}
-        if extra:
-            raise SpecbenchError(f"--set for {', '.join(sorted(extra))} does not apply to training {strategy}")
-        tasks: dict[str, int] = {}
+        from specbench.training.run import train_drafter
 
-        def advance(phase: str, done: int, total: int, loss: float | None) -> None:
-            if phase not in tasks:
-                tasks[phase] = bar.add_task(phase, total=total, detail="")
-            bar.update(tasks[phase], completed=done, detail=f"loss {loss:.3f}" if loss is not None else "")
+        resume = f"resume by running the same command again: {command_line(ctx)}"
+        with interruptible(lambda stop: resume), progress_bar() as bar:
+            tasks: dict[str, int] = {}
 
-        result = train_drafter(strategy, prompts, out_dir, model, steps, batch_size, lr, max_new_tokens, limit,
-                               knobs.get(strategy), device, seed, advance)
+            def advance(phase: str, done: int, total: int, loss: float | None) -> None:
+                if phase not in tasks:
+                    tasks[phase] = bar.add_task(phase, total=total, detail="")
+                bar.update(tasks[phase], completed=done, detail=f"loss {loss:.3f}" if loss is not None else "")
+
+            result = train_drafter(settings, advance)
     out.print(f"{result.strategy} drafter: {result.out_dir} ({result.prompts} prompts, {result.steps} steps, "
               f"loss {result.first_loss:.3f} -> {result.final_loss:.3f})", highlight=False)

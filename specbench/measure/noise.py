@@ -48,14 +48,22 @@ class NoiseMonitor:
 
     def __init__(self) -> None:
         self.load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+        self.cpus = psutil.cpu_count() or 1
         self.samples = [sample()]
+
+    def restart(self) -> None:
+        """Measure from now (the measured prompts), keeping the load seen before the run."""
+        self.samples = [sample()]
+
+    def busy_before(self) -> bool:
+        return self.load_before is not None and self.load_before > 0.5 * self.cpus
 
     def tick(self) -> None:
         self.samples.append(sample())
 
     def summary(self, rows: pd.DataFrame) -> dict[str, Any]:
         first, last = self.samples[0], self.samples[-1]
-        cpus = psutil.cpu_count() or 1
+        cpus = self.cpus
         capacity = max(last.wall - first.wall, 1e-9) * cpus
         others = max(0.0, (last.busy - first.busy) - (last.own - first.own)) / capacity
         steal = (last.steal - first.steal) / capacity
@@ -78,7 +86,7 @@ class NoiseMonitor:
         if spread is None:
             advice.append("--repeats 3 measures the spread of repeated timings")
         if 0 < prompts < FEW_PROMPTS:
-            advice.append(f"{prompts} prompts are too few for the interval to mean much")
+            advice.append(f"{prompts} prompt(s) are too few for the interval to mean much")
         return {"noisy": bool(reasons), "reasons": reasons, "advice": advice, "prompts": prompts,
                 "others_cpu_share": others, "steal_share": steal, "clock_change": clock_change,
                 "ar_spread": spread, "load_before": self.load_before, "cpus": cpus}

@@ -123,7 +123,8 @@ def summarize_strategy(rows: pd.DataFrame, seed: int = 0, costs: CostInputs | No
         "speedup": speedup,
         "speedup_ci": [low, high],
         "tau": _ratio(new_tokens, steps),
-        "acceptance_by_position": acceptance_by_position(_position_sums(rows.accept_by_position), steps),
+        "acceptance_by_position": acceptance_by_position(_position_sums(rows.accept_by_position), steps)
+        or ([0.0] if rows.drafted.sum() else []),  # drafted, never accepted: a_1 = 0
         "draft_efficiency": _ratio(rows.accepted.sum(), rows.drafted.sum()),
         "mismatches": int(rows.mismatch.astype(bool).sum()) if checked else None,
         "first_divergence": first_divergences,

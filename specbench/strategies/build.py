@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
 from specbench.engine.protocol import Controller, Drafter
@@ -13,31 +12,9 @@ from specbench.strategies import published
 from specbench.strategies.combine import CombinedDrafter
 from specbench.strategies.controllers import CONTROLLERS, FixedController
 from specbench.strategies.knobs import make_options
-from specbench.strategies.published.formats import FORMATS, DrafterSource, open_source
-from specbench.strategies.registry import DRAFTER_NAMES, definition
+from specbench.strategies.published.formats import DrafterSource
+from specbench.strategies.registry import definition
 from specbench.strategies.spec import BASELINE, StrategySpec
-
-
-def drafter_dirs_by_strategy(dirs: list[str | Path], specs: list[StrategySpec]) -> dict[str, DrafterSource]:
-    """Which strategy each --drafter (a directory or a hub id) is for, as its detected format says.
-
-    Runs before any model is loaded: a drafter that no strategy of the run would use, or two for one
-    strategy, is refused here rather than ignored.
-    """
-    used = sorted({member for spec in specs for member in spec.members}, key=DRAFTER_NAMES.index)
-    out: dict[str, DrafterSource] = {}
-    for name in dirs:
-        source = open_source(name)
-        if source.strategy not in DRAFTER_NAMES:
-            raise SpecbenchError(f"drafter {name} names strategy {source.strategy!r}; "
-                                 f"known: {', '.join(DRAFTER_NAMES)}")
-        if source.strategy in out:
-            raise SpecbenchError(f"two --drafter values for {source.strategy}: {out[source.strategy].path} and {name}")
-        if source.strategy not in used:
-            raise SpecbenchError(f"--drafter {name} is {FORMATS[source.format][1]}, for strategy {source.strategy}, "
-                                 f"which this run does not use (its drafting strategies: {', '.join(used) or 'none'})")
-        out[source.strategy] = source
-    return out
 
 
 @dataclass

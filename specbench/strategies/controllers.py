@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
-
-import torch
+from typing import TYPE_CHECKING, Any, Callable
 
 from specbench.strategies.dspark_scheduler import from_options as dspark_scheduler
+
+if TYPE_CHECKING:  # annotations only: controller names are read before torch is imported
+    import torch
 
 
 @dataclass

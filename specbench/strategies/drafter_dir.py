@@ -13,8 +13,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from specbench.errors import SpecbenchError
+from specbench.strategies.published.checkpoint import CONFIG, read_drafter_config
 
-CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
 
 
@@ -37,20 +37,6 @@ def save_drafter(out_dir: Path, strategy: str, config: dict, state: dict[str, to
     """A specbench drafter directory: the strategy and the target's fingerprint join its config."""
     meta = {"specbench_strategy": strategy, "target_fingerprint": fingerprint, **config}
     write_checkpoint(out_dir, meta, state, dtype)
-
-
-def read_drafter_config(path: Path, name: str | None = None) -> dict:
-    """A drafter directory's config.json; errors call it `name` (a hub id it came from) or its path."""
-    path = Path(path)
-    what = f"drafter {name}" if name else f"drafter directory {path}"
-    if not path.is_dir():
-        raise SpecbenchError(f"{what} does not exist")
-    try:
-        return json.loads((path / CONFIG).read_text())
-    except FileNotFoundError:
-        raise SpecbenchError(f"{what}: {CONFIG} is missing") from None
-    except json.JSONDecodeError as exc:
-        raise SpecbenchError(f"{what}: {CONFIG} is not valid JSON ({exc.msg})") from None
 
 
 def load_drafter(path: Path, strategy: str, fingerprint: str) -> tuple[dict, dict[str, torch.Tensor]]:

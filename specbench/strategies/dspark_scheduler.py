@@ -21,11 +21,12 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field, fields
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from specbench.errors import SpecbenchError
+
+if TYPE_CHECKING:  # annotations only: controller names are read before torch is imported
+    import torch
 
 MAX_STEP = 2  # the article's bound on how far K moves per evaluation
 

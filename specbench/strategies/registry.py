@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import functools
 import importlib
+from typing import TYPE_CHECKING
 
-from specbench.strategies.base import StrategyDef
+if TYPE_CHECKING:  # base.py imports torch; names and the parser must not
+    from specbench.strategies.base import StrategyDef
 
 MODULES = {  # strategy name -> module in specbench.strategies
     "ngram": "ngram",

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 
-from specbench.errors import SpecbenchError
+from specbench.errors import Interrupted, SpecbenchError
 from specbench.models import fingerprint, load_target, resolve_device, resolve_dtype
 from specbench.strategies.knobs import make_options
 from specbench.strategies.registry import definitions
-from specbench.suites import load_suite, select
 from specbench.training.distill import collect
-from specbench.training.trainer import partial_dir, train
+from specbench.training.settings import TrainSettings, partial_dir
+from specbench.training.trainer import save_atomic, train
 
 Progress = Callable[[str, int, int, float | None], None]  # phase, done, total, loss
 
@@ -33,25 +34,27 @@ def trainable_strategies() -> list[str]:
     return [name for name, d in definitions().items() if d.trainable is not None]
 
 
-def train_drafter(strategy: str, prompts: str | Path, out_dir: Path, model: str | None = None,
-                  steps: int = 300, batch_size: int = 8, lr: float = 1e-3, max_new_tokens: int = 128,
-                  limit: int | None = None, knobs: dict[str, Any] | None = None, device: str = "auto",
-                  seed: int = 0, progress: Progress | None = None) -> TrainResult:
+def train_drafter(settings: TrainSettings, progress: Progress | None = None) -> TrainResult:
+    """Check the settings, regenerate the target's answers (cached), train, and save the drafter.
+
+    An interrupted training resumes from OUT.partial when run again with the same settings; on
+    KeyboardInterrupt, `Interrupted` says what was kept there.
+    """
+    suite = settings.check()
+    strategy = settings.strategy
     if strategy not in trainable_strategies():
         raise SpecbenchError(f"strategy {strategy!r} cannot be trained; trainable: {', '.join(trainable_strategies())}")
-    if steps < 1 or batch_size < 1 or max_new_tokens < 1:
-        raise SpecbenchError("--steps, --batch-size and --max-new-tokens must be at least 1")
-    suite = select(load_suite(prompts), limit=limit)
-    torch.manual_seed(seed)
-    dev = resolve_device(device)
-    target = load_target(model, dev, resolve_dtype("float32", dev))
-    options = make_options(strategy, knobs or {})
+    options = make_options(strategy, settings.knobs.get(strategy, {}))
+    torch.manual_seed(settings.seed)
+    dev = resolve_device(settings.device)
+    target = load_target(settings.model, dev, resolve_dtype("float32", dev))
     drafter = definitions()[strategy].trainable(target, options).to(dev)
-    work = partial_dir(out_dir)
-    work.mkdir(parents=True, exist_ok=True)
+    work = partial_dir(settings.out_dir)
+    if settings.unfinished_differs():  # only reached with --force: check() refuses it otherwise
+        shutil.rmtree(work)
     cache = work / "distill.pt"
     key = {"prompts": [list(i.turns) for i in suite.items], "layers": list(drafter.hidden_layers),
-           "max_new_tokens": max_new_tokens, "target": fingerprint(target.model)}
+           "max_new_tokens": settings.max_new_tokens, "target": fingerprint(target.model)}
     sequences = None
     if cache.exists():
         saved = torch.load(cache, weights_only=False)
@@ -65,8 +68,18 @@ def train_drafter(strategy: str, prompts: str | Path, out_dir: Path, model: str 
             if progress:
                 progress("distil", done, len(suite.items), None)
 
-        sequences = collect(target, key["prompts"], drafter.hidden_layers, max_new_tokens, tick)
-        torch.save({"key": key, "sequences": sequences}, cache)
-    losses = train(drafter, sequences, out_dir, strategy, key["target"], steps, batch_size, lr, seed=seed,
-                   on_step=(lambda s, loss: progress("train", s, steps, loss)) if progress else None)
-    return TrainResult(Path(out_dir), strategy, steps, len(sequences), losses[0], sum(losses[-10:]) / len(losses[-10:]))
+        sequences = collect(target, key["prompts"], drafter.hidden_layers, settings.max_new_tokens, tick)
+        settings.record()
+        save_atomic(cache, {"key": key, "sequences": sequences})
+    steps = settings.steps
+    try:
+        losses = train(drafter, sequences, settings.out_dir, strategy, key["target"], steps, settings.batch_size,
+                       settings.lr, seed=settings.seed,
+                       on_step=(lambda s, loss: progress("train", s, steps, loss)) if progress else None)
+    except Interrupted as exc:
+        raise Interrupted(work, f"kept in {work}: the target's answers to {len(sequences)} prompts and "
+                                f"{exc.kept}") from exc
+    except KeyboardInterrupt as exc:  # before the first step
+        raise Interrupted(work, f"kept in {work}: the target's answers to {len(sequences)} prompts") from exc
+    return TrainResult(Path(settings.out_dir), strategy, steps, len(sequences), losses[0],
+                       sum(losses[-10:]) / len(losses[-10:]))

@@ -14,16 +14,14 @@ from typing import Callable
 
 import torch
 
+from specbench.errors import Interrupted
 from specbench.strategies.drafter_dir import save_drafter
 from specbench.training.distill import DistillSequence, make_batch
+from specbench.training.settings import partial_dir
 
 
-def partial_dir(out_dir: Path) -> Path:
-    """Where an unfinished training keeps its data cache and checkpoint (never looks like a drafter)."""
-    return Path(out_dir).with_name(Path(out_dir).name + ".partial")
-
-
-def _save_checkpoint(path: Path, state: dict) -> None:
+def save_atomic(path: Path, state: dict) -> None:
+    """torch.save through a temporary file: an interruption never leaves a torn file."""
     tmp = path.with_suffix(".tmp")
     torch.save(state, tmp)
     os.replace(tmp, path)
@@ -33,7 +31,10 @@ def train(model: torch.nn.Module, sequences: list[DistillSequence], out_dir: Pat
           fingerprint: str, steps: int, batch_size: int = 8, lr: float = 1e-3, max_len: int = 256,
           seed: int = 0, checkpoint_every: int = 50,
           on_step: Callable[[int, float], None] | None = None) -> list[float]:
-    """Train `model` for `steps` optimizer steps, resuming from the last checkpoint if there is one."""
+    """Train `model` for `steps` optimizer steps, resuming from the last checkpoint if there is one.
+
+    On KeyboardInterrupt, `Interrupted` says which checkpoint was kept.
+    """
     work = partial_dir(out_dir)
     work.mkdir(parents=True, exist_ok=True)
     checkpoint = work / "checkpoint.pt"
@@ -54,22 +55,29 @@ def train(model: torch.nn.Module, sequences: list[DistillSequence], out_dir: Pat
         torch.set_rng_state(state["torch_rng"])
         start, losses = state["step"], state["losses"]
     model.train()
-    for step in range(start, steps):
-        picks = torch.randint(len(sequences), (batch_size,), generator=generator).tolist()
-        loss = model.training_loss(make_batch([sequences[i] for i in picks], max_len, device))
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
-        losses.append(float(loss.detach()))
-        if on_step:
-            on_step(step + 1, losses[-1])
-        if (step + 1) % checkpoint_every == 0 and step + 1 < steps:
-            _save_checkpoint(checkpoint, {"model": model.state_dict(), "optimizer": opt.state_dict(),
-                                          "scheduler": sched.state_dict(), "generator": generator.get_state(),
-                                          "torch_rng": torch.get_rng_state(),
-                                          "step": step + 1, "losses": losses})
+    saved = start
+    try:
+        for step in range(start, steps):
+            picks = torch.randint(len(sequences), (batch_size,), generator=generator).tolist()
+            loss = model.training_loss(make_batch([sequences[i] for i in picks], max_len, device))
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            losses.append(float(loss.detach()))
+            if on_step:
+                on_step(step + 1, losses[-1])
+            if (step + 1) % checkpoint_every == 0 and step + 1 < steps:
+                save_atomic(checkpoint, {"model": model.state_dict(), "optimizer": opt.state_dict(),
+                                              "scheduler": sched.state_dict(), "generator": generator.get_state(),
+                                              "torch_rng": torch.get_rng_state(),
+                                              "step": step + 1, "losses": losses})
+                saved = step + 1
+    except KeyboardInterrupt as exc:
+        kept = (f"the checkpoint of step {saved} of {steps}" if saved else
+                f"no checkpoint yet (training restarts from step 0; one is written every {checkpoint_every} steps)")
+        raise Interrupted(work, kept) from exc
     model.eval()
     config = {**model.drafter_config(), "training": {"steps": steps, "batch_size": batch_size, "lr": lr,
                                                      "seed": seed,

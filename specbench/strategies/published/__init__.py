@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specbench.models import DEFAULT_MODEL
+from specbench.model_source import DEFAULT_MODEL
 from specbench.strategies.published.formats import DrafterSource
 
 

@@ -1,26 +1,29 @@
-"""A checkpoint as its authors ship it: a local directory or a hub id, its config.json and weights.
+"""A checkpoint as its authors ship it: a local directory or a cached hub id, its config.json and weights.
 
-Weight names come from the safetensors headers or a shard index, so a format can be recognised
-without reading any tensor; tensors are read only for the names a loader asks for.
+Weight names come from the safetensors headers or a shard index, so a format is recognised without
+reading any tensor (and without importing torch, for checkpoints in safetensors: a bad --drafter is
+refused in well under a second); tensors are read only for the names a loader asks for.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
 from safetensors import SafetensorError, safe_open
 
 from specbench.errors import SpecbenchError
-from specbench.strategies.drafter_dir import read_drafter_config
+from specbench.model_source import looks_like_path, model_path
 
+if TYPE_CHECKING:
+    import torch
+
+CONFIG = "config.json"
 SAFETENSORS, BIN = "model.safetensors", "pytorch_model.bin"
 INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 @dataclass
@@ -85,35 +88,31 @@ def _safetensors_names(path: Path) -> list[str]:
 
 
 def _bin_state(path: Path) -> dict[str, torch.Tensor]:
+    import torch
+
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except (OSError, RuntimeError, EOFError) as exc:  # pickle errors surface as RuntimeError / EOFError
         raise SpecbenchError(f"{path}: not a readable PyTorch weights file ({str(exc).splitlines()[0]})") from None
 
 
-def fetch(hub_id: str) -> Path:
-    """The local snapshot of a hub repository (downloaded when there is a network, else from the cache)."""
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HfHubHTTPError
-
+def read_drafter_config(path: Path, name: str | None = None) -> dict:
+    """A drafter directory's config.json; errors call it `name` (a hub id it came from) or its path."""
+    path = Path(path)
+    what = f"drafter {name}" if name else f"drafter directory {path}"
+    if not path.is_dir():
+        raise SpecbenchError(f"{what} does not exist")
     try:
-        path = Path(snapshot_download(hub_id, allow_patterns=["*.json", "*.safetensors"]))
-        if not any(path.glob("*.safetensors")):  # an older checkpoint: PyTorch weights only
-            path = Path(snapshot_download(hub_id, allow_patterns=["*.json", "*.bin"]))
-        return path
-    except (OSError, ValueError, HfHubHTTPError) as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise SpecbenchError(f"drafter {hub_id}: not a local directory, and the hub id could not be fetched "
-                             f"({reason}); download it and pass the local directory with --drafter DIR") from None
+        return json.loads((path / CONFIG).read_text())
+    except FileNotFoundError:
+        raise SpecbenchError(f"{what}: {CONFIG} is missing") from None
+    except json.JSONDecodeError as exc:
+        raise SpecbenchError(f"{what}: {CONFIG} is not valid JSON ({exc.msg})") from None
 
 
 def open_checkpoint(name: str | Path) -> Checkpoint:
-    """A local directory, or a hub id `owner/name` fetched into the local cache."""
+    """A local directory, or a hub id already in the Hugging Face cache (specbench downloads nothing)."""
     text = str(name)
-    path = Path(text).expanduser()
-    if path.is_dir():
-        return Checkpoint(path, None, read_drafter_config(path, text))
-    if path.exists() or text.startswith((".", "/", "~")) or not HUB_ID.match(text):
-        raise SpecbenchError(f"drafter directory {text} does not exist")
-    local = fetch(text)
-    return Checkpoint(local, text, read_drafter_config(local, text))
+    path = Path(model_path(text, what="drafter"))
+    hub_id = None if Path(text).expanduser().exists() or looks_like_path(text) else text
+    return Checkpoint(path, hub_id, read_drafter_config(path, text))

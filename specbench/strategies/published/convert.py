@@ -189,8 +189,8 @@ def to_deepspec(source: DrafterSource, target: Target, out: Path, mask_token_id:
 
 def convert(source: DrafterSource, target: Target, out: Path, mask_token_id: int | None = None) -> Conversion:
     """Convert a drafter checkpoint (formats.open_source) for `target`, the direction following from its format."""
-    if Path(out).resolve() == source.path.resolve():
-        raise SpecbenchError("--out must differ from the checkpoint being converted")
+    if Path(out).exists() and any(Path(out).iterdir()):
+        raise SpecbenchError(f"--out {out} exists and is not empty; give a new directory for the converted drafter")
     if source.format == "specbench":
         return to_deepspec(source, target, Path(out), mask_token_id)
     return to_specbench(source, target, Path(out))

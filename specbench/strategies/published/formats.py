@@ -19,6 +19,8 @@ from typing import Any
 
 from specbench.errors import SpecbenchError
 from specbench.strategies.published.checkpoint import Checkpoint, open_checkpoint
+from specbench.strategies.registry import DRAFTER_NAMES
+from specbench.strategies.spec import StrategySpec
 
 FORMATS = {  # format -> (strategy, what it is)
     "specbench": (None, "a specbench drafter directory"),
@@ -90,3 +92,25 @@ def detect(checkpoint: Checkpoint) -> DrafterSource:
 def open_source(name: str | Path) -> DrafterSource:
     """A --drafter value (a local directory or a hub id) and its detected format."""
     return detect(open_checkpoint(name))
+
+
+def drafter_dirs_by_strategy(dirs: list[str | Path], specs: list[StrategySpec]) -> dict[str, DrafterSource]:
+    """Which strategy each --drafter (a directory or a hub id) is for, as its detected format says.
+
+    Runs before any model is loaded: a drafter that no strategy of the run would use, or two for one
+    strategy, is refused here rather than ignored.
+    """
+    used = sorted({member for spec in specs for member in spec.members}, key=DRAFTER_NAMES.index)
+    out: dict[str, DrafterSource] = {}
+    for name in dirs:
+        source = open_source(name)
+        if source.strategy not in DRAFTER_NAMES:
+            raise SpecbenchError(f"drafter {name} names strategy {source.strategy!r}; "
+                                 f"known: {', '.join(DRAFTER_NAMES)}")
+        if source.strategy in out:
+            raise SpecbenchError(f"two --drafter values for {source.strategy}: {out[source.strategy].path} and {name}")
+        if source.strategy not in used:
+            raise SpecbenchError(f"--drafter {name} is {FORMATS[source.format][1]}, for strategy {source.strategy}, "
+                                 f"which this run does not use (its drafting strategies: {', '.join(used) or 'none'})")
+        out[source.strategy] = source
+    return out

@@ -46,17 +46,11 @@ def declared_modules(config: dict) -> int:
 
 
 def target_checkpoint(target_model: nn.Module) -> Checkpoint | None:
-    """The directory the target was loaded from (the hub cache's snapshot for a hub id)."""
-    name = getattr(target_model.config, "_name_or_path", None) or ""
-    path = Path(name)
-    if not path.is_dir():
-        from huggingface_hub import snapshot_download
-
-        try:
-            path = Path(snapshot_download(name, local_files_only=True))
-        except (OSError, ValueError):
-            return None
-    return Checkpoint(path, None if Path(name).is_dir() else name, read_drafter_config(path, name))
+    """The directory the target was loaded from (a hub id's cached snapshot), None for a model built in memory."""
+    path = Path(getattr(target_model.config, "_name_or_path", None) or "")
+    if not (path / "config.json").is_file():
+        return None
+    return Checkpoint(path, None, read_drafter_config(path, str(path)))
 
 
 def layout(names: set[str], num_layers: int) -> str | None:

@@ -1,0 +1,113 @@
+"""What `specbench train` is asked to do, checked before torch is imported or anything is written.
+
+An unfinished training keeps its data cache and checkpoint in `OUT.partial/` with the settings it
+was started with (settings.json); running the same command again resumes it, and other settings
+are refused (they would not match the checkpoint) unless `--force` discards it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specbench.config import DEVICE_CHOICES
+from specbench.errors import SpecbenchError
+from specbench.model_source import model_path
+from specbench.paths import check_output_dir
+from specbench.strategies.registry import DRAFTER_NAMES
+from specbench.suites import Suite, load_suite, select
+
+SETTINGS = "settings.json"
+
+
+def partial_dir(out_dir: Path) -> Path:
+    """Where an unfinished training keeps its data cache and checkpoint (never looks like a drafter)."""
+    return Path(out_dir).with_name(Path(out_dir).name + ".partial")
+
+
+@dataclass
+class TrainSettings:
+    strategy: str
+    prompts: str  # suite name or file
+    out_dir: Path
+    model: str | None = None  # HF id, local directory, or None for the embedded default
+    steps: int = 300
+    batch_size: int = 8
+    lr: float = 1e-3
+    max_new_tokens: int = 128
+    limit: int | None = None
+    knobs: dict[str, dict[str, Any]] = field(default_factory=dict)  # `--set` values: strategy -> knob -> value
+    device: str = "auto"
+    seed: int = 0
+    force: bool = False  # replace a drafter of another strategy, discard an unfinished training of other settings
+
+    def check(self) -> Suite:
+        """Every check that needs no torch; the selected training prompts."""
+        if self.strategy not in DRAFTER_NAMES:
+            raise SpecbenchError(f"unknown strategy {self.strategy!r}; known: {', '.join(DRAFTER_NAMES)}")
+        for name in ("steps", "batch_size", "max_new_tokens"):
+            if getattr(self, name) < 1:
+                raise SpecbenchError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise SpecbenchError(f"--lr must be a positive number, got {self.lr}")
+        if self.device not in DEVICE_CHOICES:
+            raise SpecbenchError(f"--device {self.device}: expected {', '.join(DEVICE_CHOICES)}")
+        other = sorted(set(self.knobs) - {self.strategy})
+        if other:
+            raise SpecbenchError(f"--set for {', '.join(other)} does not apply to training {self.strategy}")
+        suite = select(load_suite(self.prompts), limit=self.limit)
+        model_path(self.model)
+        self._check_out_dir()
+        self._check_unfinished()
+        return suite
+
+    def recorded(self) -> dict[str, Any]:
+        """What an unfinished training must share with this one to resume it."""
+        return {k: v for k, v in asdict(self).items() if k not in ("out_dir", "device", "force")}
+
+    def unfinished_differs(self) -> bool:
+        """OUT.partial holds an unfinished training started with other settings (or with none recorded)."""
+        work = partial_dir(self.out_dir)
+        if not work.exists():
+            return False
+        try:
+            return json.loads((work / SETTINGS).read_text()) != self.recorded()
+        except (OSError, ValueError):
+            return True
+
+    def record(self) -> None:
+        """Create OUT.partial and write these settings into it."""
+        work = partial_dir(self.out_dir)
+        work.mkdir(parents=True, exist_ok=True)
+        (work / SETTINGS).write_text(json.dumps(self.recorded(), indent=2) + "\n")
+
+    def _check_out_dir(self) -> None:
+        out = Path(self.out_dir)
+        if out.exists() and not out.is_dir():
+            raise SpecbenchError(f"--out {out} is a file; give a directory for the drafter")
+        if out.is_dir() and any(out.iterdir()):
+            found = _drafter_strategy(out)
+            if found is None:
+                raise SpecbenchError(f"--out {out} holds files that are not a specbench drafter; refusing to "
+                                     "replace them: choose another directory")
+            if found != self.strategy and not self.force:
+                raise SpecbenchError(f"--out {out} holds a {found} drafter; training {self.strategy} would replace "
+                                     "it: choose another directory, or pass --force")
+        check_output_dir(out.parent, "--out")
+
+    def _check_unfinished(self) -> None:
+        if self.unfinished_differs() and not self.force:
+            raise SpecbenchError(f"{partial_dir(self.out_dir)} holds an unfinished training with other settings; "
+                                 "run its command again to finish it, or pass --force to discard it")
+
+
+def _drafter_strategy(path: Path) -> str | None:
+    """The strategy of the specbench drafter in `path`; None when it holds something else."""
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return config.get("specbench_strategy") if isinstance(config, dict) else None

@@ -1,0 +1,194 @@
+"""Bad input, table-driven: each case exits with code 2 and one line on stderr, no traceback, nothing written.
+
+Every case is refused before torch is imported (checked in a fresh interpreter) and before any
+model loads; run directories given to --resume are left byte for byte as they were.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import huggingface_hub.constants
+import pytest
+from typer.testing import CliRunner
+
+from specbench.cli import app
+
+runner = CliRunner()
+REPO = Path(__file__).resolve().parents[1]  # subprocesses import this checkout, whatever is installed
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def finished_run(tiny_model_dir, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("finished")
+    result = invoke("run", "--model", tiny_model_dir, "--strategy", "ngram", "--limit", 1, "--max-new-tokens", 4,
+                    "--warmup", 0, "--out", out, "--json")
+    assert result.exit_code == 0, result.output
+    return Path(json.loads(result.stdout)["run_dir"])
+
+
+class Workspace:
+    """A scratch directory (also the working directory) holding copies of a finished run."""
+
+    def __init__(self, root: Path, finished_run: Path, tiny_model_dir: Path):
+        self.root = root
+        self.model = tiny_model_dir
+        self.complete = root / "complete"
+        shutil.copytree(finished_run, self.complete)
+        self.incomplete = root / "incomplete"
+        shutil.copytree(finished_run, self.incomplete)
+        meta = json.loads((self.incomplete / "run.json").read_text())
+        (self.incomplete / "run.json").write_text(json.dumps({**meta, "status": "incomplete"}))
+        self.prompts = self.write("train.jsonl", '{"prompt": "def f(x): return"}\n')
+
+    def write(self, name: str, content: str | bytes) -> Path:
+        path = self.root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
+        return path
+
+    def damaged(self, name: str, content: str) -> Path:
+        """A copy of the incomplete run whose `name` holds `content`."""
+        path = Path(tempfile.mkdtemp(prefix=f"damaged-{name}-", dir=self.root))
+        shutil.copytree(self.incomplete, path, dirs_exist_ok=True)
+        (path / name).write_text(content)
+        return path
+
+    def drafter(self, strategy: str) -> Path:
+        return self.write(f"drafters/{strategy}/config.json", json.dumps({"specbench_strategy": strategy})).parent
+
+    def snapshot(self) -> dict[str, bytes | None]:
+        return {str(p.relative_to(self.root)): p.read_bytes() if p.is_file() else None
+                for p in sorted(self.root.rglob("*"))}
+
+
+def unwritable_dir(w: Workspace) -> Path:
+    path = w.root / "locked"
+    path.mkdir(exist_ok=True)
+    path.chmod(0o500)
+    return path
+
+
+def toml(w: Workspace, text: str | bytes) -> list:
+    path = Path(tempfile.mkstemp(suffix=".toml", dir=w.root)[1])
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    return ["run", "--config", path]
+
+
+# (case, arguments given the workspace, what the one line must say)
+CASES = [
+    ("empty strategy", lambda w: ["run", "--strategy", ""], "names no strategy"),
+    ("knob for a strategy not run", lambda w: ["run", "--strategy", "ngram", "--set", "draft.k=4"],
+     "draft.k is for draft, which this run does not include"),
+    ("resume with another --max-new-tokens", lambda w: ["run", "--resume", w.incomplete, "--max-new-tokens", 8],
+     "--max-new-tokens 8 (the run has 4) would change"),
+    ("resume with another --strategy", lambda w: ["run", "--resume", w.incomplete, "--strategy", "draft"],
+     "--strategy draft (the run has ngram)"),
+    ("resume with another knob", lambda w: ["run", "--resume", w.incomplete, "--set", "ngram.max_ngram=2"],
+     "--set ngram.max_ngram=2"),
+    ("TOML strategy a number", lambda w: toml(w, "strategy = 5\n"), "strategy must be a string or a list of strings"),
+    ("TOML knobs not a table", lambda w: toml(w, "knobs = 3\n"), "knobs must be a table, got 3"),
+    ("TOML knob table not a table", lambda w: toml(w, "[knobs]\nngram = 3\n"), "knobs.ngram must be a table"),
+    ("TOML max_new_tokens a string", lambda w: toml(w, 'max_new_tokens = "abc"\n'),
+     "max_new_tokens must be an integer, got 'abc'"),
+    ("TOML temperature infinite", lambda w: toml(w, "temperature = inf\n"), "temperature must be a finite number"),
+    ("binary config file", lambda w: toml(w, bytes(range(256))), "is not a TOML text file"),
+    ("resume: run.json not JSON", lambda w: ["run", "--resume", w.damaged("run.json", '{"status": ')],
+     "run.json is damaged: not valid JSON"),
+    ("resume: run.json without status", lambda w: ["run", "--resume", w.damaged("run.json", "[]")],
+     "run.json is damaged"),
+    ("resume: config.json not JSON", lambda w: ["run", "--resume", w.damaged("config.json", "\x00\x01")],
+     "config.json is damaged: not valid JSON"),
+    ("resume: config.json unknown key", lambda w: ["run", "--resume", w.damaged("config.json", '{"nope": 1}')],
+     "config.json is damaged: unknown key(s) nope"),
+    ("resume: config.json wrong type", lambda w: ["run", "--resume",
+                                                  w.damaged("config.json", '{"max_new_tokens": "abc"}')],
+     "config.json: max_new_tokens must be an integer"),
+    ("resume: not a run directory", lambda w: ["run", "--resume", w.root], "not a specbench run directory"),
+    ("resume a complete run", lambda w: ["run", "--resume", w.complete], "is complete: there is nothing to resume"),
+    ("--out a file", lambda w: ["run", "--out", w.write("taken", "x")], "is a file, not a directory"),
+    ("--out inside a file", lambda w: ["run", "--out", w.write("taken", "x") / "results"], "which is a file"),
+    ("--out an unwritable directory", lambda w: ["run", "--out", unwritable_dir(w)], "does not take new files"),
+    ("--out /proc", lambda w: ["run", "--out", "/proc"], "--out /proc"),
+    ("--out under /proc", lambda w: ["run", "--out", "/proc/specbench/results"], "does not take new files"),
+    ("--limit abc", lambda w: ["run", "--limit", "abc"], "'--limit'"),
+    ("unknown option", lambda w: ["run", "--limt", "2"], "--limt"),
+    ("--model not available offline", lambda w: ["run", "--model", "gpt2"],
+     "model gpt2 is not available offline"),
+    ("--controller unknown", lambda w: ["run", "--controller", "nope"], "fixed, heuristic, entropy, dspark"),
+    ("--dtype unknown", lambda w: ["run", "--dtype", "int8"], "--dtype int8"),
+    ("report --out a directory", lambda w: ["report", w.complete, "--out", w.root], "is a directory"),
+    ("train --lr -1", lambda w: ["train", "--strategy", "eagle", "--prompts", w.prompts, "--out", w.root / "d",
+                                 "--model", w.model, "--lr", "-1"], "--lr must be a positive number"),
+    ("train --out a file", lambda w: ["train", "--strategy", "eagle", "--prompts", w.prompts,
+                                      "--out", w.write("taken", "x"), "--model", w.model], "is a file"),
+    ("train --out holding another drafter", lambda w: ["train", "--strategy", "eagle", "--prompts", w.prompts,
+                                                       "--out", w.drafter("mtp"), "--model", w.model],
+     "holds a mtp drafter; training eagle would replace it"),
+    ("train --out holding other files", lambda w: ["train", "--strategy", "eagle", "--prompts", w.prompts,
+                                                   "--out", w.write("mine/notes.txt", "x").parent],
+     "not a specbench drafter"),
+    ("train --steps 0", lambda w: ["train", "--strategy", "eagle", "--prompts", w.prompts, "--out", w.root / "d",
+                                   "--steps", 0], "--steps must be at least 1"),
+]
+# knob values are checked by the method modules (torch), still before any model loads
+AFTER_TORCH = [
+    ("TOML knob of the wrong type", lambda w: toml(w, 'strategy = "ngram"\n[knobs.ngram]\nmax_ngram = [1]\n'),
+     "ngram.max_ngram: expected int"),
+    ("--set knob unknown", lambda w: ["run", "--strategy", "ngram", "--set", "ngram.nope=1"], "valid: ngram.max_ngram"),
+    ("train --strategy not trainable", lambda w: ["train", "--strategy", "ngram", "--prompts", w.prompts,
+                                                  "--out", w.root / "d"], "cannot be trained"),
+]
+
+
+@pytest.fixture
+def workspace(tmp_path, finished_run, tiny_model_dir, monkeypatch) -> Workspace:
+    monkeypatch.chdir(tmp_path)  # the default --out (results/) would land here
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))  # gpt2 never cached
+    return Workspace(tmp_path, finished_run, tiny_model_dir)
+
+
+@pytest.mark.parametrize("case, make_args, message", CASES + AFTER_TORCH, ids=[c[0] for c in CASES + AFTER_TORCH])
+def test_bad_input_is_one_line_exit_2_nothing_written(case, make_args, message, workspace):
+    args = make_args(workspace)
+    if case == "--out an unwritable directory" and os.access(args[-1], os.W_OK):
+        pytest.skip("running as root: permission bits do not stop writes (the /proc cases cover it)")
+    before = workspace.snapshot()
+    result = invoke(*args)
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr, result.stderr
+    assert "Traceback" not in result.output
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert result.stdout == ""
+    assert workspace.snapshot() == before
+
+
+def test_every_case_is_refused_before_torch_is_imported(workspace, tmp_path):
+    """The same cases in a fresh interpreter: none of them imports torch (which takes seconds)."""
+    cases = [[str(a) for a in make_args(workspace)] for _, make_args, _ in CASES]
+    cases = [args for args in cases if not (args[-1].endswith("locked") and os.access(args[-1], os.W_OK))]
+    script = (
+        "import json, sys\n"
+        "from typer.testing import CliRunner\n"
+        "from specbench.cli import app\n"
+        "runner = CliRunner()\n"
+        "codes = [runner.invoke(app, args).exit_code for args in json.loads(sys.argv[1])]\n"
+        "print(json.dumps({'codes': codes, 'torch': 'torch' in sys.modules}))\n"
+    )
+    env = {**os.environ, "HF_HUB_CACHE": str(tmp_path / "hf-cache"), "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", script, json.dumps(cases)], capture_output=True, text=True,
+                          cwd=tmp_path, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert report["torch"] is False
+    assert set(report["codes"]) == {2}
