@@ -85,13 +85,13 @@ def run(
             def estimate(plan: dict) -> None:
                 bar.update(task, total=plan["prompts"], detail="timing forwards for the cost model" if cfg.cost_model else "")
                 err.print(f"measuring {plan['prompts']} prompts x {plan['strategies']} strategies (ar included): "
-                          f"about {plan['seconds']:.0f} s, estimated from the warm-up", highlight=False)
+                          f"about {plan['seconds']:.0f} s, estimated from the warm-up", highlight=False, soft_wrap=True)
                 if plan["skipped"]:
                     err.print(f"warning: {len(plan['skipped'])} prompt(s) skipped: with the answer they would not fit "
-                              f"the model's context of {plan['context']} tokens", style="yellow", highlight=False)
+                              f"the model's context of {plan['context']} tokens", style="yellow", highlight=False, soft_wrap=True)
                 if plan["busy"]:
                     err.print(f"warning: the machine is busy before the run (load {plan['load']:.1f} on "
-                              f"{plan['cpus']} CPUs): timings will be noisy", style="yellow", highlight=False)
+                              f"{plan['cpus']} CPUs): timings will be noisy", style="yellow", highlight=False, soft_wrap=True)
 
             report = run_benchmark(cfg, advance, resume, estimate)
         if as_json:
@@ -104,5 +104,5 @@ def run(
                 if r["mismatches"]:
                     err.print(f"LOSSLESS CHECK FAILED: {r['strategy']}: {r['mismatches']} of {r['prompts']} greedy "
                               "outputs differ from ar" + mismatch_detail(r["first_divergence"], r["divergence_margin"]),
-                              style="bold red", highlight=False)
+                              style="bold red", highlight=False, soft_wrap=True)
         err.print(f"results: {report.run_dir}", highlight=False)
