@@ -101,9 +101,10 @@ def linear(out: int, inp: int, gen: torch.Generator, scale: float = 1.0) -> torc
 # EAGLE-3 (SafeAILab/EAGLE eagle/model/cnets.py)
 
 def eagle3_checkpoint(path: Path, target, draft_vocab: int, seed: int = 0, bin_format: bool = False,
-                      heads_: int = 4, kv_heads: int = 2) -> Path:
+                      heads_: int = 4, kv_heads: int = 2, hidden: int | None = None) -> Path:
+    """`hidden` other than the target's: a `target_hidden_size` drafter, with its own embedding."""
     t = target.config
-    h, vocab, gen = t.hidden_size, t.vocab_size, torch.Generator().manual_seed(seed)
+    h, vocab, gen = hidden or t.hidden_size, t.vocab_size, torch.Generator().manual_seed(seed)
     hd = h // heads_
     config = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": h,
               "intermediate_size": 3 * h, "num_attention_heads": heads_, "num_key_value_heads": kv_heads,
@@ -111,7 +112,7 @@ def eagle3_checkpoint(path: Path, target, draft_vocab: int, seed: int = 0, bin_f
               "rope_theta": 10000.0, "rope_scaling": None, "hidden_act": "silu", "max_position_embeddings": 512,
               "tie_word_embeddings": False, "torch_dtype": "float32"}
     chosen = torch.randperm(vocab, generator=gen)[:draft_vocab].sort().values
-    state = {"fc.weight": linear(h, 3 * h, gen),
+    state = {"fc.weight": linear(h, 3 * t.hidden_size, gen),
              "midlayer.self_attn.q_proj.weight": linear(heads_ * hd, 2 * h, gen, 3.0),
              "midlayer.self_attn.k_proj.weight": linear(kv_heads * hd, 2 * h, gen, 3.0),
              "midlayer.self_attn.v_proj.weight": linear(kv_heads * hd, 2 * h, gen),
@@ -125,6 +126,9 @@ def eagle3_checkpoint(path: Path, target, draft_vocab: int, seed: int = 0, bin_f
              "norm.weight": norm_weight(h, gen), "lm_head.weight": linear(draft_vocab, h, gen, 4.0),
              "d2t": chosen - torch.arange(draft_vocab),
              "t2d": torch.zeros(vocab, dtype=torch.bool).index_fill(0, chosen, True)}
+    if h != t.hidden_size:
+        config["target_hidden_size"] = t.hidden_size
+        state["embed_tokens.weight"] = torch.randn(vocab, h, generator=gen)
     return write(path, config, state, bin_format)
 
 
@@ -142,7 +146,8 @@ class Eagle3Reference:
                past: list[torch.Tensor]) -> torch.Tensor:
         """Midlayer rows (feature, token) attending `past` rows' (k, v) and each other as `visible` says."""
         c, w, eps = self.config, self.w, self.config["rms_norm_eps"]
-        emb = self.target.get_input_embeddings().weight[torch.tensor(tokens)]
+        table = w.get("embed_tokens.weight", self.target.get_input_embeddings().weight)
+        emb = table[torch.tensor(tokens)]
         x = torch.cat([rms(emb, w["midlayer.input_layernorm.weight"], eps),
                        rms(features, w["midlayer.hidden_norm.weight"], eps)], -1)
         q = rope(heads(x @ w["midlayer.self_attn.q_proj.weight"].T, c["num_attention_heads"]), positions, 1e4)

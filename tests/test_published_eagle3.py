@@ -97,6 +97,21 @@ def test_pytorch_bin_and_a_full_draft_vocabulary(target, tmp_path):
     assert first == Eagle3Reference(target.model, path).first_two_levels(prompt, 4)[0]
 
 
+def test_a_drafter_of_another_width_brings_its_own_embedding(target, tmp_path):
+    """target_hidden_size: fc maps the target's 3 x 32 features to the drafter's 48, and the drafter embeds
+    tokens with its own table."""
+    path = eagle3_checkpoint(tmp_path / "wide", target.model, DRAFT_VOCAB, hidden=48)
+    drafter = build(target, path, depth=2, top_k=4, total_tokens=64).drafter
+    for prompt in ([9, 8, 7, 6, 5, 4], [100, 3]):
+        tree = propose(drafter, target.model, prompt, 2)
+        first = [t for t, p in zip(tree.tokens, tree.parents) if p == -1]
+        second = [t for t, p in zip(tree.tokens, tree.parents) if p == tree.parents.index(-1)]
+        assert (first, second) == Eagle3Reference(target.model, path).first_two_levels(prompt, 4)
+    no_embedding = broken(path, tmp_path / "no-embedding", lambda s: s.pop("embed_tokens.weight"))
+    with pytest.raises(SpecbenchError, match="embed_tokens.weight"):
+        build(target, no_embedding)
+
+
 def broken(source, out, change):
     """A copy of the checkpoint at `out` with `change` applied to its weights."""
     out.mkdir()

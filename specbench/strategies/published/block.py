@@ -9,7 +9,8 @@ within the block, a final norm. What the published checkpoints add is carried he
 - DeepSpec's own `embed_tokens` and `lm_head`;
 - RoPE from the config's rope parameters, computed by transformers as the authors' models do;
 - z-lab's sliding-window layers (`layer_types`): a query at position p sees the context keys at
-  positions above p - sliding_window, and the whole block;
+  positions above p - sliding_window, and the whole block (as flash-attention and the serving
+  engines apply the window; z-lab's transformers code on sdpa passes it on unused);
 - the two layouts: z-lab's block [last token, MASK x (B-1)] drafts its slots 1..B-1 (specbench's
   dflash layout); DeepSpec's slot k drafts position n + k, the anchor slot too (the dspark layout);
 - DeepSpec's Markov heads (vanilla, gated, rnn) and confidence head (input H, or H + r with the
