@@ -2,4 +2,5 @@
 
 from specbench.cli import app
 
-app(prog_name="specbench")
+if __name__ == "__main__":  # not when a spawned tune worker re-imports the main module
+    app(prog_name="specbench")

@@ -32,8 +32,8 @@ from specbench.measure.noise import NoiseMonitor
 from specbench.measure.stats import CostInputs, paired_speedups, summarize
 from specbench.models import Target, encode_turns, load_target, resolve_device, resolve_dtype
 from specbench.plots import write_plots
-from specbench.projection import WorkloadShape, kv_bytes_per_token
 from specbench.projection import project as projection
+from specbench.projection import workload_shape
 from specbench.results import RunDir, write_atomic
 from specbench.strategies.build import Strategy, build_strategy
 from specbench.strategies.knobs import validate_knobs
@@ -224,11 +224,6 @@ def cost_inputs(bench: Bench) -> CostInputs:
     return CostInputs(table, {s.name: drafter_key(s) for s in bench.strategies if s.drafter is not None})
 
 
-def _drafter_parameters(drafter) -> int:
-    members = getattr(drafter, "members", [drafter])
-    return sum(p.numel() for m in members if hasattr(m, "model") for p in m.model.parameters())
-
-
 def project(bench: Bench, rows: pd.DataFrame, summary: list[dict[str, Any]]) -> dict[str, Any]:
     """Each strategy's measured shape (tau, tokens verified, drafter size, context) on the --gpu profile.
 
@@ -238,23 +233,10 @@ def project(bench: Bench, rows: pd.DataFrame, summary: list[dict[str, Any]]) -> 
     local = detect_local_gpu()
     if local is not None and local.profile == profile.name:
         return {"gpu": profile.name, "projected": False, "note": "measured on this GPU"}
-    config = bench.target.model.config
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    kv = kv_bytes_per_token(config.num_hidden_layers, config.num_key_value_heads, head_dim, 2)
-    params = sum(p.numel() for p in bench.target.model.parameters())
     by_name = {s.name: s for s in bench.strategies}
     for result in summary:
         part = rows[rows.strategy == result["strategy"]]
-        steps = part.steps.sum()
-        strategy = by_name[result["strategy"]]
-        depth = part.draft_depth.sum() / steps
-        parallel = strategy.drafter is not None and getattr(strategy.drafter, "parallel_draft", False)
-        shape = WorkloadShape(
-            target_params=params, bytes_per_param=2, drafter_params=_drafter_parameters(strategy.drafter),
-            kv_bytes_per_token=kv, context_len=float((part.prompt_tokens + part.new_tokens / 2).mean()),
-            tokens_verified=part.verified.sum() / steps, draft_forwards=min(depth, 1.0) if parallel else depth,
-            tau=min(result["tau"], part.verified.sum() / steps),
-            draft_tokens_per_forward=depth if parallel else 1.0)
+        shape = workload_shape(bench.target.model, by_name[result["strategy"]].drafter, part)
         result["projection"] = projection(shape, profile)
     return {"gpu": profile.name, "projected": True}
 

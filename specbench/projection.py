@@ -72,6 +72,30 @@ def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, bytes_per_elem
     return float(layers * 2 * kv_heads * head_dim * bytes_per_elem)
 
 
+def drafter_parameters(drafter) -> int:
+    """Parameters of a drafter's networks, of every member of a combination (0 for ngram and `ar`)."""
+    members = getattr(drafter, "members", [drafter]) if drafter is not None else []
+    return sum(p.numel() for m in members if hasattr(m, "model") for p in m.model.parameters())
+
+
+def workload_shape(target_model, drafter, rows) -> WorkloadShape:
+    """The shape one strategy's measured rows (a DataFrame of bench rows) describe, with its target's and
+    drafter's sizes, weights and KV in bf16 as served on a GPU."""
+    config = target_model.config
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    steps = rows.steps.sum()
+    depth = rows.draft_depth.sum() / steps
+    verified = rows.verified.sum() / steps
+    parallel = getattr(drafter, "parallel_draft", False)
+    return WorkloadShape(
+        target_params=sum(p.numel() for p in target_model.parameters()), bytes_per_param=2,
+        drafter_params=drafter_parameters(drafter),
+        kv_bytes_per_token=kv_bytes_per_token(config.num_hidden_layers, config.num_key_value_heads, head_dim, 2),
+        context_len=float((rows.prompt_tokens + rows.new_tokens / 2).mean()),
+        tokens_verified=verified, draft_forwards=min(depth, 1.0) if parallel else depth,
+        tau=min(rows.new_tokens.sum() / steps, verified), draft_tokens_per_forward=depth if parallel else 1.0)
+
+
 def ar_shape(shape: WorkloadShape) -> WorkloadShape:
     """The same workload decoded plainly: one token verified and committed per step, no drafter."""
     return replace(shape, drafter_params=0.0, tokens_verified=1.0, draft_forwards=0.0, tau=1.0)

@@ -107,7 +107,7 @@ def test_malformed_suite_names_the_line(tmp_path):
 
 
 def test_unimplemented_commands_exit_2():
-    for command in ("tune", "recommend"):
+    for command in ("recommend",):
         result = invoke(command)
         assert result.exit_code == 2 and "not implemented" in result.output
 

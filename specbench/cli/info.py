@@ -1,4 +1,4 @@
-"""What specbench knows: `specbench suites` and `specbench hardware`."""
+"""What specbench knows: `specbench suites`, `specbench hardware` and `specbench strategies`."""
 
 from __future__ import annotations
 
@@ -42,3 +42,17 @@ def hardware(
         sys.stdout.write(json.dumps(hardware_listing(known, local), indent=2, default=str) + "\n")
     else:
         out.print(hardware_table(known, local))
+
+
+@app.command()
+def strategies(as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False) -> None:
+    """List every strategy's knobs (default, valid range, unit, search range) and every controller."""
+    from specbench.strategies.catalog import catalog, catalog_markdown, catalog_rich
+
+    listing = catalog()
+    if as_json:
+        sys.stdout.write(json.dumps(listing, indent=2) + "\n")
+    elif out.is_terminal:
+        out.print(catalog_rich(listing))
+    else:
+        sys.stdout.write(catalog_markdown(listing))

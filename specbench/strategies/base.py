@@ -1,4 +1,4 @@
-"""What a strategy module declares: its name, its knobs and how to build its drafter."""
+"""What a strategy module declares: its name, its knobs, their search space and how to build its drafter."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from specbench.engine.protocol import Drafter
 from specbench.errors import SpecbenchError
 from specbench.models import ASSETS, DEFAULT_MODEL, fingerprint
 from specbench.strategies.drafter_dir import load_drafter
+from specbench.strategies.space import SearchSpace
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,8 @@ class StrategyDef:
     budget: Callable[[Any], int]  # the controller's starting depth from the knobs
     default_controller: str = "fixed"
     trainable: Callable[..., Any] | None = None  # (target, options) -> a fresh trainable drafter nn.Module
+    space: SearchSpace = SearchSpace()  # what `specbench tune` searches; `controller` names the controller choice
+    limits: Callable[[Drafter], dict[str, int]] | None = None  # values of the loaded drafter that bounds can name
 
 
 def default_drafter_dir(target, strategy: str, drafter_dir: Path | None) -> Path:

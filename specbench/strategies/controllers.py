@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
+from specbench.strategies.dspark_scheduler import KNOBS as DSPARK_KNOBS
 from specbench.strategies.dspark_scheduler import from_options as dspark_scheduler
 
 if TYPE_CHECKING:  # annotations only: controller names are read before torch is imported
@@ -63,4 +64,14 @@ CONTROLLERS: dict[str, Callable[[int, Any], Any]] = {
     "heuristic": lambda k, options: HeuristicController(k),
     "entropy": lambda k, options: EntropyController(k, getattr(options, "entropy_threshold", 2.1)),
     "dspark": dspark_scheduler,
+}
+
+# name -> (what it does, the strategy knobs it reads where the strategy has them), for `specbench strategies`
+CONTROLLER_HELP: dict[str, tuple[str, tuple[str, ...]]] = {
+    "fixed": ("always draft the strategy's starting depth", ()),
+    "heuristic": ("transformers' assistant rule: +2 when every draft was accepted, else -1", ()),
+    "entropy": ("stop drafting where the draft entropy exceeds a threshold (AdaEDL's rule; 2.1 nats "
+                "unless the strategy has entropy_threshold)", ("entropy_threshold",)),
+    "dspark": ("DSpark's scheduler: the verify length K follows the acceptance rate over a window, within "
+               "[k_min, k_max]", DSPARK_KNOBS),
 }

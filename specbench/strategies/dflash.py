@@ -32,9 +32,9 @@ from torch import nn
 from specbench.engine.kv_cache import state_bytes
 from specbench.engine.protocol import DraftContext, StepOutcome
 from specbench.engine.tree import DraftTree
-from specbench.errors import SpecbenchError
 from specbench.strategies.base import StrategyDef, load_trained
 from specbench.strategies.layers import Arch, embed, lm_head, rope, rotate
+from specbench.strategies.space import Choice, IntRange, Param, SearchSpace, check_ranges, knob
 from specbench.strategies.trainable import DistillBatch
 
 ANCHORS = 32  # blocks sampled per training sequence
@@ -43,25 +43,24 @@ CONTEXT_LAYERS = 3  # target layers concatenated into the context features
 
 @dataclass
 class DFlashOptions:
-    block_size: int = 8  # B: the last committed token plus B-1 drafts
-    context_window: int = 512  # W: context positions the drafter sees (0 = all)
-    layers: int = 2  # draft layers (architecture: used when training)
-    gamma: float = 4.0  # training position weights exp(-k / gamma) (DeepSpec's DFlash and DSpark configs)
+    block_size: int = knob(8, "B: the block of one forward, the last committed token plus B-1 drafts", "positions",
+                           low=2)
+    context_window: int = knob(512, "W: context positions the drafter sees (0 = all)", "tokens", low=0)
+    layers: int = knob(2, "draft layers (used when training)", "layers", low=1, architecture=True)
+    # DeepSpec's DFlash and DSpark configs
+    gamma: float = knob(4.0, "training position weights exp(-k / gamma)", "positions", low=0, above=True,
+                        architecture=True)
 
     def __post_init__(self) -> None:
-        check_block_knobs("dflash", self, min_block=2)
+        check_ranges(self, "dflash.")
 
 
-def check_block_knobs(strategy: str, options, min_block: int) -> None:
-    if options.block_size < min_block:
-        raise SpecbenchError(f"{strategy}.block_size must be at least {min_block}, got {options.block_size}")
-    if options.context_window < 0:
-        raise SpecbenchError(f"{strategy}.context_window must be 0 (unlimited) or positive, "
-                             f"got {options.context_window}")
-    if options.layers < 1:
-        raise SpecbenchError(f"{strategy}.layers must be at least 1, got {options.layers}")
-    if options.gamma <= 0:
-        raise SpecbenchError(f"{strategy}.gamma must be positive, got {options.gamma}")
+# DFlash's block around 8 (its published checkpoints use 8 and 16) and the drafter's window around 512
+SPACE = SearchSpace((
+    Param("controller", Choice(("fixed", "heuristic", "entropy"))),
+    Param("block_size", IntRange(2, 16)),
+    Param("context_window", IntRange(128, 2048, log=True)),
+))
 
 
 def context_layers(num_layers: int, count: int = CONTEXT_LAYERS) -> tuple[int, ...]:
@@ -354,4 +353,4 @@ class DFlashDrafter:
 
 
 STRATEGY = StrategyDef("dflash", DFlashOptions, DFlashDrafter.load, budget=lambda o: o.block_size - 1,
-                       trainable=DFlashModel.for_target)
+                       trainable=DFlashModel.for_target, space=SPACE)

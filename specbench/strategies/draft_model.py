@@ -12,15 +12,23 @@ from specbench.engine.tree import DraftTree
 from specbench.errors import SpecbenchError
 from specbench.models import DEFAULT_DIR, load_lm
 from specbench.strategies.base import StrategyDef
+from specbench.strategies.space import Choice, IntRange, Param, SearchSpace, check_ranges, knob
 
 
 @dataclass
 class DraftOptions:
-    k: int = 5
+    k: int = knob(5, "tokens the draft model proposes per step (the controller's starting depth)", "tokens", low=1)
 
     def __post_init__(self) -> None:
-        if self.k < 1:
-            raise SpecbenchError("draft.k must be at least 1")
+        check_ranges(self, "draft.")
+
+
+# k around its default 5; the heuristic and entropy controllers are the draft-length rules of HF
+# transformers' assistants and of AdaEDL
+SPACE = SearchSpace((
+    Param("controller", Choice(("fixed", "heuristic", "entropy"))),
+    Param("k", IntRange(1, 10)),
+))
 
 
 class DraftModelDrafter:
@@ -80,4 +88,4 @@ def _build(target, options: DraftOptions, drafter_dir) -> DraftModelDrafter:
     return DraftModelDrafter(model, options)
 
 
-STRATEGY = StrategyDef("draft", DraftOptions, _build, budget=lambda o: o.k)
+STRATEGY = StrategyDef("draft", DraftOptions, _build, budget=lambda o: o.k, space=SPACE)

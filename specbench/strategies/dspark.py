@@ -40,8 +40,9 @@ from torch import nn
 from specbench.engine.protocol import DraftContext
 from specbench.errors import SpecbenchError
 from specbench.strategies.base import StrategyDef
-from specbench.strategies.dflash import BlockConfig, DFlashDrafter, DFlashModel, check_block_knobs, pick
-from specbench.strategies.dspark_scheduler import check_knobs
+from specbench.strategies.dflash import BlockConfig, DFlashDrafter, DFlashModel, pick
+from specbench.strategies.dspark_scheduler import SCHEDULER_SPACE, check_knobs, scheduler_knob
+from specbench.strategies.space import Choice, FloatRange, IntRange, Param, SearchSpace, knob
 from specbench.strategies.trainable import DistillBatch
 
 CE_WEIGHT, L1_WEIGHT, CONFIDENCE_WEIGHT = 0.1, 0.9, 1.0  # DeepSpec's dspark config
@@ -52,31 +53,42 @@ CONFIDENCE_RULES = ("cumulative", "token")
 
 @dataclass
 class DSparkOptions:
-    block_size: int = 7  # drafts per block (DeepSpec's value: with the last token, a verify length of 8)
-    confidence_threshold: float = 0.2  # cut where the confidence falls below this (0 = never)
-    confidence_rule: str = "cumulative"  # cumulative: the product of confidences so far; token: each one's own
-    context_window: int = 512  # W: context positions the drafter sees (0 = all)
-    window_size: int = 64  # scheduler: verifications in the acceptance-rate window
-    adjust_interval: int = 16  # scheduler: committed tokens between evaluations
-    k_min: int = 2  # scheduler: bounds of K, the verify length (drafts + 1)
-    k_max: int = 8
-    hysteresis: bool = True  # scheduler: a change needs two consecutive agreeing evaluations
-    grow_above: float = 0.6  # scheduler: acceptance rate above which K grows
-    shrink_below: float = 0.3  # scheduler: acceptance rate below which K shrinks
-    layers: int = 2  # draft layers (architecture: used when training)
-    markov_rank: int = 32  # Markov head rank (architecture: used when training)
-    gamma: float = 4.0  # training position weights exp(-k / gamma), DeepSpec's value
+    # DeepSpec's value: with the last token, a verify length of 8
+    block_size: int = knob(7, "drafts per block (the anchor slot drafts too)", "positions", low=1)
+    confidence_threshold: float = knob(0.2, "cut the block where the confidence (confidence_rule) falls below "
+                                            "this (0 = never)", "probability", low=0, high=1)
+    confidence_rule: str = knob("cumulative", "cumulative: the product of the confidences so far; token: each "
+                                              "position's own (DeepSpec's rule)", "one of cumulative, token")
+    context_window: int = knob(512, "W: context positions the drafter sees (0 = all)", "tokens", low=0)
+    window_size: int = scheduler_knob("window_size")
+    adjust_interval: int = scheduler_knob("adjust_interval")
+    k_min: int = scheduler_knob("k_min")
+    k_max: int = scheduler_knob("k_max")
+    hysteresis: bool = scheduler_knob("hysteresis")
+    grow_above: float = scheduler_knob("grow_above")
+    shrink_below: float = scheduler_knob("shrink_below")
+    layers: int = knob(2, "draft layers (used when training)", "layers", low=1, architecture=True)
+    markov_rank: int = knob(32, "Markov head rank (used when training)", "", low=1, architecture=True)
+    # DeepSpec's value
+    gamma: float = knob(4.0, "training position weights exp(-k / gamma)", "positions", low=0, above=True,
+                        architecture=True)
 
     def __post_init__(self) -> None:
-        check_block_knobs("dspark", self, min_block=1)
         check_knobs(self, prefix="dspark.")
-        if not 0.0 <= self.confidence_threshold <= 1.0:
-            raise SpecbenchError(f"dspark.confidence_threshold must be within [0, 1], got {self.confidence_threshold}")
-        if self.markov_rank < 1:
-            raise SpecbenchError(f"dspark.markov_rank must be at least 1, got {self.markov_rank}")
         if self.confidence_rule not in CONFIDENCE_RULES:
             raise SpecbenchError(f"dspark.confidence_rule must be one of {', '.join(CONFIDENCE_RULES)}, "
                                  f"got {self.confidence_rule!r}")
+
+
+# the block and threshold around their defaults (7 drafts, 0.2 in 0..0.6), the window as dflash's, then
+# the controller: the article's scheduler (its knobs searched only when it is chosen) or another rule
+SPACE = SearchSpace((
+    Param("block_size", IntRange(2, 16)),
+    Param("confidence_threshold", FloatRange(0.0, 0.6)),
+    Param("confidence_rule", Choice(CONFIDENCE_RULES)),
+    Param("context_window", IntRange(128, 2048, log=True)),
+    Param("controller", Choice(("dspark", "fixed", "heuristic", "entropy"))),
+)) + SCHEDULER_SPACE
 
 
 class DSparkModel(DFlashModel):
@@ -147,4 +159,4 @@ class DSparkDrafter(DFlashDrafter):
 
 
 STRATEGY = StrategyDef("dspark", DSparkOptions, DSparkDrafter.load, budget=lambda o: o.block_size,
-                       default_controller="dspark", trainable=DSparkModel.for_target)
+                       default_controller="dspark", trainable=DSparkModel.for_target, space=SPACE)

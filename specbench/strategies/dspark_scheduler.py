@@ -20,27 +20,59 @@ the band between the marks is where K settles. From K = 8 with the defaults: a =
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from specbench.errors import SpecbenchError
+from specbench.strategies.space import Choice, FloatRange, IntRange, Param, Ref, SearchSpace, When, check_ranges, knob
 
 if TYPE_CHECKING:  # annotations only: controller names are read before torch is imported
     import torch
 
 MAX_STEP = 2  # the article's bound on how far K moves per evaluation
 
+_KNOBS = {  # name: (default, description, unit, valid low, valid high); the article's values are the defaults
+    "window_size": (64, "scheduler: verifications in the acceptance-rate window", "verifications", 1, None),
+    "adjust_interval": (16, "scheduler: committed tokens between evaluations", "tokens", 1, None),
+    "k_min": (2, "scheduler: least verify length K (the last token + drafts)", "positions", 2, None),
+    "k_max": (8, "scheduler: largest verify length K, >= k_min", "positions", 2, None),
+    "hysteresis": (True, "scheduler: a change needs two consecutive agreeing evaluations", "", None, None),
+    "grow_above": (0.6, "scheduler: acceptance rate above which K grows, >= shrink_below", "rate", 0, 1),
+    "shrink_below": (0.3, "scheduler: acceptance rate below which K shrinks", "rate", 0, 1),
+}
+
+
+def scheduler_knob(name: str) -> Any:
+    """The dataclass field of scheduler knob `name`, for the scheduler and for a drafter's options."""
+    default, description, unit, low, high = _KNOBS[name]
+    return knob(default, description, unit, low, high)
+
+
+# searched only when the scheduler is the controller; around the article's values (N = 64, every 16
+# tokens, K in [2, 8]), with k_max sampled from [k_min, 8] and grow_above above shrink_below so that
+# every sampled point is valid
+SCHEDULED = When("controller", ("dspark",))
+SCHEDULER_SPACE = SearchSpace((
+    Param("window_size", IntRange(16, 256, log=True), SCHEDULED),
+    Param("adjust_interval", IntRange(4, 64, log=True), SCHEDULED),
+    Param("k_min", IntRange(2, 8), SCHEDULED),
+    Param("k_max", IntRange(Ref("k_min"), 8), SCHEDULED),
+    Param("hysteresis", Choice((True, False)), SCHEDULED),
+    Param("shrink_below", FloatRange(0.05, 0.5), SCHEDULED),
+    Param("grow_above", FloatRange(Ref("shrink_below", 0.05), 0.95), SCHEDULED),
+))
+
 
 @dataclass
 class DSparkScheduler:
     k: int  # the verify length now
-    window_size: int = 64
-    adjust_interval: int = 16
-    k_min: int = 2
-    k_max: int = 8
-    hysteresis: bool = True
-    grow_above: float = 0.6
-    shrink_below: float = 0.3
+    window_size: int = scheduler_knob("window_size")
+    adjust_interval: int = scheduler_knob("adjust_interval")
+    k_min: int = scheduler_knob("k_min")
+    k_max: int = scheduler_knob("k_max")
+    hysteresis: bool = scheduler_knob("hysteresis")
+    grow_above: float = scheduler_knob("grow_above")
+    shrink_below: float = scheduler_knob("shrink_below")
     history: deque = field(init=False, repr=False)  # (drafted, accepted) of the last window_size verifications
     pending: int = field(init=False, default=0)  # tokens committed since the last evaluation
     vote: int = field(init=False, default=0)  # the last evaluation's direction, for hysteresis
@@ -79,24 +111,16 @@ class DSparkScheduler:
 
 
 def check_knobs(knobs: Any, prefix: str = "") -> None:
-    """Validate scheduler knobs (from a DSparkScheduler or a strategy's options), naming the bad one."""
-    if knobs.k_min < 2:
-        raise SpecbenchError(f"{prefix}k_min must be at least 2 (K counts the last committed token and at least "
-                             f"one draft), got {knobs.k_min}")
+    """Validate scheduler knobs (of a DSparkScheduler or a strategy's options), naming the bad one."""
+    check_ranges(knobs, prefix)
     if knobs.k_max < knobs.k_min:
         raise SpecbenchError(f"{prefix}k_max ({knobs.k_max}) must be at least {prefix}k_min ({knobs.k_min})")
-    if knobs.window_size < 1:
-        raise SpecbenchError(f"{prefix}window_size must be at least 1, got {knobs.window_size}")
-    if knobs.adjust_interval < 1:
-        raise SpecbenchError(f"{prefix}adjust_interval must be at least 1, got {knobs.adjust_interval}")
-    if not 0.0 <= knobs.shrink_below <= 1.0:
-        raise SpecbenchError(f"{prefix}shrink_below must be within [0, 1], got {knobs.shrink_below}")
-    if not knobs.shrink_below <= knobs.grow_above <= 1.0:
-        raise SpecbenchError(f"{prefix}grow_above ({knobs.grow_above}) must be within "
-                             f"[{prefix}shrink_below ({knobs.shrink_below}), 1]")
+    if not knobs.shrink_below <= knobs.grow_above:
+        raise SpecbenchError(f"{prefix}grow_above ({knobs.grow_above}) must be at least "
+                             f"{prefix}shrink_below ({knobs.shrink_below})")
 
 
-KNOBS = tuple(f.name for f in fields(DSparkScheduler) if f.init and f.name != "k")
+KNOBS = tuple(_KNOBS)
 
 
 def from_options(budget: int, options: Any) -> DSparkScheduler:

@@ -27,9 +27,9 @@ from torch import nn
 from specbench.engine.kv_cache import state_bytes
 from specbench.engine.protocol import DraftContext, StepOutcome
 from specbench.engine.tree import DraftTree, tree_attention_mask
-from specbench.errors import SpecbenchError
 from specbench.strategies.base import StrategyDef, load_trained
 from specbench.strategies.layers import KV, Arch, FeatureLayer, causal_mask, embed, lm_head
+from specbench.strategies.space import IntRange, Param, SearchSpace, check_ranges, knob
 from specbench.strategies.trainable import DistillBatch
 
 
@@ -40,15 +40,21 @@ def feature_layers(num_layers: int) -> tuple[int, ...]:
 
 @dataclass
 class EagleOptions:
-    depth: int = 5  # levels of the draft tree
-    top_k: int = 8  # children per expanded node, and nodes expanded per level
-    total_tokens: int = 48  # draft nodes kept for verification
+    depth: int = knob(5, "levels of the draft tree", "levels", low=1, high=32)
+    top_k: int = knob(8, "children per expanded node, and nodes expanded per level", "nodes", low=1, high=64)
+    total_tokens: int = knob(48, "draft nodes kept for verification (best cumulative log-prob)", "nodes",
+                             low=1, high=1024)
 
     def __post_init__(self) -> None:
-        for name, value, most in (("depth", self.depth, 32), ("top_k", self.top_k, 64),
-                                  ("total_tokens", self.total_tokens, 1024)):
-            if not 1 <= value <= most:
-                raise SpecbenchError(f"eagle.{name} must be between 1 and {most}, got {value}")
+        check_ranges(self, "eagle.")
+
+
+# EAGLE-2's tree settings around their defaults (depth 5, top-k 8, 48 nodes kept in 16..128)
+SPACE = SearchSpace((
+    Param("depth", IntRange(2, 10)),
+    Param("top_k", IntRange(2, 16)),
+    Param("total_tokens", IntRange(16, 128, log=True)),
+))
 
 
 class EagleModel(nn.Module):
@@ -226,4 +232,4 @@ def _build(target, options: EagleOptions, drafter_dir: Path | None) -> EagleDraf
 
 
 STRATEGY = StrategyDef("eagle", EagleOptions, _build, budget=lambda o: o.depth, default_controller="fixed",
-                       trainable=lambda target, options: EagleModel.for_target(target, options))
+                       trainable=lambda target, options: EagleModel.for_target(target, options), space=SPACE)

@@ -27,6 +27,7 @@ from specbench.engine.tree import DraftTree
 from specbench.errors import SpecbenchError
 from specbench.strategies.base import StrategyDef, load_trained
 from specbench.strategies.layers import KV, Arch, FeatureLayer, embed, lm_head
+from specbench.strategies.space import Choice, FloatRange, IntRange, Param, Ref, SearchSpace, check_ranges, knob
 from specbench.strategies.trainable import DistillBatch
 
 
@@ -43,18 +44,16 @@ def parse_branching(text: str) -> tuple[int, ...]:
 
 @dataclass
 class MtpOptions:
-    n_modules: int = 3  # modules used: the tree's maximum depth
-    branching: str = "3,2"  # children per node by level (source article 1: top-3, then top-2); a tuple is accepted
-    entropy_threshold: float = 2.1  # nats: a node whose draft entropy exceeds it gets no children
+    n_modules: int = knob(3, "MTP modules used: the tree's maximum depth", "modules", low=1, high=16)
+    # source article 1: top-3, then top-2; a tuple is accepted
+    branching: str = knob("3,2", "children per node by level; the last width repeats below", "nodes per level")
+    entropy_threshold: float = knob(2.1, "a node whose draft entropy exceeds it gets no children", "nats", low=0)
 
     def __post_init__(self) -> None:
         if isinstance(self.branching, (tuple, list)):
             self.branching = ",".join(str(w) for w in self.branching)
         parse_branching(self.branching)
-        if not 1 <= self.n_modules <= 16:
-            raise SpecbenchError(f"mtp.n_modules must be between 1 and 16, got {self.n_modules}")
-        if not self.entropy_threshold >= 0:
-            raise SpecbenchError(f"mtp.entropy_threshold must be at least 0, got {self.entropy_threshold}")
+        check_ranges(self, "mtp.")
 
     @property
     def widths(self) -> tuple[int, ...]:
@@ -232,5 +231,14 @@ def _build(target, options: MtpOptions, drafter_dir: Path | None) -> MtpDrafter:
                       options)
 
 
+# around source article 1's tree (top-3 then top-2, 2.1 nats: the geometric centre of 0.5..8); at most
+# as many modules as the drafter was trained with
+SPACE = SearchSpace((
+    Param("n_modules", IntRange(1, Ref("trained_modules"))),
+    Param("branching", Choice(("3,2", "2", "3", "2,1", "3,1", "2,2", "4,2", "3,3", "4,3"))),
+    Param("entropy_threshold", FloatRange(0.5, 8.0, log=True)),
+))
+
 STRATEGY = StrategyDef("mtp", MtpOptions, _build, budget=lambda o: o.n_modules, default_controller="fixed",
-                       trainable=lambda target, options: MtpModel.for_target(target, options))
+                       trainable=lambda target, options: MtpModel.for_target(target, options), space=SPACE,
+                       limits=lambda drafter: {"trained_modules": len(drafter.model.layers)})

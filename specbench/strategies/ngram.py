@@ -15,16 +15,25 @@ from specbench.engine.protocol import DraftContext, StepOutcome
 from specbench.engine.tree import DraftTree
 from specbench.errors import SpecbenchError
 from specbench.strategies.base import StrategyDef
+from specbench.strategies.space import Choice, IntRange, Param, SearchSpace, check_ranges, knob
 
 
 @dataclass
 class NgramOptions:
-    max_ngram: int = 3
-    num_pred_tokens: int = 8
+    max_ngram: int = knob(3, "longest context suffix looked up (then shorter ones)", "tokens", low=1)
+    num_pred_tokens: int = knob(8, "tokens copied after the match: the draft length", "tokens", low=1)
 
     def __post_init__(self) -> None:
-        if self.max_ngram < 1 or self.num_pred_tokens < 1:
-            raise SpecbenchError("ngram.max_ngram and ngram.num_pred_tokens must be at least 1")
+        check_ranges(self, "ngram.")
+
+
+# centred on the defaults (3-grams in 1..5, 8 drafts at the geometric centre of 2..32); the heuristic
+# controller adapts the draft length to how often whole drafts are accepted
+SPACE = SearchSpace((
+    Param("controller", Choice(("fixed", "heuristic"))),
+    Param("max_ngram", IntRange(1, 5)),
+    Param("num_pred_tokens", IntRange(2, 32, log=True)),
+))
 
 
 class NgramDrafter:
@@ -63,4 +72,4 @@ def _build(target, options: NgramOptions, drafter_dir) -> NgramDrafter:
     return NgramDrafter(options)
 
 
-STRATEGY = StrategyDef("ngram", NgramOptions, _build, budget=lambda o: o.num_pred_tokens)
+STRATEGY = StrategyDef("ngram", NgramOptions, _build, budget=lambda o: o.num_pred_tokens, space=SPACE)

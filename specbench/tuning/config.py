@@ -1,0 +1,74 @@
+"""What a tuning session is asked to do: the workload (a RunConfig, as `run` takes it) and the study settings."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specbench.config import RunConfig
+from specbench.errors import SpecbenchError
+from specbench.hardware import get_profile, load_profiles
+from specbench.strategies.knobs import validate_knobs
+from specbench.strategies.spec import BASELINE, DEFAULT_STRATEGIES, StrategySpec, parse_strategies
+
+OBJECTIVES = {"speedup": ("maximize",), "speedup,memory": ("maximize", "minimize")}
+STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+
+
+@dataclass
+class TuneConfig:
+    """A tuning session. `workload` holds the model, drafters, prompts and decoding settings, plus knobs
+    (and a controller) held fixed rather than searched; its `strategies` are ignored in favour of
+    `strategies` here: one study per strategy, the default set when empty."""
+
+    workload: RunConfig = field(default_factory=RunConfig)
+    strategies: tuple[str, ...] = ()
+    trials: int = 30  # the study's total (across workers and resumptions); split between strategies
+    timeout: float | None = None  # seconds per worker
+    study: str | None = None  # None: a name from the strategy, model, GPU and a hash of the workload
+    storage: str | None = None  # an Optuna storage URL or a journal file; None: SQLite under <out>/tuning/
+    workers: int = 1
+    objectives: str = "speedup"
+    holdout: float = 0.25
+    heartbeat_s: int = 30  # RDB storages: a trial silent for twice this is failed and retried
+
+    def validate(self) -> TuneConfig:
+        """Refuse bad input in one line before anything is loaded or any study is touched."""
+        self.workload.validate()
+        validate_knobs(self.workload.knobs)
+        if self.trials < 1:
+            raise SpecbenchError(f"--trials must be at least 1, got {self.trials}")
+        if self.workers < 1:
+            raise SpecbenchError(f"--workers must be at least 1, got {self.workers}")
+        if not 0 < self.holdout < 1:
+            raise SpecbenchError(f"--holdout must be a fraction in (0, 1), got {self.holdout}")
+        if self.timeout is not None and not self.timeout > 0:
+            raise SpecbenchError(f"--timeout must be positive seconds, got {self.timeout}")
+        if self.heartbeat_s < 1:
+            raise SpecbenchError(f"--heartbeat must be at least 1 second, got {self.heartbeat_s}")
+        if self.objectives not in OBJECTIVES:
+            raise SpecbenchError(f"unknown --objectives {self.objectives!r}; known: {' or '.join(OBJECTIVES)}")
+        if self.study is not None and not STUDY_NAME.fullmatch(self.study):
+            raise SpecbenchError(f"--study {self.study!r}: use letters, digits and . _ + - (it names files too)")
+        if self.workload.gpu:
+            profiles = load_profiles(Path(self.workload.profiles) if self.workload.profiles else None)
+            get_profile(self.workload.gpu, profiles)
+        if len(self.specs()) > self.trials:
+            raise SpecbenchError(f"--trials {self.trials} cannot be split between {len(self.specs())} strategies")
+        return self
+
+    def specs(self) -> list[StrategySpec]:
+        """The strategies to tune, each in its own study; `ar` is refused (it is what they are compared with)."""
+        if BASELINE in [s.strip().lower() for s in self.strategies]:
+            raise SpecbenchError("strategy ar: the baseline has no knobs to tune; name a drafter or combination")
+        return parse_strategies(list(self.strategies) or list(DEFAULT_STRATEGIES))[1:]
+
+    @property
+    def directions(self) -> tuple[str, ...]:
+        return OBJECTIVES[self.objectives]
+
+    def share(self, index: int) -> int:
+        """Trials of the index-th strategy's study: the total split evenly, the first ones taking the rest."""
+        count = len(self.specs())
+        return self.trials // count + (index < self.trials % count)

@@ -1,0 +1,321 @@
+"""`specbench tune` as a library call: one study per strategy, its worker processes, the held-out check, outputs.
+
+The target and the prompts are loaded once; each strategy is tuned in its own study (the trials split
+between them), on the tuning part of the prompts. `workers` processes share the study through its
+storage: this process is one of them, the others are spawned and load their own copy of the model.
+Several machines join the same study by running the same command against the same RDB storage; each
+worker stops once the study has its trials, so together they run about `trials` (a few more when
+several finish at once).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import multiprocessing
+import os
+import re
+import sys
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+import optuna
+import torch
+from optuna.trial import TrialState
+
+from specbench.bench import Bench, prepare
+from specbench.errors import SpecbenchError
+from specbench.hardware import GpuProfile
+from specbench.models import fingerprint
+from specbench.results import write_atomic
+from specbench.strategies.build import drafter_dirs_by_strategy
+from specbench.strategies.knobs import make_options
+from specbench.strategies.registry import definition
+from specbench.strategies.spec import StrategySpec, parse_strategy
+from specbench.suites import SuiteItem
+from specbench.tuning.config import TuneConfig
+from specbench.tuning.engines import engines_markdown, translate
+from specbench.tuning.holdout import holdout_check, interval, paired_gain, split_items
+from specbench.tuning.objective import Evaluator, TrialFailure
+from specbench.tuning.outputs import importances, tuned_toml, write_json, write_plots
+from specbench.tuning.space import StudySpace, study_space
+from specbench.tuning.storage import display_url, open_storage
+from specbench.tuning.study import (
+    FAIL_REASON,
+    MEMORY_CONSTRAINT,
+    PER_PROMPT,
+    best_trial,
+    check_identity,
+    counted_trials,
+    defaults_trial,
+    enqueue_defaults,
+    make_pruner,
+    make_sampler,
+    open_checked,
+    open_study,
+    projects,
+    question,
+    study_names,
+)
+
+Progress = Callable[[str, int, int, "float | None"], None]  # study, trials with an outcome, the study's total, best
+
+
+@dataclass
+class TuneReport:
+    studies: list[dict[str, Any]]  # each study's record, as written to results/tuned/<study>.json
+    ranking: list[dict[str, Any]]  # several strategies: ordered by the tuned held-out speedup
+
+    def as_json(self) -> dict[str, Any]:
+        if len(self.studies) == 1:
+            return self.studies[0]
+        return {"studies": self.studies, "ranking": self.ranking}
+
+
+@dataclass
+class StudyPlan:
+    """What one strategy's study measures, the same in every worker."""
+
+    spec: StrategySpec
+    bench: Bench  # ar and the strategy with its default (or fixed) knobs
+    space: StudySpace
+    profile: GpuProfile | None  # set: the objective is projected onto this profile
+    tuning: list[SuiteItem]
+    holdout: list[SuiteItem]
+    identity: dict[str, Any]
+
+    @property
+    def label(self) -> str:
+        if self.profile is not None:
+            return f"projected on {self.profile.name}"
+        gpu = self.bench.config.gpu
+        return f"measured on {gpu} (the local GPU)" if gpu else "measured on this machine"
+
+
+def _projected_profile(bench: Bench) -> GpuProfile | None:
+    """The --gpu profile, unless it is the local GPU (then everything is measured)."""
+    return bench.profile if bench.profile is not None and projects(bench.profile.name) else None
+
+
+def plan_study(config: TuneConfig, spec: StrategySpec, bench: Bench) -> StudyPlan:
+    workload = config.workload
+    space = study_space(spec, bench.strategies[1], workload.knobs, workload.controller)
+    tuning, holdout = split_items(bench.suite.items, config.holdout, workload.seed)
+    identity = {
+        **question(config, spec), "space": space.space.fingerprint(), "space_text": space.space.describe(),
+        "model": f"{bench.target.name}@{fingerprint(bench.target.model)}",
+        "prompts": [f"{item.id}/{turn}" for item in tuning for turn in range(len(item.turns))],
+    }
+    return StudyPlan(spec, bench, space, _projected_profile(bench), tuning, holdout, identity)
+
+
+def study_name(config: TuneConfig, plan: StudyPlan) -> str:
+    """--study (suffixed by the strategy when several are tuned), else strategy, model, GPU and a workload hash."""
+    names = study_names(config)
+    if names:
+        return names[plan.spec.name]
+    workload = {k: v for k, v in plan.identity.items() if k not in ("strategy", "space", "space_text")}
+    digest = hashlib.sha256(json.dumps(workload, sort_keys=True).encode()).hexdigest()[:6]
+    model = re.sub(r"[^A-Za-z0-9._+-]+", "-", Path(plan.bench.target.name).name).strip("-") or "model"
+    return f"{plan.spec.name}-{model}-{config.workload.gpu or 'local'}-{digest}"
+
+
+def tune(config: TuneConfig, progress: Progress | None = None) -> TuneReport:
+    """Tune every requested strategy in its own study and rank them (see the module docstring)."""
+    config.validate()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    specs = config.specs()
+    url, _ = open_checked(config)
+    bench = prepare(dataclasses.replace(config.workload, strategies=[s.name for s in specs]))
+    records = []
+    for index, spec in enumerate(specs):
+        one = dataclasses.replace(bench, strategies=[bench.strategies[0], bench.strategies[index + 1]])
+        plan = plan_study(config, spec, one)
+        records.append(tune_study(config, plan, study_name(config, plan), url,
+                                  config.share(index), progress))
+    return TuneReport(records, rank(records) if len(records) > 1 else [])
+
+
+def tune_study(config: TuneConfig, plan: StudyPlan, name: str, url: str, trials: int,
+               progress: Progress | None) -> dict[str, Any]:
+    """Create or resume the study, run its workers until it has `trials`, then check and record the best."""
+    storage = open_storage(url, config.heartbeat_s)
+    study, _ = open_study(storage, name, plan.identity, display_url(url),
+                          make_sampler(config.workload.seed, trials),
+                          make_pruner(config.directions))
+    enqueue_defaults(study, plan.space.defaults())
+    remaining = trials - len(counted_trials(study))
+    if remaining > 0:
+        evaluator = Evaluator(plan.bench, plan.tuning, plan.profile)
+        _run_workers(config, plan, study, evaluator, name, url, trials, remaining, progress)
+    return finish_study(config, plan, study, url, trials)
+
+
+def _optimize(study: optuna.Study, evaluator: Evaluator, space: StudySpace, quota: int, trials: int,
+              timeout: float | None, progress: Progress | None) -> None:
+    def after_trial(study: optuna.Study, trial) -> None:
+        done = len(counted_trials(study))
+        if progress:
+            best = best_trial(study)
+            progress(study.study_name, done, trials, best.values[0] if best else None)
+        if done >= trials:
+            study.stop()
+
+    study.optimize(lambda trial: evaluator.objective(trial, space), n_trials=quota, timeout=timeout,
+                   catch=(TrialFailure,), callbacks=[after_trial])
+
+
+def _run_workers(config: TuneConfig, plan: StudyPlan, study: optuna.Study, evaluator: Evaluator, name: str,
+                 url: str, trials: int, remaining: int, progress: Progress | None) -> None:
+    """This process and `workers - 1` spawned ones, the remaining trials split between them."""
+    workers = min(config.workers, remaining)
+    quotas = [remaining // workers + (i < remaining % workers) for i in range(workers)]
+    context = multiprocessing.get_context("spawn")
+    children = [context.Process(target=_spawned_worker, name=f"specbench-tune-{i}",
+                                args=(config, plan.spec.name, plan.identity, name, url, trials, quotas[i], i))
+                for i in range(1, workers)]
+    threads = torch.get_num_threads()
+    if workers > 1:
+        torch.set_num_threads(_threads_per_worker(workers))
+    for child in children:
+        child.start()
+    try:
+        _optimize(study, evaluator, plan.space, quotas[0], trials, config.timeout, progress)
+    except BaseException:
+        for child in children:
+            child.terminate()
+        raise
+    finally:
+        for child in children:
+            child.join()
+        torch.set_num_threads(threads)
+    failed = [f"{child.name} (exit code {child.exitcode})" for child in children if child.exitcode]
+    if failed:
+        raise SpecbenchError(f"worker process {', '.join(failed)} failed; the trials measured are kept in "
+                             f"study {name}, run the same command to resume")
+
+
+def _threads_per_worker(workers: int) -> int:
+    return max(1, (os.cpu_count() or 1) // workers)
+
+
+def _spawned_worker(config: TuneConfig, spec_name: str, identity: dict[str, Any], name: str, url: str,
+                    trials: int, quota: int, index: int) -> None:
+    """A worker process: its own model, prompts and ar times, the same study."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    torch.set_num_threads(_threads_per_worker(config.workers))
+    try:
+        spec = parse_strategy(spec_name)
+        plan = plan_study(config, spec, prepare(dataclasses.replace(config.workload, strategies=[spec_name])))
+        study = optuna.load_study(study_name=name, storage=open_storage(url, config.heartbeat_s),
+                                  sampler=make_sampler(config.workload.seed + index, trials),
+                                  pruner=make_pruner(config.directions))
+        check_identity(study, identity, display_url(url))
+        _optimize(study, Evaluator(plan.bench, plan.tuning, plan.profile), plan.space, quota, trials,
+                  config.timeout, None)
+    except SpecbenchError as exc:
+        print(f"error: worker {index}: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
+def _trial_counts(study: optuna.Study, prompts: int) -> dict[str, Any]:
+    counted = counted_trials(study)
+    by_state = {state: [t for t in counted if t.state == state]
+                for state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)}
+    complete, pruned = by_state[TrialState.COMPLETE], by_state[TrialState.PRUNED]
+
+    def mean_wall(trials: list) -> float | None:
+        walls = [t.user_attrs["wall_s"] for t in trials if "wall_s" in t.user_attrs]
+        return sum(walls) / len(walls) if walls else None
+
+    run = sum(t.user_attrs.get("prompts", 0) for t in pruned)
+    return {
+        "counted": len(counted), "complete": len(complete), "pruned": len(pruned),
+        "failed": len(by_state[TrialState.FAIL]),
+        "infeasible": sum(1 for t in complete if t.constraints.get(MEMORY_CONSTRAINT, 0.0) > 0),
+        "wall_s_per_trial": {"complete": mean_wall(complete), "pruned": mean_wall(pruned)},
+        # what pruning saved: the prompts pruned trials did not run, of what they would have run
+        "pruning": {"prompts_skipped": len(pruned) * prompts - run, "prompts_of_pruned_trials": len(pruned) * prompts},
+        "failures": [{"number": t.number, "reason": t.user_attrs[FAIL_REASON]} for t in by_state[TrialState.FAIL]],
+    }
+
+
+def _engines(plan: StudyPlan, knobs: dict[str, dict[str, Any]], controller: str | None) -> dict[str, Any] | None:
+    if len(plan.spec.members) != 1:
+        return None
+    name = plan.spec.members[0]
+    options = dataclasses.asdict(make_options(name, knobs.get(name, {})))
+    dirs = drafter_dirs_by_strategy([Path(d) for d in plan.bench.config.drafters])
+    drafter = str(dirs[name]) if name in dirs else None
+    return translate(name, options, controller or definition(name).default_controller, drafter)
+
+
+def finish_study(config: TuneConfig, plan: StudyPlan, study: optuna.Study, url: str, trials: int) -> dict[str, Any]:
+    """The held-out check of the best trial and the outputs: TOML, JSON record, engines, plots."""
+    out = Path(config.workload.out)
+    tuned_dir = out / "tuned"
+    tuned_dir.mkdir(parents=True, exist_ok=True)
+    name = study.study_name
+    workload = config.workload
+    best, defaults = best_trial(study), defaults_trial(study)
+    record: dict[str, Any] = {
+        "study": name, "storage": display_url(url), "strategy": plan.spec.name, "model": plan.bench.target.name,
+        "gpu": workload.gpu, "projected": plan.profile is not None, "label": plan.label,
+        "objectives": config.objectives.split(","), "suite": plan.bench.suite.name,
+        "categories": list(workload.categories), "temperature": workload.temperature,
+        "max_new_tokens": workload.max_new_tokens, "batch_size": 1,
+        "prompts": {"tuning": len(plan.identity["prompts"]),
+                    "holdout": sum(len(item.turns) for item in plan.holdout)},
+        "trials": _trial_counts(study, len(plan.identity["prompts"])), "target_trials": trials,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "best_params": None, "best_value": None, "toml": None, "plots": [],
+    }
+    if defaults is not None:
+        record["defaults"] = {"trial": defaults.number, "params": defaults.params, "value": defaults.values[0]}
+    if best is None:
+        record["note"] = ("no trial completed" if not record["trials"]["complete"] else
+                          f"no configuration fits {plan.profile.name}'s memory" if plan.profile else "no best trial")
+        write_json(tuned_dir / f"{name}.json", record)
+        return record
+    knobs, controller = plan.space.run_settings(best.params)
+    record.update(best_trial=best.number, best_params=best.params, best_value=best.values[0],
+                  memory_bytes=best.user_attrs.get("memory_bytes"),
+                  tuning=interval(best.user_attrs[PER_PROMPT], workload.seed),
+                  knobs=knobs, controller=controller, importances=importances(study))
+    record["tuning"]["speedup"] = best.values[0]
+    if len(study.directions) > 1:
+        record["pareto"] = [{"trial": t.number, "params": t.params, "speedup": t.values[0], "memory_bytes": t.values[1]}
+                            for t in sorted(study.best_trials, key=lambda t: -t.values[0])]
+    holdout = Evaluator(plan.bench, plan.holdout, plan.profile)
+    record["holdout"] = holdout_check(holdout, holdout.build(plan.spec, knobs, controller), plan.bench.strategies[1],
+                                      workload.seed)
+    record["gain"] = {"holdout": record["holdout"].pop("gain"),
+                      "tuning": paired_gain(best.user_attrs[PER_PROMPT], defaults.user_attrs[PER_PROMPT],
+                                            workload.seed) if defaults is not None else None}
+    record["toml"] = str(tuned_dir / f"{name}.toml")
+    write_atomic(Path(record["toml"]), tuned_toml(record, knobs, controller, workload))
+    engines = _engines(plan, knobs, controller)
+    if engines is not None:
+        record["engines"] = engines
+        record["engines_file"] = str(tuned_dir / f"{name}.engines.md")
+        model = workload.model or "MODEL"
+        write_atomic(Path(record["engines_file"]), engines_markdown(name, model, engines))
+    record["plots"] = write_plots(study, out / "tuning" / name, plan.label)
+    write_json(tuned_dir / f"{name}.json", record)
+    return record
+
+
+def rank(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The tuned strategies ordered by their held-out speedup, beside their defaults there."""
+    rows = []
+    for r in records:
+        holdout = r.get("holdout") or {}
+        rows.append({"strategy": r["strategy"], "study": r["study"], "label": r["label"],
+                     "tuned": (holdout.get("tuned") or {}).get("speedup"),
+                     "defaults": (holdout.get("defaults") or {}).get("speedup"),
+                     "gain": ((r.get("gain") or {}).get("holdout") or {}).get("gain"),
+                     "tuning": (r.get("tuning") or {}).get("speedup")})
+    return sorted(rows, key=lambda row: -(row["tuned"] or 0.0))

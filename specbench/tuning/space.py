@@ -1,0 +1,92 @@
+"""A study's search space, assembled from the spaces its strategy's methods declare.
+
+One method: its own space, with the loaded drafter's limits filled in and the knobs (and controller)
+the workload holds fixed taken out. A combination: each member's space prefixed by the member
+(`eagle.depth`); members keep their own controllers there (a run config has one controller override
+for all of them), so each member's controller choice is fixed at its default and the parameters it
+conditions follow from that.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from specbench.errors import SpecbenchError
+from specbench.strategies.build import Strategy
+from specbench.strategies.registry import definition
+from specbench.strategies.space import SearchSpace
+from specbench.strategies.spec import StrategySpec
+
+CONTROLLER = "controller"
+
+
+@dataclass(frozen=True)
+class StudySpace:
+    spec: StrategySpec
+    space: SearchSpace
+    fixed_knobs: dict[str, dict[str, Any]]  # held at these values by the workload, not searched
+    fixed_controller: str | None
+
+    @property
+    def single(self) -> bool:
+        return len(self.spec.members) == 1
+
+    def defaults(self) -> dict[str, Any]:
+        """The point a run without tuning would use: the workload's knobs, else each method's defaults."""
+        source: dict[str, Any] = {}
+        for name in self.spec.members:
+            method = definition(name)
+            prefix = "" if self.single else f"{name}."
+            defaults = method.options()
+            values = {f.name: getattr(defaults, f.name) for f in dataclasses.fields(defaults)}
+            values.update(self.fixed_knobs.get(name, {}))
+            values[CONTROLLER] = self.fixed_controller or method.default_controller
+            source.update({prefix + k: v for k, v in values.items()})
+        return self.space.point(source)
+
+    def run_settings(self, params: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], str | None]:
+        """The knobs per member and the controller override that run a point of this space."""
+        knobs = {name: dict(values) for name, values in self.fixed_knobs.items()}
+        controller = self.fixed_controller
+        for key, value in params.items():
+            if self.single:
+                if key == CONTROLLER:
+                    controller = value
+                    continue
+                member, knob = self.spec.members[0], key
+            else:
+                member, _, knob = key.partition(".")
+            knobs.setdefault(member, {})[knob] = value
+        return knobs, controller
+
+
+def _limits(spec: StrategySpec, strategy: Strategy) -> dict[str, dict[str, int]]:
+    """Per member: the values of its loaded drafter that its space's bounds may name."""
+    drafters = getattr(strategy.drafter, "members", [strategy.drafter])
+    out = {}
+    for name, drafter in zip(spec.members, drafters, strict=True):
+        limits = definition(name).limits
+        out[name] = limits(drafter) if limits else {}
+    return out
+
+
+def study_space(spec: StrategySpec, built: Strategy, fixed_knobs: dict[str, dict[str, Any]],
+                fixed_controller: str | None) -> StudySpace:
+    """The space of `spec`, given the strategy built with its defaults (for the drafters' limits)."""
+    limits = _limits(spec, built)
+    space = SearchSpace()
+    for name in spec.members:
+        method = definition(name)
+        member = method.space
+        for limit, value in limits[name].items():
+            member = member.fix(limit, value)
+        for knob, value in fixed_knobs.get(name, {}).items():
+            member = member.fix(knob, value)
+        if fixed_controller is not None or len(spec.members) > 1:
+            member = member.fix(CONTROLLER, fixed_controller or method.default_controller)
+        space += member if len(spec.members) == 1 else member.prefixed(f"{name}.")
+    if not space:
+        raise SpecbenchError(f"strategy {spec.name}: nothing left to search, the configuration fixes every knob")
+    return StudySpace(spec, space, fixed_knobs, fixed_controller)
