@@ -106,12 +106,6 @@ def test_malformed_suite_names_the_line(tmp_path):
     assert result.exit_code == 2 and "line 2" in result.output
 
 
-def test_unimplemented_commands_exit_2():
-    for command in ("recommend",):
-        result = invoke(command)
-        assert result.exit_code == 2 and "not implemented" in result.output
-
-
 def test_config_file_and_flags_override(tiny_model_dir, tmp_path):
     config = tmp_path / "run.toml"
     config.write_text(f'model = "{tiny_model_dir}"\nstrategy = ["ngram"]\nlimit = 1\nmax_new_tokens = 50\n'

@@ -274,3 +274,14 @@ def test_pareto_front_of_speedup_and_memory_while_sampling(tiny_model_dir, tmp_p
     assert {Path(p).stem for p in record["plots"]} >= {"pareto"}
     assert tomllib.loads(Path(record["toml"]).read_text())["temperature"] == 0.8
     assert all(not t.intermediate_values for t in trials_of(tmp_path, "front"))
+
+
+def test_recommend_reads_the_tuned_study(projected):
+    from specbench.recommend import make_workload, recommend
+
+    out, record = projected
+    rec = recommend(make_workload("rtx4090"), out)
+    assert (rec.strategy, rec.source, rec.rests_on) == ("dspark", "projected", (str(out / "tuned" / f"{STUDY}.json"),))
+    assert rec.speedup == record["holdout"]["tuned"]["speedup"]
+    assert rec.config.command() == f"specbench run --config {out / 'tuned' / f'{STUDY}.toml'}"
+    assert rec.config.knobs == {"dspark": {k: v for k, v in record["best_params"].items() if k != "controller"}}

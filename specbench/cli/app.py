@@ -108,11 +108,6 @@ def command_line(ctx: typer.Context) -> str:
     return shlex.join(words)
 
 
-def not_implemented(command: str) -> None:
-    print_error(f"`specbench {command}` is not implemented yet")
-    raise typer.Exit(2)
-
-
 def progress_bar() -> Progress:
     """Done / total, elapsed and remaining time on stderr; nothing at all when stderr is not a terminal."""
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

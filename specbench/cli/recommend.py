@@ -1,11 +1,81 @@
-"""`specbench recommend`: a strategy for a workload and a GPU."""
+"""`specbench recommend`: a strategy for a workload and a GPU, from the evidence first and the prior second."""
 
 from __future__ import annotations
 
-from specbench.cli.app import app, not_implemented
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from specbench.cli.app import app, err, out, user_errors
 
 
 @app.command()
-def recommend() -> None:
-    """Pick a strategy for a workload and a GPU (not implemented yet)."""
-    not_implemented("recommend")
+def recommend(
+    gpu: Annotated[Optional[str], typer.Option(help="GPU profile (see `specbench hardware`); default: the local GPU, else cpu.")] = None,
+    task: Annotated[Optional[str], typer.Option(help="Task category: code, chat, creative, legal, high_precision, ...")] = None,
+    batch_size: Annotated[int, typer.Option(help="Sequences decoded together.")] = 1,
+    context_len: Annotated[Optional[int], typer.Option(help="Prompt + answer tokens per sequence, for the memory check (default: the evidence's own lengths).")] = None,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature of the workload (0 = greedy).")] = 0.0,
+    vram_used: Annotated[Optional[float], typer.Option(help="GB of GPU memory the deployment uses with plain decoding.")] = None,
+    pcie: Annotated[Optional[int], typer.Option(help="PCIe generation, 3-6 (default: the profile's).")] = None,
+    bw_util: Annotated[Optional[float], typer.Option(help="Memory-bandwidth utilisation of the deployment, percent.")] = None,
+    cuda_experience: Annotated[Optional[str], typer.Option(help="The team's CUDA experience: none, some or expert.")] = None,
+    score_variance: Annotated[Optional[float], typer.Option(help="Variance of the output scores (source article 1's signal).")] = None,
+    model: Annotated[Optional[str], typer.Option(help="Only evidence of this model (as run.json names it; default: any).")] = None,
+    results: Annotated[Optional[Path], typer.Option(help="Results directory with runs and tuned studies (default results/).")] = None,
+    profiles: Annotated[Optional[Path], typer.Option(help="TOML file with extra GPU profiles.")] = None,
+    learn: Annotated[bool, typer.Option("--learn", help="Also fit a decision tree to every readable result and compare it with the prior (writes RESULTS/decision_tree/).")] = False,
+    explain: Annotated[bool, typer.Option("--explain", help="Show the path through the evidence and the prior.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text.")] = False,
+) -> None:
+    """Pick a strategy and its settings for a workload on a GPU."""
+    from specbench.errors import SpecbenchError
+    from specbench.hardware import load_profiles
+    from specbench.recommend import learn as fit_tree
+    from specbench.recommend import make_workload
+    from specbench.recommend import recommend as choose
+    from specbench.recommend.evidence import load_evidence
+    from specbench.recommend.render import (
+        alternatives_table,
+        explain_nodes,
+        learn_lines,
+        plain_tree,
+        rich_tree,
+        summary_lines,
+    )
+    from specbench.strict_json import dumps
+
+    with user_errors():
+        if results is not None and not results.is_dir():
+            raise SpecbenchError(f"results directory {results} does not exist")
+        results_dir = results or Path("results")
+        workload = make_workload(gpu, task, batch_size, context_len, temperature, vram_used, pcie, bw_util,
+                                 cuda_experience, score_variance, model, profiles)
+        evidence = load_evidence(results_dir)
+        rec = choose(workload, results_dir, evidence)
+        report = fit_tree(evidence, load_profiles(profiles), results_dir / "decision_tree") if learn else None
+    if as_json:
+        data = rec.as_json() | ({"learned": report.as_json()} if report else {})
+        sys.stdout.write(dumps(data, indent=2) + "\n")
+        return
+    terminal = out.is_terminal
+    for line in summary_lines(rec):
+        out.print(line, highlight=False, markup=False, soft_wrap=True)
+    _emit(alternatives_table(rec, markdown=not terminal))
+    if explain:
+        nodes = explain_nodes(rec)
+        _emit(rich_tree(nodes) if terminal else plain_tree(nodes))
+    for line in learn_lines(report) if report else []:
+        out.print(line, highlight=False, markup=False, soft_wrap=True)
+    for skipped in rec.skipped:
+        err.print(f"warning: skipped unreadable {skipped}", style="yellow", highlight=False, markup=False)
+
+
+def _emit(rendered) -> None:
+    """A rich renderable on a terminal; plain text as it is when piped."""
+    if isinstance(rendered, str):
+        sys.stdout.write(rendered)
+    else:
+        out.print(rendered)

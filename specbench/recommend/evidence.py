@@ -1,0 +1,395 @@
+"""Evidence under a results directory, and the candidates it offers a workload.
+
+Readers: run directories (anywhere below the results directory, read with `report.load_runs`) and
+tuned studies (results/tuned/<study>.json with the run config <study>.toml beside it). Whatever
+cannot be read is skipped and named; recommend goes on without it.
+
+`modelled` candidates (a run's measured draft shape priced by the cost table of the workload's GPU
+or batch size, results/costs/) need a run directory to name its cost table and drafter keys, which
+main's runs do not record yet; their reader will be one more function in `READERS`, ranked between
+measured and projected.
+
+A run offers `measured` candidates when it ran on the workload's GPU, and `projected` ones when its
+summary holds a roofline projection onto that GPU (`specbench run --gpu NAME`). Runs of the same
+model and strategy configuration pool their prompts: the speedup and its interval come from
+`measure.stats` over all of them. A strategy whose greedy output ever differed from `ar` in a run
+is not offered from that run: a recommendation is lossless or it is not one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from specbench.errors import SpecbenchError
+from specbench.hardware import match_profile
+from specbench.measure.stats import BASELINE, paired_speedups, summarize_strategy
+from specbench.recommend.prior import members
+from specbench.recommend.workload import Workload
+from specbench.report import Run, load_runs
+
+SOURCES = ("measured", "modelled", "projected", "prior")
+"""Every recommendation names one; evidence ranks in this order (the prior only speaks without it)."""
+
+
+@dataclass(frozen=True)
+class StrategyConfig:
+    """A strategy as `specbench run` takes it: the name, its members' knobs, the controller, a TOML file."""
+
+    strategy: str
+    knobs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    controller: str | None = None
+    toml: str | None = None  # a tuned configuration file `specbench run --config` reads
+
+    def key(self) -> str:
+        return json.dumps([self.strategy, self.knobs, self.controller], sort_keys=True, default=str)
+
+    def command(self) -> str:
+        if self.toml:
+            return f"specbench run --config {self.toml}"
+        sets = [f" --set {m}.{k}={v}" for m, values in sorted(self.knobs.items()) for k, v in sorted(values.items())]
+        controller = f" --controller {self.controller}" if self.controller else ""
+        return f"specbench run --strategy {self.strategy}{controller}{''.join(sets)}"
+
+    def as_json(self) -> dict[str, Any]:
+        return {"strategy": self.strategy, "knobs": self.knobs, "controller": self.controller, "toml": self.toml,
+                "command": self.command()}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One strategy configuration with a speedup over `ar` for the workload, and what it rests on."""
+
+    config: StrategyConfig
+    source: str  # one of SOURCES
+    speedup: float
+    ci: tuple[float, float] | None
+    rests_on: tuple[str, ...]  # run directories and study files
+    prompts: int | None
+    need_bytes: float | None  # target + drafter weights + KV (+ drafter state) at the workload's context
+    baseline_bytes: float | None  # the same for `ar` in the same evidence
+    note: str = ""
+
+    @property
+    def strategy(self) -> str:
+        return self.config.strategy
+
+
+@dataclass
+class RunRecord:
+    """A readable run directory and the workload it measured."""
+
+    run: Run
+    device: str | None  # the GPU profile it ran on ("cpu" without a GPU); None when no profile matches
+    model: str
+    temperature: float
+    rows: pd.DataFrame  # with their paired speedup and batch size (the run's, 1 before batched runs)
+
+    @property
+    def path(self) -> str:
+        return str(self.run.path)
+
+
+@dataclass
+class Study:
+    """A tuned configuration: results/tuned/<study>.json and the run config beside it (None when the
+    study found no best configuration)."""
+
+    path: Path
+    meta: dict[str, Any]
+    config: StrategyConfig | None
+
+
+@dataclass
+class Evidence:
+    runs: list[RunRecord] = field(default_factory=list)
+    studies: list[Study] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # "PATH: why", for whatever could not be read
+
+    def categories(self) -> set[str]:
+        return {c for r in self.runs for c in r.rows["category"].unique()} if self.runs else set()
+
+    def __len__(self) -> int:
+        return len(self.runs) + len(self.studies)
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+UNREADABLE = (SpecbenchError, OSError, ValueError, KeyError, TypeError)
+"""What a damaged file raises through json, tomllib, pandas and pyarrow: the item is skipped."""
+
+
+def run_dirs(results: Path) -> list[Path]:
+    """Directories holding run.json anywhere below `results`, and every directory in results/runs/."""
+    found = {p.parent for p in results.rglob("run.json")}
+    if (results / "runs").is_dir():
+        found |= {p for p in (results / "runs").iterdir() if p.is_dir()}
+    return sorted(found)
+
+
+def _named(path: Path, exc: Exception) -> str:
+    text = str(exc)
+    return text if str(path) in text else f"{path}: {text}"
+
+
+def read_runs(results: Path, evidence: Evidence) -> None:
+    for path in run_dirs(results):
+        try:
+            evidence.runs.append(_run_record(path))
+        except UNREADABLE as exc:
+            evidence.skipped.append(_named(path, exc))
+
+
+def _run_record(path: Path) -> RunRecord:
+    runs, _warnings = load_runs([path])  # mismatches are handled per strategy in `run_candidates`
+    run = runs[0]
+    rows = run.rows.copy()
+    config = run.config
+    if len(rows):
+        if BASELINE not in set(rows["strategy"]):
+            raise SpecbenchError(f"{path}: no ar rows to pair the speedups with")
+        if "speedup" not in rows or rows["speedup"].isna().all():  # a run that never finished
+            rows["speedup"] = paired_speedups(rows)
+    if "batch_size" not in rows:
+        rows["batch_size"] = int(config.get("batch_size") or 1)
+    return RunRecord(run=run, device=run_device(run), model=str(run.meta.get("model")),
+                     temperature=float(config.get("temperature", 0.0)), rows=rows)
+
+
+def run_device(run: Run) -> str | None:
+    """The profile of the device a run measured on: its CUDA GPU, or `cpu`."""
+    cuda = run.environment.get("cuda")
+    if run.config.get("device") == "cpu" or not cuda:
+        return "cpu"
+    return match_profile(str(cuda))
+
+
+def read_studies(results: Path, evidence: Evidence) -> None:
+    for path in sorted((results / "tuned").glob("*.json")):
+        try:
+            evidence.studies.append(_study(path))
+        except UNREADABLE as exc:
+            evidence.skipped.append(_named(path, exc))
+
+
+def _study(path: Path) -> Study:
+    meta = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(meta, dict) or not isinstance(meta.get("strategy"), str):
+        raise SpecbenchError(f"{path}: not a tuned study (no 'strategy')")
+    if meta.get("best_params") is None and meta.get("toml") is None:
+        return Study(path, meta, None)
+    toml_path = path.with_suffix(".toml")  # beside the record, wherever the results directory moved
+    if not toml_path.is_file():
+        raise SpecbenchError(f"{path}: no tuned configuration {toml_path.name} beside it")
+    toml = tomllib.loads(toml_path.read_text(encoding="utf-8"))
+    knobs = toml.get("knobs", {})
+    if not isinstance(knobs, dict) or not all(isinstance(v, dict) for v in knobs.values()):
+        raise SpecbenchError(f"{toml_path}: [knobs] must hold one table per strategy")
+    strategy = meta["strategy"]
+    own = {m: dict(v) for m, v in knobs.items() if m in members(strategy)}
+    return Study(path, meta, StrategyConfig(strategy, own, toml.get("controller"), str(toml_path)))
+
+
+# a modelled-speedup reader joins here once run directories name their cost table (see the docstring)
+READERS: tuple[Callable[[Path, Evidence], None], ...] = (read_runs, read_studies)
+
+
+def load_evidence(results: Path) -> Evidence:
+    """Everything readable under `results`; an absent directory is no evidence."""
+    evidence = Evidence()
+    if results.is_dir():
+        for reader in READERS:
+            reader(results, evidence)
+    return evidence
+
+
+# -- matching --------------------------------------------------------------------------------
+
+
+def _mismatch(record: RunRecord, workload: Workload) -> str | None:
+    """Why a run does not describe the workload, or None when it does."""
+    if workload.model is not None and record.model != workload.model:
+        return f"model {record.model}, not {workload.model}"
+    if not math.isclose(record.temperature, workload.temperature):
+        return f"temperature {record.temperature:g}, not {workload.temperature:g}"
+    if not len(record.rows):
+        return "no rows measured yet"
+    sizes = sorted(set(record.rows["batch_size"]))
+    if workload.batch_size not in sizes:
+        return f"batch size {', '.join(map(str, sizes))}, not {workload.batch_size}"
+    if workload.task is not None and workload.task not in set(record.rows["category"]):
+        return f"no {workload.task} prompts"
+    return None
+
+
+def _mismatched(rows: pd.DataFrame) -> bool:
+    """Whether any greedy output differed from `ar` (null under sampling: no check ran)."""
+    return bool(rows["mismatch"].fillna(False).astype(bool).any())
+
+
+def _config_of(record: RunRecord, strategy: str) -> StrategyConfig:
+    knobs = record.run.config.get("knobs") or {}
+    own = {m: dict(v) for m, v in knobs.items() if m in members(strategy)}
+    return StrategyConfig(strategy, own, record.run.config.get("controller") if strategy != BASELINE else None)
+
+
+def _kv_bytes_per_token(ar_rows: pd.DataFrame) -> float | None:
+    """Slope of `ar`'s needed memory over its context (prompt + answer): the KV cache per token."""
+    context = (ar_rows["prompt_tokens"] + ar_rows["new_tokens"]).to_numpy(dtype=float)
+    if len(np.unique(context)) < 2:
+        return None
+    return float(np.polyfit(context, ar_rows["memory_bytes"].to_numpy(dtype=float), 1)[0])
+
+
+def _need_bytes(rows: pd.DataFrame, kv_per_token: float | None, context_len: int | None) -> float:
+    """The most memory a prompt needed, moved to `context_len` tokens where the KV slope is known."""
+    if context_len is None or kv_per_token is None:
+        return float(rows["memory_bytes"].max())
+    context = rows["prompt_tokens"] + rows["new_tokens"]
+    return float((rows["memory_bytes"] + kv_per_token * (context_len - context)).max())
+
+
+@dataclass
+class _Pool:
+    config: StrategyConfig
+    frames: list[pd.DataFrame] = field(default_factory=list)
+    paths: set[str] = field(default_factory=set)
+
+
+def run_candidates(evidence: Evidence, workload: Workload) -> tuple[list[Candidate], list[str]]:
+    """Measured candidates pooled over the matching runs on the workload's GPU, and projected ones.
+
+    Returns the candidates and a note for every run that did not match (and why).
+    """
+    notes: list[str] = []
+    pools: dict[tuple[str, str], _Pool] = {}
+    baselines: dict[str, list[pd.DataFrame]] = {}  # model -> ar rows of the measured runs
+    projected: list[Candidate] = []
+    for record in evidence.runs:
+        why = _mismatch(record, workload)
+        on_gpu = record.device == workload.gpu.name
+        if why is None and not on_gpu and not _projections(record, workload):
+            why = f"measured on {record.device or 'an unprofiled GPU'}, with no projection to {workload.gpu.name}"
+        if why is not None:
+            notes.append(f"{record.path}: {why}")
+            continue
+        rows = record.rows[record.rows["batch_size"] == workload.batch_size]
+        rows = rows if workload.task is None else rows[rows["category"] == workload.task]
+        rows = rows.assign(prompt_id=record.path + "/" + rows["prompt_id"].astype(str))
+        lossless = []
+        for strategy, part in rows.groupby("strategy", sort=False):
+            if _mismatched(part):
+                notes.append(f"{record.path}: {strategy} left out: its greedy output differed from ar")
+            else:
+                lossless.append(str(strategy))
+        if not on_gpu:
+            projected += _projected_candidates(record, workload, rows, lossless, notes)
+            continue
+        baselines.setdefault(record.model, []).append(rows[rows["strategy"] == BASELINE])
+        for strategy in lossless:
+            config = _config_of(record, strategy)
+            pool = pools.setdefault((record.model, config.key()), _Pool(config))
+            pool.frames.append(rows[rows["strategy"] == strategy])
+            pool.paths.add(record.path)
+    measured = [_pooled_candidate(pool, pd.concat(baselines[model], ignore_index=True), workload)
+                for (model, _key), pool in pools.items()]
+    return measured + projected, notes
+
+
+def _pooled_candidate(pool: _Pool, ar_rows: pd.DataFrame, workload: Workload) -> Candidate:
+    rows = pd.concat(pool.frames, ignore_index=True)
+    summary = summarize_strategy(rows)
+    low, high = summary["speedup_ci"]
+    kv = _kv_bytes_per_token(ar_rows)
+    ci = (float(low), float(high)) if summary["prompts"] > 1 else None  # one prompt has no interval
+    return Candidate(pool.config, "measured", float(summary["speedup"]), ci,
+                     tuple(sorted(pool.paths)), int(summary["prompts"]),
+                     _need_bytes(rows, kv, workload.context_len), _need_bytes(ar_rows, kv, workload.context_len))
+
+
+def _projections(record: RunRecord, workload: Workload) -> dict[str, dict[str, Any]]:
+    """strategy -> its projection onto the workload's GPU, from the run's summary."""
+    found = {}
+    for result in record.run.summary or []:
+        projection = result.get("projection") or {}
+        if projection.get("projected") and projection.get("gpu") == workload.gpu.name \
+                and result.get("batch_size", 1) == workload.batch_size:
+            found[result["strategy"]] = projection
+    return found
+
+
+def _projected_candidates(record: RunRecord, workload: Workload, rows: pd.DataFrame, lossless: list[str],
+                          notes: list[str]) -> list[Candidate]:
+    if workload.task is not None and set(record.rows["category"]) != {workload.task}:
+        notes.append(f"{record.path}: its projection onto {workload.gpu.name} covers every category of the run, "
+                     f"not {workload.task} alone")
+        return []
+    projections = _projections(record, workload)
+
+    def need(strategy: str) -> float | None:
+        gb = (projections.get(strategy, {}).get("memory_fit") or {}).get("need_gb")
+        return gb * 1e9 if gb is not None else None
+
+    return [Candidate(_config_of(record, strategy), "projected", float(p["speedup"]), None, (record.path,),
+                      int(rows[rows["strategy"] == strategy]["prompt_id"].nunique()), need(strategy), need(BASELINE),
+                      f"roofline projection of what {record.device or 'an unprofiled device'} measured")
+            for strategy, p in projections.items() if strategy in lossless]
+
+
+def _study_mismatch(study: Study, workload: Workload) -> str | None:
+    meta = study.meta
+    if workload.model is not None and meta.get("model") != workload.model:
+        return f"model {meta.get('model')}, not {workload.model}"
+    if not math.isclose(float(meta.get("temperature") or 0.0), workload.temperature):
+        return f"temperature {meta.get('temperature')}, not {workload.temperature:g}"
+    if int(meta.get("batch_size") or 1) != workload.batch_size:
+        return f"batch size {meta.get('batch_size')}, not {workload.batch_size}"
+    categories = meta.get("categories") or []
+    if workload.task is not None and categories and workload.task not in categories:
+        return f"tuned on {', '.join(categories)}, not {workload.task}"
+    gpu = meta.get("gpu")
+    if gpu is None and workload.gpu_origin == "given":
+        return "tuned without --gpu (on its own machine): it speaks only for the GPU detected here"
+    if gpu is not None and gpu != workload.gpu.name:
+        return f"tuned for {gpu}, not {workload.gpu.name}"
+    return None
+
+
+def study_candidates(evidence: Evidence, workload: Workload) -> tuple[list[Candidate], list[str]]:
+    """A tuned configuration per matching study, at its held-out speedup where it has one."""
+    candidates, notes = [], []
+    for study in evidence.studies:
+        why = _study_mismatch(study, workload)
+        if why is not None:
+            notes.append(f"{study.path}: {why}")
+            continue
+        meta = study.meta
+        held_out = (meta.get("holdout") or {}).get("tuned")
+        figures = held_out or meta.get("tuning") or {}
+        if study.config is None or figures.get("speedup") is None:
+            notes.append(f"{study.path}: {meta.get('note') or 'no tuned configuration'}")
+            continue
+        ci = figures.get("speedup_ci") or [None, None]
+        categories = meta.get("categories") or []
+        note = f"tuned; speedup on {'held-out' if held_out else 'the tuning'} prompts" + \
+            ("" if categories else " of every category")
+        candidates.append(Candidate(study.config, "projected" if meta.get("projected") else "measured",
+                                    float(figures["speedup"]),
+                                    (float(ci[0]), float(ci[1])) if None not in ci else None, (str(study.path),),
+                                    figures.get("prompts"), meta.get("memory_bytes"), None, note))
+    return candidates, notes
+
+
+def candidates_for(evidence: Evidence, workload: Workload) -> tuple[list[Candidate], list[str]]:
+    """Every candidate the evidence offers the workload, and why the rest did not match."""
+    runs, run_notes = run_candidates(evidence, workload)
+    studies, study_notes = study_candidates(evidence, workload)
+    return runs + studies, run_notes + study_notes

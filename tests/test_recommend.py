@@ -1,0 +1,309 @@
+"""`specbench recommend`: the prior's rules, evidence over the prior, the learned tree, the CLI."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+from synthetic_runs import write_run
+from typer.testing import CliRunner
+
+from specbench.cli import app
+from specbench.errors import SpecbenchError
+from specbench.hardware import load_profiles
+from specbench.recommend import PRIOR, evaluate, learn, make_workload, prior_markdown, recommend
+from specbench.recommend.evidence import load_evidence
+from specbench.recommend.prior import members, short_draft_knobs
+from specbench.strategies.knobs import validate_knobs
+from specbench.strategies.registry import DRAFTER_NAMES
+
+runner = CliRunner()
+A100 = "NVIDIA A100-SXM4-80GB"  # NVML's name: the a100-80g profile, PCIe 4
+
+
+def invoke(*args):
+    return runner.invoke(app, ["recommend", *[str(a) for a in args]])
+
+
+# -- the prior -------------------------------------------------------------------------------
+
+# (workload, rule, branch index, the prior's answer)
+BRANCHES = [
+    (dict(gpu="a100-80g"), "load", 0, "dspark"),
+    (dict(gpu="a100-80g", batch_size=100), "load", 1, "ar"),
+    (dict(gpu="a100-80g", batch_size=32), "load", 2, "dspark"),
+    (dict(gpu="a100-80g", batch_size=2), "load", 3, "dspark"),
+    (dict(gpu="rtx4090", vram_used_gb=20), "memory", 0, "dflash"),
+    (dict(gpu="rtx4090", vram_used_gb=8), "memory", 1, "dspark"),
+    (dict(gpu="a100-80g", task="legal"), "error_tolerance", 0, "mtp"),
+    (dict(gpu="a100-80g", task="chat"), "error_tolerance", 1, "eagle"),
+    (dict(gpu="a100-80g", task="math"), "error_tolerance", 2, "dspark"),
+    (dict(gpu="a100-80g", bw_util_pct=80), "bandwidth", 0, "dflash"),
+    (dict(gpu="a100-80g", bw_util_pct=50), "bandwidth", 1, "eagle"),
+    (dict(gpu="a100-80g", bw_util_pct=70), "bandwidth", 2, "dspark"),
+    (dict(gpu="a100-80g", score_variance=0.01), "score_variance", 0, "eagle"),
+    (dict(gpu="a100-80g", score_variance=0.3), "score_variance", 1, "mtp"),
+    (dict(gpu="a100-80g", score_variance=0.1), "score_variance", 2, "dspark"),
+    (dict(gpu="a100-80g", cuda_experience="none"), "team", 0, "dspark"),
+    (dict(gpu="a100-80g", cuda_experience="expert"), "team", 1, "dflash"),
+    (dict(gpu="a100-80g", cuda_experience="some"), "team", 2, "dspark"),
+    (dict(gpu="a100-80g"), "fallback", 0, "dspark"),
+    (dict(gpu="rtx5090", task="chat"), "pcie", 0, "eagle+dspark"),
+    (dict(gpu="a100-80g", task="chat"), "pcie", 1, "eagle"),
+]
+
+
+def test_the_table_reaches_every_branch_of_every_rule():
+    reached = {(rule, index) for _, rule, index, _ in BRANCHES}
+    assert reached == {(r.id, i) for r in PRIOR for i in range(len(r.branches))}
+
+
+@pytest.mark.parametrize(("inputs", "rule", "index", "answer"), BRANCHES)
+def test_prior_rule(inputs, rule, index, answer):
+    outcome = evaluate(make_workload(**inputs))
+    assert outcome.branches[rule] is next(r for r in PRIOR if r.id == rule).branches[index]
+    assert outcome.strategy == answer
+    assert len(outcome.alternatives) == 2 and answer not in {a.strategy for a in outcome.alternatives}
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--gpu", "rtx4090", "--vram-used", 20, "--task", "chat"], "dflash"),
+    (["--gpu", "a100-80g", "--vram-used", 8, "--task", "legal"], "mtp"),
+    (["--gpu", "a100-80g", "--vram-used", 8, "--task", "creative", "--pcie", 4], "eagle"),
+    (["--gpu", "rtx5090", "--vram-used", 8, "--task", "creative", "--pcie", 5], "eagle+dspark"),
+    (["--gpu", "a100-80g", "--vram-used", 8, "--task", "code", "--cuda-experience", "none"], "dspark"),
+])
+def test_the_five_cases_with_no_results(tmp_path, args, expected):
+    result = invoke(*args, "--results", tmp_path, "--json")
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.stdout)
+    assert (answer["strategy"], answer["source"], answer["evidence"]["rests_on"]) == (expected, "prior", [])
+
+
+def test_the_prior_never_pairs_eagle_with_mtp_on_pcie_4_or_older():
+    signals = itertools.product(("chat", "legal", "code"), (None, 8, 20), (None, 50, 80), (None, 0.01, 0.3),
+                                (None, "none", "expert"), (1, 32), (3, 4))
+    for task, vram, bw, variance, team, batch, pcie in signals:
+        outcome = evaluate(make_workload("a100-80g", task, batch, vram_used_gb=vram, pcie=pcie, bw_util_pct=bw,
+                                         score_variance=variance, cuda_experience=team))
+        assert not {"eagle", "mtp"} <= members(outcome.strategy)
+        assert frozenset({"eagle", "mtp"}) in outcome.avoid
+
+
+def test_under_load_the_prior_shortens_the_draft_to_what_a_forward_verifies():
+    outcome = evaluate(make_workload("rtx5090", "chat", batch_size=32))  # ridge 117 tokens: 3 per sequence
+    assert outcome.strategy == "eagle" and outcome.knobs == {"eagle": {"depth": 2, "total_tokens": 2}}
+    assert "not combined under load" in outcome.path[-1].outcome
+
+
+@pytest.mark.parametrize("strategy", [*DRAFTER_NAMES, "eagle+dspark"])
+def test_short_draft_knobs_are_valid_run_knobs(strategy):
+    for drafts in range(1, 8):
+        validate_knobs(short_draft_knobs(strategy, drafts))
+
+
+def test_the_prior_prints_every_rule():
+    text = prior_markdown()
+    assert all(f"**{rule.id}**" in text for rule in PRIOR)
+    assert text.count("   - `") == sum(len(rule.branches) for rule in PRIOR)
+
+
+# -- evidence --------------------------------------------------------------------------------
+
+
+def test_measured_evidence_outranks_the_prior(tmp_path):
+    run = write_run(tmp_path, "a", {"ngram": {"code": 1.3, "chat": 2.4}, "eagle": 1.5, "dspark": 1.8})
+    rec = recommend(make_workload("cpu", "chat"), tmp_path)
+    assert (rec.strategy, rec.source, rec.rests_on) == ("ngram", "measured", (str(run),))
+    assert rec.prior.strategy == "eagle" and not rec.prior_agrees
+    assert rec.ci[0] < rec.speedup < rec.ci[1] and 2.2 < rec.speedup < 2.6
+    assert [a.strategy for a in rec.alternatives] == ["dspark", "eagle"]
+    assert "below ngram's" in rec.alternatives[0].reason
+
+
+def test_runs_of_one_configuration_pool_their_prompts(tmp_path):
+    a = write_run(tmp_path, "a", {"dspark": 2.0}, seed=1)
+    b = write_run(tmp_path, "b", {"dspark": 2.0}, seed=2)
+    write_run(tmp_path, "c", {"dspark": 3.0}, knobs={"dspark": {"block_size": 4}}, seed=3)
+    rec = recommend(make_workload("cpu"), tmp_path)
+    assert rec.config.knobs == {"dspark": {"block_size": 4}} and "--set dspark.block_size=4" in rec.config.command()
+    assert rec.rests_on == (str(tmp_path / "runs" / "c"),)
+    ar = next(a.candidate for a in rec.ranking if a.candidate.strategy == "ar")
+    assert ar.rests_on == tuple(sorted(map(str, (a, b, tmp_path / "runs" / "c")))) and ar.prompts == 36
+
+
+def test_the_source_follows_the_evidence(tmp_path):
+    projection = {s: {"projected": True, "gpu": "rtx4090", "speedup": v, "memory_fit": {"need_gb": 1.0}}
+                  for s, v in {"ar": 1.0, "eagle": 2.6, "dspark": 2.1}.items()}
+    write_run(tmp_path, "cpu-run", {"eagle": 1.2, "dspark": 1.5}, projections=projection)
+    rec = recommend(make_workload("rtx4090"), tmp_path)
+    assert (rec.strategy, rec.source, rec.ci) == ("eagle", "projected", None)
+
+    write_run(tmp_path, "gpu-run", {"dflash": 1.7}, cuda="NVIDIA GeForce RTX 4090")
+    rec = recommend(make_workload("rtx4090"), tmp_path)
+    assert (rec.strategy, rec.source) == ("dflash", "measured")  # measured ranks before a higher projection
+    assert rec.alternatives[0].strategy == "eagle" and "measured evidence ranks first" in rec.alternatives[0].reason
+
+    rec = recommend(make_workload("rtx4090", temperature=0.7), tmp_path)
+    assert rec.source == "prior" and all("temperature 0, not 0.7" in note for note in rec.unmatched)
+
+
+def test_evidence_matches_the_batch_size(tmp_path):
+    write_run(tmp_path, "b1", {"dspark": 2.0})
+    b16 = write_run(tmp_path, "b16", {"dspark": 0.8, "ngram": 1.1}, batch_size=16)
+    assert recommend(make_workload("cpu"), tmp_path).strategy == "dspark"
+    rec = recommend(make_workload("cpu", batch_size=16), tmp_path)
+    assert (rec.strategy, rec.rests_on) == ("ngram", (str(b16),))
+    rec = recommend(make_workload("cpu", batch_size=8), tmp_path)  # cpu: compute-bound from 5 tokens a forward
+    assert (rec.strategy, rec.source) == ("ar", "prior") and any("batch size 1, not 8" in n for n in rec.unmatched)
+
+
+def _study(root, name, strategy, speedup, **meta):
+    tuned = root / "tuned"
+    tuned.mkdir(exist_ok=True)
+    (tuned / f"{name}.toml").write_text(f'strategy = ["{strategy}"]\nmax_new_tokens = 64\n'
+                                        f'[knobs.{strategy}]\nblock_size = 5\n')
+    data = {"study": name, "strategy": strategy, "model": "default", "gpu": None, "projected": False,
+            "best_params": {f"{strategy}.block_size": 5}, "toml": f"results/tuned/{name}.toml",
+            "tuning": {"speedup": speedup + 0.3, "speedup_ci": [speedup, speedup + 0.6]},
+            "holdout": {"tuned": {"speedup": speedup, "speedup_ci": [speedup - 0.1, speedup + 0.1]},
+                        "defaults": {"speedup": 1.5, "speedup_ci": [1.4, 1.6]}},
+            "categories": [], "temperature": 0.0, "max_new_tokens": 64, "batch_size": 1, "memory_bytes": 1e8, **meta}
+    (tuned / f"{name}.json").write_text(json.dumps(data))
+    return tuned / f"{name}.toml"
+
+
+def test_a_tuned_study_brings_its_configuration_and_held_out_speedup(tmp_path, monkeypatch):
+    monkeypatch.setattr("specbench.recommend.workload.detect_local_gpu", lambda: None)
+    write_run(tmp_path, "a", {"dspark": 1.8, "dflash": 1.6})
+    toml = _study(tmp_path, "dspark-cpu", "dspark", 2.2)
+    rec = recommend(make_workload(), tmp_path)  # detected, not named: a study tuned without --gpu speaks for it
+    assert (rec.strategy, rec.source, rec.speedup) == ("dspark", "measured", 2.2)
+    assert rec.ci == pytest.approx((2.1, 2.3))
+    assert rec.config.toml == str(toml) and rec.config.command() == f"specbench run --config {toml}"
+    assert rec.config.knobs == {"dspark": {"block_size": 5}}
+
+    _study(tmp_path, "dflash-h200", "dflash", 3.0, gpu="h200", projected=True)
+    rec = recommend(make_workload("h200"), tmp_path)
+    assert (rec.strategy, rec.source) == ("dflash", "projected")
+
+    _study(tmp_path, "eagle-h200", "eagle", 4.0, gpu="h200", projected=True, best_params=None, toml=None,
+           note="no configuration fits h200's memory")
+    rec = recommend(make_workload("h200"), tmp_path)
+    assert rec.strategy == "dflash" and any("eagle-h200.json: no configuration fits" in n for n in rec.unmatched)
+
+
+def test_what_does_not_fit_or_breaks_a_rule_is_not_recommended(tmp_path):
+    write_run(tmp_path, "a100", {"eagle+mtp": 3.0, "dflash": 2.0, "dspark": 1.5}, cuda=A100,
+              drafter_bytes={"dflash": 30_000_000_000})
+    rec = recommend(make_workload("a100-80g", vram_used_gb=60), tmp_path)
+    assert rec.strategy == "dspark"
+    reasons = {a.strategy: a.reason for a in rec.alternatives}
+    assert "excluded by the prior: PCIe 4.0: avoid EAGLE+MTP" in reasons["eagle+mtp"]
+    assert "does not fit: needs 90.0 GB of 80 GB" in reasons["dflash"]
+    assert recommend(make_workload("a100-80g"), tmp_path).strategy == "dflash"  # 30 GB alone fits
+    assert recommend(make_workload("a100-80g", pcie=5), tmp_path).strategy == "eagle+mtp"
+
+
+def test_memory_follows_the_context_length(tmp_path):
+    write_run(tmp_path, "a", {"dspark": 2.0})  # 80 MB of weights + 50 kB of KV per token
+    ranking = recommend(make_workload("cpu", context_len=100_000), tmp_path).ranking
+    need = {a.candidate.strategy: a.need_bytes for a in ranking}
+    assert need["ar"] == pytest.approx(80e6 + 50e3 * 100_001)
+    with pytest.raises(SpecbenchError, match=r"nothing fits on cpu: even plain decoding does not fit: needs 10\.1 GB"):
+        recommend(make_workload("cpu", context_len=200_000), tmp_path)
+
+
+def test_a_strategy_that_broke_losslessness_is_left_out(tmp_path):
+    write_run(tmp_path, "a", {"dflash": 2.5, "dspark": 1.8}, mismatched=("dflash",))
+    rec = recommend(make_workload("cpu"), tmp_path)
+    assert rec.strategy == "dspark" and any("dflash left out" in note for note in rec.unmatched)
+
+
+def test_unreadable_runs_are_skipped_and_named(tmp_path):
+    write_run(tmp_path, "good", {"ngram": 1.7})
+    (tmp_path / "runs" / "empty").mkdir()
+    (tmp_path / "runs" / "torn").mkdir()
+    (tmp_path / "runs" / "torn" / "run.json").write_text("{")
+    result = invoke("--gpu", "cpu", "--results", tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "recommend: ngram (measured)" in result.stdout
+    assert "runs/empty" in result.output and "runs/torn" in result.output and "skipped" in result.output
+
+
+# -- the learned tree ------------------------------------------------------------------------
+
+
+def test_the_learned_tree_recovers_a_planted_rule(tmp_path):
+    planted = {"ngram": {"code": 2.5, "chat": 1.2}, "dspark": {"code": 1.5, "chat": 1.9}}
+    write_run(tmp_path, "cpu", planted, prompts=12)
+    write_run(tmp_path, "h200", planted, prompts=12, cuda="NVIDIA H200", seed=1)
+    report = learn(load_evidence(tmp_path), load_profiles(), tmp_path / "decision_tree")
+    assert report.fitted and report.examples == 48 and report.cv_accuracy == 1.0
+    assert {(leaf.conditions, leaf.learned, leaf.purity) for leaf in report.leaves} == {
+        ("category != code", "dspark", 1.0), ("category = code", "ngram", 1.0)}
+    chat = next(n for n in report.nodes if n.branch == "task in creative, chat -> choose eagle")
+    assert (chat.reached, chat.claims, chat.measured_agree, chat.verdict) == (24, 24, 0, "disagrees")
+    assert {p.name for p in report.files} == {"learned.txt", "learned.md", "learned.png", "prior.md"}
+    assert all(p.stat().st_size > 0 for p in report.files)
+    assert "category = code" in (tmp_path / "decision_tree" / "learned.md").read_text()
+
+
+@pytest.mark.parametrize(("runs", "reason"), [
+    ([dict(speedups={"ngram": 2.0}, prompts=3)], "6 measured prompts, at least 30 needed"),
+    ([dict(speedups={"ngram": 2.0}, prompts=20)], "ngram is fastest on all 40 prompts"),
+    ([dict(speedups={"ngram": 1.5, "dspark": 1.5}, prompts=30, noise=0.05)], "not significantly above"),
+])
+def test_too_little_evidence_is_said_not_fitted(tmp_path, runs, reason):
+    for i, kwargs in enumerate(runs):
+        write_run(tmp_path, f"r{i}", **kwargs)
+    report = learn(load_evidence(tmp_path), load_profiles(), tmp_path / "decision_tree")
+    assert not report.fitted and reason in report.reason
+    assert not (tmp_path / "decision_tree" / "learned.png").exists()
+    assert "Not fitted" in (tmp_path / "decision_tree" / "learned.md").read_text()
+
+
+# -- the command -----------------------------------------------------------------------------
+
+
+def test_json_shape(tmp_path):
+    write_run(tmp_path, "a", {"ngram": 1.4, "dspark": 1.9, "eagle": 1.2}, prompts=15)
+    result = invoke("--gpu", "cpu", "--task", "code", "--results", tmp_path, "--learn", "--json")
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.stdout, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
+    assert {"strategy", "source", "config", "expected_speedup", "alternatives", "path", "evidence"} <= set(answer)
+    assert answer["strategy"] == "dspark" and answer["source"] == "measured"
+    assert set(answer["expected_speedup"]) == {"value", "ci"} and len(answer["expected_speedup"]["ci"]) == 2
+    assert answer["config"]["command"] == "specbench run --strategy dspark"
+    assert [a["strategy"] for a in answer["alternatives"]] == ["ngram", "eagle"]
+    assert all(set(a) == {"strategy", "source", "expected_speedup", "reason"} for a in answer["alternatives"])
+    assert all(set(step) == {"node", "question", "answer", "outcome"} for step in answer["path"])
+    assert answer["evidence"]["rests_on"] == [str(tmp_path / "runs" / "a")]
+    assert answer["prior"]["strategy"] == "dspark" and answer["learned"]["fitted"] in (True, False)
+
+
+def test_explain_prints_the_path_as_plain_text_when_piped(tmp_path):
+    result = invoke("--gpu", "rtx5090", "--task", "creative", "--vram-used", 8, "--results", tmp_path, "--explain")
+    assert result.exit_code == 0, result.output
+    assert "recommend: eagle+dspark (prior)" in result.stdout
+    assert "| eagle | prior | no figure |" in result.stdout
+    assert "\n  path\n    evidence: " in result.stdout and "    pcie: " in result.stdout
+    assert "─" not in result.stdout  # no box drawing when piped
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--gpu", "nope"], "unknown GPU profile 'nope'; known: a100-40g"),
+    (["--gpu", "cpu", "--task", "poetry"], "unknown task 'poetry'; valid: chat, code"),
+    (["--gpu", "cpu", "--vram-used", -1], "--vram-used must be >= 0 GB"),
+    (["--gpu", "rtx4090", "--vram-used", 30], "exceeds the 24 GB of rtx4090"),
+    (["--gpu", "cpu", "--batch-size", 0], "--batch-size must be at least 1"),
+    (["--gpu", "cpu", "--pcie", 2], "--pcie must be a PCIe generation in 3-6"),
+    (["--gpu", "cpu", "--pcie", 7], "--pcie must be a PCIe generation in 3-6"),
+    (["--gpu", "cpu", "--cuda-experience", "lots"], "--cuda-experience must be one of none, some, expert"),
+    (["--gpu", "cpu", "--results", "/nonexistent/results"], "results directory /nonexistent/results does not exist"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, message):
+    result = invoke(*args)
+    assert result.exit_code == 2
+    assert message in result.output and len(result.output.strip().splitlines()) == 1
