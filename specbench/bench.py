@@ -41,9 +41,10 @@ from specbench.plots import write_plots
 from specbench.projection import by_batch, workload_shape
 from specbench.projection import project as projection
 from specbench.results import RunDir, write_atomic
-from specbench.strategies.build import Strategy, build_strategy, drafter_dirs_by_strategy, verifies_trees
+from specbench.strategies.build import Strategy, build_strategy, verifies_trees
 from specbench.strategies.controllers import CappedController
 from specbench.strategies.knobs import validate_knobs
+from specbench.strategies.published.formats import drafter_dirs_by_strategy
 from specbench.strategies.spec import parse_strategies, parse_strategy
 from specbench.suites import Suite, SuiteItem, load_suite, select
 
@@ -92,6 +93,7 @@ def prepare(config: RunConfig) -> Bench:
     specs = parse_strategies(config.strategies)
     validate_knobs(config.knobs)
     schedule = {parse_strategy(name).name: entry for name, entry in config.draft_schedule.items()}
+    sources = drafter_dirs_by_strategy(config.drafters, specs)  # formats detected before any model is loaded
     suite = select(load_suite(config.suite), config.categories or None, config.limit)
     trees = [s.name for s in specs if verifies_trees(s)]
     if trees and config.batch_sizes[-1] > 1:
@@ -102,8 +104,7 @@ def prepare(config: RunConfig) -> Bench:
         profile = get_profile(config.gpu, load_profiles(Path(config.profiles) if config.profiles else None))
     device = resolve_device(config.device)
     target = load_target(config.model, device, resolve_dtype(config.dtype, device))
-    dirs = drafter_dirs_by_strategy([Path(d) for d in config.drafters])
-    strategies = [build_strategy(s, target, config.knobs, dirs, config.controller) for s in specs]
+    strategies = [build_strategy(s, target, config.knobs, sources, config.controller) for s in specs]
     config = dataclasses.replace(config, draft_schedule=schedule)
     sampling = Sampling(config.temperature, config.top_p, config.top_k)
     suite, skipped = fitting_prompts(suite, target, config.max_new_tokens)
@@ -422,7 +423,8 @@ def run_benchmark(config: RunConfig, progress: Progress | None = None, resume: s
             raise SpecbenchError(f"{resume}: the strategies no longer match the saved run")
     else:
         bench = prepare(config)
-        run = RunDir.create(config.out, config, bench.target.name, bench.suite.name, [s.name for s in bench.strategies])
+        run = RunDir.create(config.out, config, bench.target.name, bench.suite.name, [s.name for s in bench.strategies],
+                            drafters={s.name: s.drafters for s in bench.strategies if s.drafters})
     previous: dict[tuple[str, int, int], list[int]] = {}
     done = run.keep_complete_groups({s.name for s in bench.strategies})
     for r in run.read_rows():  # batch size 1's rows come first, and its outputs are the reference

@@ -23,6 +23,7 @@ from specbench.model_source import model_path
 from specbench.paths import check_output_dir
 from specbench.strategies.controllers import CONTROLLERS
 from specbench.strategies.knobs import check_knobs_apply
+from specbench.strategies.published.formats import drafter_dirs_by_strategy
 from specbench.strategies.spec import parse_strategies
 from specbench.suites import load_suite, select
 
@@ -89,6 +90,7 @@ class RunConfig:
         if self.controller is not None and self.controller not in CONTROLLERS:
             raise SpecbenchError(f"unknown controller {self.controller!r}; known: {', '.join(CONTROLLERS)}")
         check_knobs_apply(self.knobs, parse_strategies(self.strategies))
+        drafter_dirs_by_strategy(self.drafters, parse_strategies(self.strategies))  # formats: read, not loaded
         select(load_suite(self.suite), self.categories or None, self.limit)
         model_path(self.model)
         profiles = load_profiles(Path(self.profiles)) if self.profiles else None

@@ -100,11 +100,13 @@ class RunDir:
         self.rows_file = path / "rows.jsonl"
 
     @classmethod
-    def create(cls, out: str | Path, config: RunConfig, model: str, suite: str, strategies: list[str]) -> RunDir:
+    def create(cls, out: str | Path, config: RunConfig, model: str, suite: str, strategies: list[str],
+               drafters: dict[str, Any] | None = None) -> RunDir:
+        """A fresh run directory; `drafters` (each strategy's drafter formats and knobs) joins environment.json."""
         path = cls._new_path(Path(out) / "runs", run_name(config, strategies))
         run = cls(path)
         write_json(path / "config.json", asdict(config))
-        write_json(path / "environment.json", environment())
+        write_json(path / "environment.json", {**environment(), "drafters": drafters or {}})
         write_json(path / "run.json", {"status": "incomplete", "model": model, "suite": suite, "started": _now(),
                                        "finished": None, "specbench_version": __version__,
                                        "strategies": strategies, "gpu_profile": config.gpu})

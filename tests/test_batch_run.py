@@ -49,10 +49,10 @@ def test_cost_table_json_and_key(measured):
     assert all(r["median_s"] > 0 for r in table["target"]) and Path(table["path"]).parent == out / "costs"
 
 
-def test_cost_table_is_reused_not_remeasured(measured, tiny_model_dir, tiny_draft_dir):
+def test_cost_table_is_reused_not_remeasured(measured, tiny_model_dir):
     table, _, out = measured
     target = load_target(tiny_model_dir, torch.device("cpu"), torch.float32)
-    strategies = [build_strategy(parse_strategy(s), target, {}, {"draft": Path(tiny_draft_dir)}) for s in ("ngram",)]
+    strategies = [build_strategy(parse_strategy("ngram"), target, {}, {})]
     timed = []
     grid = Grid(batch_sizes=(1, 2), verify_lengths=(1, 2, 4), context_lens=(16, 64), budgets=(1, 3, 7, 15), repeats=1)
     again = measure_costs(target.model, strategies, list(range(20)), out, grid, lambda *a: timed.append(a))

@@ -223,7 +223,7 @@ def test_projected_memory_constraint_marks_trials_infeasible(tiny_model_dir, tmp
 
 
 def test_several_strategies_each_in_their_own_study_ranked(tiny_model_dir, tiny_draft_dir, tmp_path):
-    result = invoke("tune", "--model", tiny_model_dir, "--drafter", tiny_draft_dir, "--strategy", "ngram",
+    result = invoke("tune", "--model", tiny_model_dir, "--strategy", "ngram",
                     "--trials", 2, "--limit", 3, "--max-new-tokens", 6, "--out", tmp_path, "--study", "one")
     assert result.exit_code == 0, result.output
     assert "best trial" in result.output and "| parameter" in result.output  # the summary, Markdown when piped

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -14,7 +13,7 @@ from specbench.cli.app import app, err, out, print_table, progress_bar, size_lis
 @app.command()
 def costs(
     model: Annotated[Optional[str], typer.Option(help="HF model id or local directory (default: the embedded model).")] = None,
-    drafter: Annotated[Optional[list[Path]], typer.Option(help="Drafter directory whose proposals to time (repeatable).")] = None,
+    drafter: Annotated[Optional[list[str]], typer.Option(help="Drafter (a directory or a hub id) whose proposals to time (repeatable).")] = None,
     strategy: Annotated[Optional[list[str]], typer.Option("--strategy", "-s", help="Time only these drafters (comma list; default: every drafter the model has).")] = None,
     batch_sizes: Annotated[Optional[str], typer.Option(help="Batch sizes, increasing (default 1,2,4,8,16,32).")] = None,
     verify_lengths: Annotated[Optional[str], typer.Option(help="Tokens per verify forward, increasing (default 1,2,4,8,16).")] = None,

@@ -40,7 +40,7 @@ def default(name: str, when_none: str = "") -> str:
 @app.command()
 def run(
     model: Annotated[Optional[str], typer.Option(help="HF model id (from the local cache: nothing is downloaded) or local directory.", show_default=default("model", "the embedded model"))] = None,
-    drafter: Annotated[Optional[list[Path]], typer.Option(help="Drafter directory (repeatable).", show_default="the embedded model's drafters")] = None,
+    drafter: Annotated[Optional[list[str]], typer.Option(help="Drafter: a directory or cached hub id in specbench's, EAGLE-3, DFlash (z-lab) or DeepSpec format, or a causal LM for `draft` (repeatable; the format is detected).", show_default="the embedded model's drafters")] = None,
     strategy: Annotated[Optional[list[str]], typer.Option("--strategy", "-s", help=f"Strategy: ngram, draft, eagle+dflash, ... (repeatable or comma list); `default` is {', '.join(DEFAULT_STRATEGIES)}; `all` every drafter and {len(COMBINATIONS)} combinations.", show_default=default("strategies"))] = None,
     suite: Annotated[Optional[str], typer.Option(help="Built-in suite name or a suite file.", show_default=default("suite"))] = None,
     categories: Annotated[Optional[list[str]], typer.Option("--categories", "--category", help="Only these categories (repeatable or comma list).", show_default="all")] = None,

@@ -100,6 +100,20 @@ def keep_rows(cache: DynamicCache, rows: torch.Tensor) -> None:
     cache.batch_select_indices(rows)
 
 
+def layer_cache(layer_idx: int, past: tuple[torch.Tensor, torch.Tensor] | None) -> DynamicCache:
+    """A cache holding `past` keys/values at `layer_idx`, to run one transformers decoder layer (a target's
+    own MTP block) over new rows; layer_kv reads back past and new together."""
+    cache = DynamicCache()
+    if past is not None:
+        cache.update(past[0], past[1], layer_idx)
+    return cache
+
+
+def layer_kv(cache: DynamicCache, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
+    layer = cache.layers[layer_idx]
+    return layer.keys, layer.values
+
+
 def state_bytes(*states) -> int:
     """Bytes of the tensors in `states`: tensors, caches, or (nested) tuples and lists of them."""
     total = 0

@@ -39,8 +39,9 @@ from specbench.measure.cost_table import CHAIN, TREE, CostTable, load_table, tab
 from specbench.measure.host import cpu_name
 from specbench.models import DEFAULT_MODEL, encode_turns, fingerprint
 from specbench.results import write_json
-from specbench.strategies.build import Strategy, build_strategy, drafter_dirs_by_strategy
+from specbench.strategies.build import Strategy, build_strategy
 from specbench.strategies.controllers import FixedController
+from specbench.strategies.published.formats import drafter_dirs_by_strategy
 from specbench.strategies.registry import DRAFTER_NAMES
 from specbench.strategies.spec import parse_strategy
 from specbench.suites import load_suite
@@ -315,13 +316,14 @@ def time_drafters(table: CostTable, model, strategies: list[Strategy], context_i
     return table
 
 
-def cost_strategies(target, drafter_dirs: list[Path], names: list[str] | None = None) -> list[Strategy]:
+def cost_strategies(target, drafter_dirs: list[str | Path], names: list[str] | None = None) -> list[Strategy]:
     """The strategies whose proposals a table times: `names`, or every drafter this target has (ngram
-    always, the trained ones where the embedded default ships them or a --drafter directory gives them)."""
-    dirs = drafter_dirs_by_strategy(drafter_dirs)
+    always, the trained ones where the embedded default ships them or a --drafter gives them)."""
+    specs = [parse_strategy(name) for name in names or DRAFTER_NAMES]
+    sources = drafter_dirs_by_strategy(drafter_dirs, specs)
     if names is None:
-        names = [n for n in DRAFTER_NAMES if n == "ngram" or n in dirs or target.name == DEFAULT_MODEL]
-    return [build_strategy(parse_strategy(name), target, {}, dirs) for name in names]
+        specs = [s for s in specs if s.name == "ngram" or s.name in sources or target.name == DEFAULT_MODEL]
+    return [build_strategy(spec, target, {}, sources) for spec in specs]
 
 
 def real_context(target, length: int) -> list[int]:
@@ -333,7 +335,7 @@ def real_context(target, length: int) -> list[int]:
     return (prompt + answer)[:length]
 
 
-def measure_target_costs(target, drafter_dirs: list[Path], out_dir: str | Path, grid: Grid = BATCH_GRID,
+def measure_target_costs(target, drafter_dirs: list[str | Path], out_dir: str | Path, grid: Grid = BATCH_GRID,
                          names: list[str] | None = None, progress: Progress | None = None) -> tuple[CostTable, Path]:
     """`specbench costs`: the cost table of a loaded target and its drafters, and where it is stored."""
     grid.check(getattr(target.model.config, "max_position_embeddings", None))

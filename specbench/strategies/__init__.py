@@ -5,4 +5,6 @@
 - spec.py: parsing `--strategy` values; knobs.py: `--set` and TOML knob values.
 - build.py: specs -> drafters and controllers; combine.py: combinations `a+b`.
 - controllers.py and dspark_scheduler.py: how much to draft each step.
+- published/: drafters in the formats their authors ship (EAGLE-3, DFlash, DeepSpec, MTP inside a
+  target), read into the same drafters; `specbench convert`.
 """

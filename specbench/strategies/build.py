@@ -2,32 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
+import dataclasses
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from specbench.engine.protocol import Controller, Drafter
 from specbench.errors import SpecbenchError
+from specbench.strategies import published
 from specbench.strategies.combine import CombinedDrafter
 from specbench.strategies.controllers import CONTROLLERS, FixedController
-from specbench.strategies.drafter_dir import read_drafter_config
 from specbench.strategies.knobs import make_options
+from specbench.strategies.published.formats import DrafterSource
 from specbench.strategies.registry import definition
 from specbench.strategies.spec import BASELINE, StrategySpec
-
-
-def drafter_dirs_by_strategy(dirs: list[Path]) -> dict[str, Path]:
-    """Which strategy each --drafter directory is for: its config.json says (a plain HF LM is a `draft` model)."""
-    out: dict[str, Path] = {}
-    for path in dirs:
-        config = read_drafter_config(path)
-        strategy = config.get("specbench_strategy") or ("draft" if "model_type" in config else None)
-        if strategy is None:
-            raise SpecbenchError(f"drafter directory {path}: config.json names no strategy and no model_type")
-        if strategy in out:
-            raise SpecbenchError(f"two --drafter directories for {strategy}: {out[strategy]} and {path}")
-        out[strategy] = path
-    return out
 
 
 @dataclass
@@ -35,6 +22,7 @@ class Strategy:
     name: str
     drafter: Drafter | None
     new_controller: Callable[[], Controller] | None  # a fresh controller for every sequence
+    drafters: dict[str, dict[str, Any]] = field(default_factory=dict)  # member -> its drafter's source and knobs
     tree: bool = False  # verifies token trees (a tree drafter or a combination's merged trie): batch size 1 only
 
 
@@ -47,22 +35,40 @@ def verifies_trees(spec: StrategySpec) -> bool:
 COMBINED_MAX_DEPTH = 16
 
 
-def build_strategy(spec: StrategySpec, target, knobs: dict[str, dict[str, Any]], drafter_dirs: dict[str, Path],
-                   controller: str | None = None) -> Strategy:
+def build_member(name: str, target, knobs: dict[str, Any], source: DrafterSource | None) -> tuple[Drafter, Any]:
+    """One method's drafter and knobs: from a published checkpoint (its own knob values under the user's),
+    the target's own MTP modules, or specbench's own drafter directory (the embedded default's without one)."""
+    if source is not None and source.published:
+        options = make_options(name, {**published.knob_defaults(source), **knobs})
+        return published.load(source, target, options), options
+    options = make_options(name, knobs)
+    return definition(name).build(target, options, source.path if source else None), options
+
+
+def describe(source: DrafterSource | None, options: Any) -> dict[str, Any]:
+    where = source.describe() if source else {"format": "specbench", "path": None}
+    return {**where, "knobs": dataclasses.asdict(options)}
+
+
+def build_strategy(spec: StrategySpec, target, knobs: dict[str, dict[str, Any]],
+                   sources: dict[str, DrafterSource], controller: str | None = None) -> Strategy:
     """The drafter(s) and controller factory of a parsed strategy; `controller` overrides every member's."""
     if not spec.members:
         return Strategy(BASELINE, None, None)
     if controller is not None and controller not in CONTROLLERS:
         raise SpecbenchError(f"unknown controller {controller!r}; known: {', '.join(CONTROLLERS)}")
-    drafters, factories = [], []
+    drafters, factories, described = [], [], {}
     for name in spec.members:
+        source = sources.get(name) or published.builtin_source(name, target)
+        drafter, options = build_member(name, target, knobs.get(name, {}), source)
+        drafters.append(drafter)
+        described[name] = describe(source, options)
         method = definition(name)
-        options = make_options(name, knobs.get(name, {}))
-        drafters.append(method.build(target, options, drafter_dirs.get(name)))
         factory = CONTROLLERS[controller or method.default_controller]
-        budget = method.budget(options)
+        # a block drafter knows how many drafts its block holds (DeepSpec's layout drafts one more)
+        budget = getattr(drafter, "max_depth", None) or method.budget(options)
         factories.append(lambda factory=factory, budget=budget, options=options: factory(budget, options))
     if len(drafters) == 1:
-        return Strategy(spec.name, drafters[0], factories[0], verifies_trees(spec))
-    return Strategy(spec.name, CombinedDrafter(drafters, factories), lambda: FixedController(COMBINED_MAX_DEPTH),
-                    tree=True)
+        return Strategy(spec.name, drafters[0], factories[0], described, verifies_trees(spec))
+    combined = CombinedDrafter(drafters, factories)
+    return Strategy(spec.name, combined, lambda: FixedController(COMBINED_MAX_DEPTH), described, tree=True)

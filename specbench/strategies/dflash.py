@@ -193,17 +193,25 @@ class DFlashModel(nn.Module):
         cos_sin = self._rope(positions)
         return [layer.kv(context, cos_sin) for layer in self.layers]
 
+    def token_embeddings(self, ids: torch.Tensor) -> torch.Tensor:
+        return embed(self.target, ids)
+
     def block_inputs(self, first: torch.Tensor, size: int) -> torch.Tensor:
         """Embeddings of blocks [first, MASK x (size-1)] for first token ids (..., A): (..., A*size, H)."""
         x = self.mask_embedding.expand(*first.shape, size, -1)
-        return torch.cat([embed(self.target, first).unsqueeze(-2), x[..., 1:, :]], -2).flatten(-3, -2)
+        return torch.cat([self.token_embeddings(first).unsqueeze(-2), x[..., 1:, :]], -2).flatten(-3, -2)
+
+    def layer_masks(self, positions: torch.Tensor, context: list[tuple[torch.Tensor, torch.Tensor]],
+                    mask: torch.Tensor | None) -> list[torch.Tensor | None]:
+        """Each draft layer's attention mask: `mask` for all of them (published checkpoints may window some)."""
+        return [mask] * len(self.layers)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, context: list[tuple[torch.Tensor, torch.Tensor]],
                 mask: torch.Tensor | None = None) -> torch.Tensor:
         """Final hidden states of block inputs x (..., n, H) at positions (..., n)."""
         cos_sin = self._rope(positions)
-        for layer, kv in zip(self.layers, context):
-            x = layer(x, cos_sin, kv, mask)
+        for layer, kv, layer_mask in zip(self.layers, context, self.layer_masks(positions, context, mask)):
+            x = layer(x, cos_sin, kv, layer_mask)
         return self.norm(x)
 
     def sample_anchors(self, batch: DistillBatch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -300,6 +308,11 @@ class DFlashDrafter:
     def state_bytes(self) -> int:
         return state_bytes(self.context, self.pending)
 
+    @property
+    def max_depth(self) -> int:
+        """Drafts one block holds: B - 1, or B where the anchor slot drafts too (DeepSpec's layout)."""
+        return self.options.block_size - self.model.first_draft_slot
+
     def _absorb(self) -> None:
         """Project the new context features and append them to the window (drafting work, so done in propose)."""
         features = torch.cat(self.pending)
@@ -319,7 +332,7 @@ class DFlashDrafter:
     def propose(self, ctx: DraftContext) -> DraftTree:
         size = self.options.block_size
         first = self.model.first_draft_slot
-        depth = min(ctx.budget, size - first)
+        depth = min(ctx.budget, self.max_depth)
         if depth < 1:
             return DraftTree()
         if self.pending:

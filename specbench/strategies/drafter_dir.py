@@ -13,36 +13,30 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from specbench.errors import SpecbenchError
+from specbench.strategies.published.checkpoint import CONFIG, read_drafter_config
 
-CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
 
 
-def save_drafter(out_dir: Path, strategy: str, config: dict, state: dict[str, torch.Tensor],
-                 fingerprint: str, dtype: torch.dtype = torch.bfloat16) -> None:
-    """Write the drafter beside `out_dir`, then rename it into place: never a half-written directory."""
+def write_checkpoint(out_dir: Path, config: dict, state: dict[str, torch.Tensor], dtype: torch.dtype) -> None:
+    """config.json and model.safetensors written beside `out_dir`, then renamed into place: never a
+    half-written directory."""
     out_dir = Path(out_dir)
     staging = out_dir.with_name(out_dir.name + ".writing")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    meta = {"specbench_strategy": strategy, "target_fingerprint": fingerprint, **config}
-    (staging / CONFIG).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    (staging / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     save_file({k: v.detach().to(dtype).contiguous().cpu() for k, v in state.items()}, str(staging / WEIGHTS))
     if out_dir.exists():
         shutil.rmtree(out_dir)
     os.replace(staging, out_dir)
 
 
-def read_drafter_config(path: Path) -> dict:
-    path = Path(path)
-    if not path.is_dir():
-        raise SpecbenchError(f"drafter directory {path} does not exist")
-    try:
-        return json.loads((path / CONFIG).read_text())
-    except FileNotFoundError:
-        raise SpecbenchError(f"drafter directory {path}: {CONFIG} is missing") from None
-    except json.JSONDecodeError as exc:
-        raise SpecbenchError(f"drafter directory {path}: {CONFIG} is not valid JSON ({exc.msg})") from None
+def save_drafter(out_dir: Path, strategy: str, config: dict, state: dict[str, torch.Tensor],
+                 fingerprint: str, dtype: torch.dtype = torch.bfloat16) -> None:
+    """A specbench drafter directory: the strategy and the target's fingerprint join its config."""
+    meta = {"specbench_strategy": strategy, "target_fingerprint": fingerprint, **config}
+    write_checkpoint(out_dir, meta, state, dtype)
 
 
 def load_drafter(path: Path, strategy: str, fingerprint: str) -> tuple[dict, dict[str, torch.Tensor]]:

@@ -11,7 +11,9 @@ block, one cheap step per position:
 - Confidence head: sigmoid(w . [hidden_k, W1[prev]] + b), an estimate of 1 - TV(p_draft, p_target),
   the probability that the target accepts draft k. The block is cut before the first position where
   the cumulative product of confidences (the estimated probability that the whole prefix is
-  accepted) falls below `confidence_threshold`.
+  accepted) falls below `confidence_threshold` (`confidence_rule = cumulative`); `token` is DeepSpec's
+  rule, a cut at the first position whose own confidence is below it, and the default for DeepSpec's
+  checkpoints (strategies/published/).
 
 Loss as DeepSpec's loss.py: 0.1 CE + 0.9 L1 + 1.0 BCE, each weighted exp(-k / gamma) over the block.
 The distribution term is the L1 distance sum |p_draft - p_target| (= 2 TV) as in DeepSpec's code;
@@ -36,6 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from specbench.engine.protocol import DraftContext
+from specbench.errors import SpecbenchError
 from specbench.strategies.base import StrategyDef
 from specbench.strategies.dflash import BlockConfig, DFlashDrafter, DFlashModel, pick
 from specbench.strategies.dspark_scheduler import SCHEDULER_SPACE, check_knobs, scheduler_knob
@@ -43,14 +46,19 @@ from specbench.strategies.space import Choice, FloatRange, IntRange, Param, Sear
 from specbench.strategies.trainable import DistillBatch
 
 CE_WEIGHT, L1_WEIGHT, CONFIDENCE_WEIGHT = 0.1, 0.9, 1.0  # DeepSpec's dspark config
+# where the block is cut: specbench's cumulative product of confidences (the estimated probability that the
+# whole prefix is accepted), or DeepSpec's first position whose own confidence is below the threshold
+CONFIDENCE_RULES = ("cumulative", "token")
 
 
 @dataclass
 class DSparkOptions:
     # DeepSpec's value: with the last token, a verify length of 8
     block_size: int = knob(7, "drafts per block (the anchor slot drafts too)", "positions", low=1)
-    confidence_threshold: float = knob(0.2, "cut the block where the cumulative confidence falls below this "
-                                            "(0 = never)", "probability", low=0, high=1)
+    confidence_threshold: float = knob(0.2, "cut the block where the confidence (confidence_rule) falls below "
+                                            "this (0 = never)", "probability", low=0, high=1)
+    confidence_rule: str = knob("cumulative", "cumulative: the product of the confidences so far; token: each "
+                                              "position's own (DeepSpec's rule)", "one of cumulative, token")
     context_window: int = knob(512, "W: context positions the drafter sees (0 = all)", "tokens", low=0)
     window_size: int = scheduler_knob("window_size")
     adjust_interval: int = scheduler_knob("adjust_interval")
@@ -67,6 +75,9 @@ class DSparkOptions:
 
     def __post_init__(self) -> None:
         check_knobs(self, prefix="dspark.")
+        if self.confidence_rule not in CONFIDENCE_RULES:
+            raise SpecbenchError(f"dspark.confidence_rule must be one of {', '.join(CONFIDENCE_RULES)}, "
+                                 f"got {self.confidence_rule!r}")
 
 
 # the block and threshold around their defaults (7 drafts, 0.2 in 0..0.6), the window as dflash's, then
@@ -74,6 +85,7 @@ class DSparkOptions:
 SPACE = SearchSpace((
     Param("block_size", IntRange(2, 16)),
     Param("confidence_threshold", FloatRange(0.0, 0.6)),
+    Param("confidence_rule", Choice(CONFIDENCE_RULES)),
     Param("context_window", IntRange(128, 2048, log=True)),
     Param("controller", Choice(("dspark", "fixed", "heuristic", "entropy"))),
 )) + SCHEDULER_SPACE
@@ -96,6 +108,12 @@ class DSparkModel(DFlashModel):
         """Markov-corrected logits and confidence logits of draft slots, given the token before each."""
         memory = self.markov_in(prev)
         return logits + self.markov_out(memory), self.confidence(torch.cat([hidden, memory], -1))[..., 0]
+
+    def step_heads(self, hidden: torch.Tensor, logits: torch.Tensor, prev: torch.Tensor,
+                   state: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """One draft slot at inference: its logits, its confidence logit (None: no confidence head) and the
+        heads' state carried to the next slot (recurrent heads; None here)."""
+        return *self.heads(hidden, logits, prev), None
 
     def training_loss(self, batch: DistillBatch) -> torch.Tensor:
         """0.1 CE + 0.9 L1 against the target's distribution + BCE of the confidence towards 1 - TV."""
@@ -123,11 +141,14 @@ class DSparkDrafter(DFlashDrafter):
         qs: list[torch.Tensor | None] = []
         prev = ctx.tokens[-1]
         alive = 1.0  # the estimated probability that every draft so far is accepted
+        state = None
         for k in range(len(hidden)):
-            logits, confidence = self.model.heads(hidden[k], base[k], prev)
-            alive *= float(torch.sigmoid(confidence))
-            if alive < self.options.confidence_threshold:
-                break
+            logits, confidence, state = self.model.step_heads(hidden[k], base[k], prev, state)
+            if confidence is not None:
+                p = float(torch.sigmoid(confidence))
+                alive = alive * p if self.options.confidence_rule == "cumulative" else p
+                if alive < self.options.confidence_threshold:
+                    break
             token, q = pick(logits[None], ctx)
             prev = token[0]
             tokens.append(int(prev))

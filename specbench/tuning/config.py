@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +36,8 @@ class TuneConfig:
 
     def validate(self) -> TuneConfig:
         """Refuse bad input in one line before anything is loaded or any study is touched."""
-        self.workload.validate()
+        # the workload checked as a run of the strategies tuned (its knobs and drafters must be for them)
+        dataclasses.replace(self.workload, strategies=[spec.name for spec in self.specs()]).validate()
         validate_knobs(self.workload.knobs)
         if self.trials < 1:
             raise SpecbenchError(f"--trials must be at least 1, got {self.trials}")

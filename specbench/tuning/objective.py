@@ -16,7 +16,6 @@ import socket
 import time
 import zlib
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,8 +30,9 @@ from specbench.measure.lossless import first_divergence, mismatch_detail
 from specbench.measure.stats import geometric_mean, paired_speedups
 from specbench.models import encode_turns
 from specbench.projection import memory_fit, project, workload_shape
-from specbench.strategies.build import Strategy, build_strategy, drafter_dirs_by_strategy
-from specbench.strategies.spec import StrategySpec
+from specbench.strategies.build import Strategy, build_strategy
+from specbench.strategies.published.formats import drafter_dirs_by_strategy
+from specbench.strategies.spec import StrategySpec, parse_strategies
 from specbench.suites import SuiteItem
 from specbench.tuning.space import StudySpace
 from specbench.tuning.study import FAIL_REASON, MEMORY_CONSTRAINT, PER_PROMPT
@@ -78,7 +78,7 @@ class Evaluator:
         self.ar = bench.strategies[0]
         self.profile = profile  # set: the projected objective on this profile
         self.trials = 0
-        self.dirs = drafter_dirs_by_strategy([Path(d) for d in bench.config.drafters])
+        self.dirs = drafter_dirs_by_strategy(bench.config.drafters, parse_strategies(bench.config.strategies))
         self.units = self._encode(items)
 
     def _encode(self, items: list[SuiteItem]) -> list[Unit]:

@@ -31,10 +31,10 @@ from specbench.errors import SpecbenchError
 from specbench.hardware import GpuProfile
 from specbench.models import fingerprint
 from specbench.results import write_atomic
-from specbench.strategies.build import drafter_dirs_by_strategy
 from specbench.strategies.knobs import make_options
+from specbench.strategies.published.formats import drafter_dirs_by_strategy, open_source
 from specbench.strategies.registry import definition
-from specbench.strategies.spec import StrategySpec, parse_strategy
+from specbench.strategies.spec import StrategySpec, parse_strategies, parse_strategy
 from specbench.suites import SuiteItem
 from specbench.tuning.config import TuneConfig
 from specbench.tuning.engines import engines_markdown, translate
@@ -209,7 +209,10 @@ def _spawned_worker(config: TuneConfig, spec_name: str, identity: dict[str, Any]
     torch.set_num_threads(_threads_per_worker(config.workers))
     try:
         spec = parse_strategy(spec_name)
-        plan = plan_study(config, spec, prepare(dataclasses.replace(config.workload, strategies=[spec_name])))
+        # this strategy's drafters only: a run's --drafter values must all be used by its strategies
+        drafters = [d for d in config.workload.drafters if open_source(d).strategy in spec.members]
+        plan = plan_study(config, spec, prepare(dataclasses.replace(config.workload, strategies=[spec_name],
+                                                                    drafters=drafters)))
         study = optuna.load_study(study_name=name, storage=open_storage(url, config.heartbeat_s),
                                   sampler=make_sampler(config.workload.seed + index, trials),
                                   pruner=make_pruner(config.directions))
@@ -248,8 +251,8 @@ def _engines(plan: StudyPlan, knobs: dict[str, dict[str, Any]], controller: str 
         return None
     name = plan.spec.members[0]
     options = dataclasses.asdict(make_options(name, knobs.get(name, {})))
-    dirs = drafter_dirs_by_strategy([Path(d) for d in plan.bench.config.drafters])
-    drafter = str(dirs[name]) if name in dirs else None
+    dirs = drafter_dirs_by_strategy(plan.bench.config.drafters, parse_strategies(plan.bench.config.strategies))
+    drafter = dirs[name].checkpoint.name if name in dirs else None
     return translate(name, options, controller or definition(name).default_controller, drafter)
 
 

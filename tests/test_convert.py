@@ -1,0 +1,128 @@
+"""`specbench convert`: published checkpoints into specbench's format and back draft exactly as before;
+what cannot be converted exactly is refused with the reason."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from typer.testing import CliRunner
+
+from specbench.cli import app
+from specbench.errors import SpecbenchError
+from specbench.models import Target, load_lm
+from specbench.strategies.build import build_strategy
+from specbench.strategies.published.convert import convert
+from specbench.strategies.published.formats import open_source
+from specbench.strategies.spec import parse_strategy
+from tests.conftest import tiny_lm, write_tiny_model_dir
+from tests.published_layouts import deepspec_checkpoint, dflash_checkpoint, eagle3_checkpoint, propose
+
+MASK = 7
+PROMPTS = [[5, 6, 7, 8, 9], [1, 2], [40, 41, 3, 3, 90, 12, 6, 60, 2]]
+
+
+@pytest.fixture(scope="module")
+def target() -> Target:
+    return Target(tiny_lm("qwen3-gqa", layers=6), None, "tiny-qwen3-6", frozenset())
+
+
+def drafts(target, path, strategy: str, **knobs) -> list[list[int]]:
+    drafter = build_strategy(parse_strategy(strategy), target, {strategy: knobs},
+                             {strategy: open_source(path)}).drafter
+    return [propose(drafter, target.model, prompt, 16).tokens for prompt in PROMPTS]
+
+
+def deepspec_of_target(target, path, **kwargs):
+    """A DeepSpec checkpoint whose embedding and LM head are the target's (DeepSpec copies and freezes them),
+    but for the mask row."""
+    deepspec_checkpoint(path, target.model, [0, 2, 4], MASK, **kwargs)
+    state = load_file(str(path / "model.safetensors"))
+    embedding = target.model.get_input_embeddings().weight.detach().clone()
+    embedding[MASK] = state["embed_tokens.weight"][MASK]
+    state.update({"embed_tokens.weight": embedding, "lm_head.weight": target.model.lm_head.weight.detach().clone()})
+    save_file(state, str(path / "model.safetensors"))
+    return path
+
+
+def test_zlab_dflash_to_specbench(target, tmp_path):
+    zlab = dflash_checkpoint(tmp_path / "zlab", target.model, [0, 2, 4], MASK, block_size=5)
+    done = convert(open_source(zlab), target, tmp_path / "ours")
+    assert (open_source(done.out).format, done.out_format) == ("specbench", "specbench dflash")
+    assert drafts(target, done.out, "dflash", block_size=5) == drafts(target, zlab, "dflash")
+
+
+def test_deepspec_dspark_to_specbench_and_back(target, tmp_path):
+    deepspec = deepspec_of_target(target, tmp_path / "deepspec")
+    knobs = {"confidence_threshold": 0.3, "confidence_rule": "token"}
+    ours = convert(open_source(deepspec), target, tmp_path / "ours").out
+    assert drafts(target, ours, "dspark", block_size=5, **knobs) == drafts(target, deepspec, "dspark", **knobs)
+    back = convert(open_source(ours), target, tmp_path / "back", mask_token_id=MASK)
+    assert open_source(back.out).format == "deepspec-dspark"
+    assert drafts(target, back.out, "dspark", **knobs) == drafts(target, deepspec, "dspark", **knobs)
+    original = load_file(str(deepspec / "model.safetensors"))
+    round_trip = load_file(str(back.out / "model.safetensors"))
+    assert original.keys() == round_trip.keys() and all(torch.equal(original[k], round_trip[k]) for k in original)
+
+
+def test_what_cannot_be_converted_exactly_is_refused(target, tmp_path):
+    cases = [
+        (eagle3_checkpoint(tmp_path / "eagle3", tiny_lm("llama-mha", layers=8), 64), tiny_lm("llama-mha", layers=8),
+         "EAGLE-3's q/k/v read the 2H concatenation"),
+        (dflash_checkpoint(tmp_path / "window", target.model, [1, 3], MASK, sliding_window=3), target.model,
+         "sliding-window"),
+        (deepspec_of_target(target, tmp_path / "gated", markov_head_type="gated"), target.model,
+         "Markov head is gated"),
+        (deepspec_checkpoint(tmp_path / "own-embedding", target.model, [0, 2, 4], MASK), target.model,
+         "embedding differs from the target's"),
+    ]
+    for path, model, message in cases:
+        with pytest.raises(SpecbenchError, match=message):
+            convert(open_source(path), Target(model, None, "t", frozenset()), tmp_path / "out")
+    ours = convert(open_source(dflash_checkpoint(tmp_path / "zlab", target.model, [0, 2, 4], MASK)), target,
+                   tmp_path / "ours").out
+    with pytest.raises(SpecbenchError, match="no row for specbench's learned mask vector"):
+        convert(open_source(ours), target, tmp_path / "zlab-again")
+
+
+def test_convert_command(tiny_model_dir, tmp_path):
+    model_dir = write_tiny_model_dir(tmp_path / "target", "", hidden=32, layers=6, tokenizer_from=tiny_model_dir)
+    model = load_lm(str(model_dir), torch.device("cpu"), torch.float32)
+    deepspec = deepspec_of_target(Target(model, None, "t", frozenset()), tmp_path / "deepspec")
+    runner = CliRunner()
+    result = runner.invoke(app, ["convert", str(deepspec), "--model", str(model_dir), "--out", str(tmp_path / "ours"),
+                                 "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["out_format"] == "specbench dspark"
+    # back to DeepSpec: this vocabulary has no row the tokenizer never produces, so the mask id must be given
+    result = runner.invoke(app, ["convert", str(tmp_path / "ours"), "--model", str(model_dir), "--out",
+                                 str(tmp_path / "back")])
+    assert result.exit_code == 2 and "--mask-token-id" in result.output
+    result = runner.invoke(app, ["convert", str(tmp_path / "ours"), "--model", str(model_dir), "--out",
+                                 str(tmp_path / "back"), "--mask-token-id", str(MASK)])
+    assert result.exit_code == 0 and "deepspec-dspark" in result.output
+    result = runner.invoke(app, ["convert", str(tmp_path / "nowhere"), "--out", str(tmp_path / "x")])
+    assert result.exit_code == 2 and "no such drafter directory" in result.output
+
+
+def test_the_embedded_dspark_drafter_in_deepspec_layout_drafts_the_same(tmp_path):
+    """The shipped default target and dspark drafter (bfloat16 weights): converted to DeepSpec's layout
+    and read back by the DeepSpec reader, it drafts exactly what specbench's own drafter does."""
+    from specbench.models import ASSETS, load_target
+
+    target = load_target(None, torch.device("cpu"), torch.float32)
+    ours = ASSETS / "default" / "drafters" / "dspark"
+    converted = convert(open_source(ours), target, tmp_path / "deepspec", mask_token_id=target.tokenizer.pad_token_id)
+    knobs = {"confidence_threshold": 0.2, "confidence_rule": "cumulative"}
+    own = build_strategy(parse_strategy("dspark"), target, {"dspark": knobs}, {}).drafter
+    published = build_strategy(parse_strategy("dspark"), target, {"dspark": knobs},
+                               {"dspark": open_source(converted.out)}).drafter
+    drafted = 0
+    for text in ("def parse(text):\n    ", "import os\n", "class Config:\n    def __init__(self"):
+        prompt = target.tokenizer(text)["input_ids"]
+        tokens = propose(own, target.model, prompt, 7).tokens
+        assert propose(published, target.model, prompt, 7).tokens == tokens
+        drafted += len(tokens)
+    assert drafted > 3
