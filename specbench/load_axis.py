@@ -18,6 +18,7 @@ from specbench.draft_schedule import schedule_entry, schedule_toml, vllm_config
 from specbench.measure.batch_model import DraftShape, best_caps, modelled, stops_paying
 from specbench.measure.cost_table import load_table
 from specbench.measure.costs import drafter_key, real_context, table_key, time_drafters
+from specbench.measure.stats import position_sums
 from specbench.strategies.build import Strategy
 
 NO_TABLE = ("no cost table for this model and device: `specbench costs` measures one, and the modelled "
@@ -28,7 +29,7 @@ MODEL_KEYS = ("speedup", "tokens_per_s", "tau", "block", "step_s", "verify_s", "
 def draft_shape(strategy: Strategy, rows: pd.DataFrame, result: dict[str, Any]) -> DraftShape:
     """What the rows of one strategy at one batch size measured, independent of the batch size."""
     context = float((rows.prompt_tokens + rows.new_tokens / 2).mean())
-    steps_by_drafted = pd.DataFrame(rows.steps_by_drafted.tolist()).fillna(0).sum().to_numpy()
+    steps_by_drafted = position_sums(rows.steps_by_drafted)
     return DraftShape.measured(result["acceptance_by_position"], steps_by_drafted, context, drafter_key(strategy),
                                strategy.tree)
 

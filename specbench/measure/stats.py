@@ -77,7 +77,8 @@ def acceptance_by_position(accepted: np.ndarray, steps: int) -> list[float]:
     return [float(a / r) for a, r in zip(accepted, reached) if r > 0]
 
 
-def _position_sums(column: pd.Series) -> np.ndarray:
+def position_sums(column: pd.Series) -> np.ndarray:
+    """Element-wise sums of per-row count lists of different lengths."""
     width = max((len(v) for v in column), default=0)
     total = np.zeros(width)
     for counts in column:
@@ -124,7 +125,7 @@ def summarize_strategy(rows: pd.DataFrame, seed: int = 0, costs: CostInputs | No
         "speedup": speedup,
         "speedup_ci": [low, high],
         "tau": _ratio(new_tokens, steps),
-        "acceptance_by_position": acceptance_by_position(_position_sums(rows.accept_by_position), steps)
+        "acceptance_by_position": acceptance_by_position(position_sums(rows.accept_by_position), steps)
         or ([0.0] if rows.drafted.sum() else []),  # drafted, never accepted: a_1 = 0
         "draft_efficiency": _ratio(rows.accepted.sum(), rows.drafted.sum()),
         "mismatches": int(rows.mismatch.astype(bool).sum()) if checked else None,
