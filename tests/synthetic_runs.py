@@ -26,8 +26,9 @@ def write_run(root: Path, name: str, speedups: dict[str, Any], *, categories: tu
               prompts: int = 6, model: str = "default", cuda: str | None = None, temperature: float = 0.0,
               batch_size: int | None = None, knobs: dict | None = None, drafter_bytes: dict[str, int] | None = None,
               projections: dict[str, dict] | None = None, mismatched: tuple[str, ...] = (), noise: float = 0.02,
-              seed: int = 0) -> Path:
-    """A complete run under root/runs/name. `speedups`: strategy -> speedup, or -> {category: speedup}."""
+              seed: int = 0, modelled: dict[int, dict[str, float]] | None = None) -> Path:
+    """A complete run under root/runs/name. `speedups`: strategy -> speedup, or -> {category: speedup};
+    `modelled`: batch size -> strategy -> the speedup its load axis models there."""
     rng = np.random.default_rng(seed)
     path = root / "runs" / name
     path.mkdir(parents=True)
@@ -60,7 +61,9 @@ def write_run(root: Path, name: str, speedups: dict[str, Any], *, categories: tu
                      "started": "2026-12-01T00:00:00+00:00", "finished": "2026-12-01T00:01:00+00:00"},
         "config.json": config,
         "environment.json": {"cuda": cuda, "torch": "2.13.0"},
-        "summary.json": {"results": summary},
+        "summary.json": {"results": summary, "load": {"points": [
+            {"strategy": s, "batch_size": b, "modelled_speedup": v} for b, at in (modelled or {}).items()
+            for s, v in at.items()]}},
     }
     for file, data in files.items():
         (path / file).write_text(json.dumps(data, default=float))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specbench.measure import costs
+from specbench.measure import cost_table, costs
 from specbench.measure.costs import Grid, drafter_key, measure_costs
 from specbench.strategies.build import Strategy
 from specbench.strategies.controllers import FixedController
@@ -17,6 +17,7 @@ def ngram(max_ngram: int = 2) -> Strategy:
 
 
 def test_measures_every_shape_once_and_reuses_the_stored_table(tmp_path, monkeypatch):
+    monkeypatch.setattr(cost_table, "trusted", lambda entry: True)  # tiny forwards jitter: trust is tested below
     target = tiny_target()
     table = measure_costs(target.model, [ngram()], [1, 2, 3, 1, 2], tmp_path, GRID)
     shapes = {(r["batch"], r["tokens"], r["context"], r["mask"]) for r in table.target}
@@ -33,6 +34,25 @@ def test_measures_every_shape_once_and_reuses_the_stored_table(tmp_path, monkeyp
     assert timed == [] and again.as_json() == table.as_json()
     other = measure_costs(target.model, [ngram(max_ngram=3)], [1, 2, 3], tmp_path, GRID)
     assert len(timed) == 2 and len(other.drafters) == 2  # other knobs: another drafter entry, target reused
+
+
+def test_entries_timed_on_a_busy_machine_are_timed_again(tmp_path, monkeypatch):
+    assert cost_table.trusted({"spread": 0.05, "others_cpu": 0.02})
+    assert not cost_table.trusted({"spread": 0.6, "others_cpu": 0.0})  # the repeats disagree
+    assert not cost_table.trusted({"spread": 0.05, "others_cpu": 0.5})  # other processes held the CPUs
+    assert not cost_table.trusted({"spread": 0.05})  # a table that never said how busy the machine was
+    target = tiny_target()
+    grid = Grid(verify_lengths=(1, 2), context_lens=(8,), masks=("chain",), budgets=(1,), repeats=2, warmup=0)
+    monkeypatch.setattr(costs.noise.Window, "SHORTEST_S", 0.0)
+    monkeypatch.setattr(costs.noise, "others_share", lambda first, last, cpus=None: 0.6)
+    busy = measure_costs(target.model, [ngram()], [1, 2, 3], tmp_path, grid)
+    assert all(r["others_cpu"] == 0.6 for r in busy.target)  # used by this run, recorded as busy
+    assert cost_table.load_table(tmp_path, busy.key).target == []  # and not reused
+    assert cost_table.trusted({"spread": 0.05, "others_cpu": None})  # timed too briefly to tell
+    monkeypatch.setattr(costs.noise, "others_share", lambda first, last, cpus=None: 0.0)
+    monkeypatch.setattr(cost_table, "trusted", lambda entry: entry["others_cpu"] == 0.0)
+    quiet = measure_costs(target.model, [ngram()], [1, 2, 3], tmp_path, grid)
+    assert len(quiet.target) == 2 and all(r["others_cpu"] == 0.0 for r in quiet.target)  # timed again
 
 
 def test_keys_name_the_model_device_dtype_and_torch():

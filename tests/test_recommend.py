@@ -159,6 +159,20 @@ def test_evidence_matches_the_batch_size(tmp_path):
     assert (rec.strategy, rec.source) == ("ar", "prior") and any("batch size 1, not 8" in n for n in rec.unmatched)
 
 
+def test_a_load_axis_offers_modelled_evidence_at_other_batch_sizes(tmp_path):
+    run = write_run(tmp_path, "b1", {"dspark": 2.0, "ngram": 1.2}, categories=("code",),
+                    modelled={8: {"dspark": 1.3, "ngram": 1.05}, 16: {"dspark": 0.9, "ngram": 0.97}})
+    rec = recommend(make_workload("cpu", batch_size=8), tmp_path)
+    assert (rec.strategy, rec.source, rec.rests_on) == ("dspark", "modelled", (str(run),))
+    assert rec.speedup == pytest.approx(1.3) and rec.ci is None
+    assert recommend(make_workload("cpu", batch_size=16), tmp_path).strategy == "ar"  # nothing pays at 16
+    assert recommend(make_workload("cpu", batch_size=8, task="code"), tmp_path).source == "modelled"
+
+    write_run(tmp_path, "b8", {"ngram": 1.1}, categories=("code",), batch_size=8)
+    rec = recommend(make_workload("cpu", batch_size=8), tmp_path)
+    assert (rec.strategy, rec.source) == ("ngram", "measured")  # measured at 8 ranks before modelled at 8
+
+
 def _study(root, name, strategy, speedup, **meta):
     tuned = root / "tuned"
     tuned.mkdir(exist_ok=True)

@@ -11,6 +11,17 @@ from pathlib import Path
 import numpy as np
 
 CHAIN, TREE = "chain", "tree"
+MAX_SPREAD = 0.25  # interquartile range over median of an entry's repeats
+MAX_OTHERS = 0.15  # share of the CPUs other processes took while an entry was timed (counters tick at 10 ms)
+
+
+def trusted(entry: dict) -> bool:
+    """Whether a stored entry was timed on a quiet machine: consistent repeats and little other load
+    (`others_cpu` null: timed too briefly to tell; an entry that does not say at all is not trusted).
+    Untrusted entries are timed again rather than reused, so one noisy session cannot bias every
+    later cost model."""
+    others = entry.get("others_cpu", 1.0)
+    return entry.get("spread", 1.0) <= MAX_SPREAD and (others is None or others <= MAX_OTHERS)
 
 
 def _interpolate(x: float, xs: list[float], ys: list[float]) -> float:
@@ -82,7 +93,8 @@ def load_table(out_dir: str | Path, key: dict[str, str]) -> CostTable:
         return CostTable(key)
     try:
         data = json.loads(path.read_text())
-        return CostTable(key, list(data["target"]), {k: list(v) for k, v in data["drafters"].items()},
-                         list(data.get("overhead", [])))
+        drafters = {k: [r for r in v if trusted(r)] for k, v in data["drafters"].items()}
+        return CostTable(key, [r for r in data["target"] if trusted(r)], {k: v for k, v in drafters.items() if v},
+                         [r for r in data.get("overhead", []) if trusted(r)])
     except (OSError, ValueError, KeyError, TypeError):
         return CostTable(key)  # a damaged table is measured again, not trusted

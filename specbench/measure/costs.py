@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import hashlib
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
@@ -35,6 +36,7 @@ from specbench.engine.protocol import DraftContext, StepOutcome
 from specbench.engine.sampling import Sampling, seeded
 from specbench.engine.tree import DraftTree, tree_attention_mask
 from specbench.errors import SpecbenchError
+from specbench.measure import noise
 from specbench.measure.cost_table import CHAIN, TREE, CostTable, load_table, table_path
 from specbench.measure.host import cpu_name
 from specbench.models import DEFAULT_MODEL, encode_turns, fingerprint
@@ -116,7 +118,7 @@ def drafter_key(strategy: Strategy) -> str:
 
 
 def _time(fn: Callable[[], None], repeats: int, warmup: int, device: torch.device,
-          setup: Callable[[], None] = lambda: None) -> tuple[float, float]:
+          setup: Callable[[], None] = lambda: None) -> dict[str, float]:
     """Median seconds of `fn` over `repeats` runs after `warmup` (each after an untimed `setup`), and
     the spread (IQR / median)."""
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
@@ -129,12 +131,22 @@ def _time(fn: Callable[[], None], repeats: int, warmup: int, device: torch.devic
         sync()
         if i >= warmup:
             times.append(time.perf_counter() - start)
-    return _median_spread(times)
+    return _timing(times)
 
 
-def _median_spread(times: list[float]) -> tuple[float, float]:
+def _timing(times: list[float]) -> dict[str, float]:
     q1, median, q3 = np.percentile(times, [25, 50, 75])
-    return float(median), float((q3 - q1) / median) if median > 0 else 0.0
+    return {"median_s": float(median), "spread": float((q3 - q1) / median) if median > 0 else 0.0}
+
+
+@contextmanager
+def recorded_load(entries: list[dict]) -> Iterator[None]:
+    """Record in each entry timed inside the block how busy other processes kept the CPUs meanwhile
+    (over the whole block: a single entry is too short for the CPU counters), for cost_table.trusted."""
+    with noise.Window() as window:
+        yield
+    for entry in entries:
+        entry.setdefault("others_cpu", window.share)
 
 
 def complete_tree(nodes: int, width: int = TREE_WIDTH) -> DraftTree:
@@ -185,8 +197,8 @@ def time_target(model, batch: int, tokens: int, context: int, mask: str, repeats
         verify_forward(model, ids, cache, context, tree)
         truncate(cache, context)
 
-    median, spread = _time(verify, repeats, warmup, device)
-    return {"batch": batch, "tokens": tokens, "context": context, "mask": mask, "median_s": median, "spread": spread}
+    return {"batch": batch, "tokens": tokens, "context": context, "mask": mask,
+            **_time(verify, repeats, warmup, device)}
 
 
 class FixedChain:
@@ -223,8 +235,7 @@ def time_overhead(model, batch: int, tokens: int, steps: int) -> dict:
     prompts = [list(range(1, OVERHEAD_PROMPT + 1))] * batch
     run = generate_batch(model, prompts, steps + 1, drafters=drafters, controllers=controllers)
     times = [other for _, _, other in run.step_times[1:steps + 1]] or [run.step_times[0][2]]
-    median, spread = _median_spread(times)
-    return {"batch": batch, "tokens": tokens, "median_s": median, "spread": spread}
+    return {"batch": batch, "tokens": tokens, **_timing(times)}
 
 
 @torch.inference_mode()
@@ -250,8 +261,8 @@ def time_drafter(model, strategy: Strategy, context_ids: list[int], budget: int,
         tree = drafter.propose(DraftContext(tokens[0], budget, Sampling(), rng, FixedController(budget)))
         depth.append(max(tree.depths(), default=0))
 
-    median, spread = _time(propose, repeats, warmup, model.device, setup=commit_one)
-    return {"budget": budget, "depth": float(np.mean(depth)), "median_s": median, "spread": spread}
+    timing = _time(propose, repeats, warmup, model.device, setup=commit_one)
+    return {"budget": budget, "depth": float(np.mean(depth)), **timing}
 
 
 def save_table(out_dir: str | Path, table: CostTable) -> Path:
@@ -283,13 +294,15 @@ def measure_costs(model, strategies: list[Strategy], context_ids: list[int], out
 
     for (b, c), shapes in groups.items():
         cache = filled_cache(model, b, c)
-        for n, m in shapes:
-            table.target.append(time_target(model, b, n, c, m, grid.repeats, grid.warmup, cache))
-            advance(f"target: batch {b}, context {c}")
+        with recorded_load(table.target):
+            for n, m in shapes:
+                table.target.append(time_target(model, b, n, c, m, grid.repeats, grid.warmup, cache))
+                advance(f"target: batch {b}, context {c}")
         save_table(out_dir, table)
-    for b, n in overhead:
-        table.overhead.append(time_overhead(model, b, n, grid.overhead_steps))
-        advance(f"step overhead: batch {b}")
+    with recorded_load(table.overhead):
+        for b, n in overhead:
+            table.overhead.append(time_overhead(model, b, n, grid.overhead_steps))
+            advance(f"step overhead: batch {b}")
     if overhead:
         save_table(out_dir, table)
     time_drafters(table, model, strategies, context_ids, out_dir, grid, advance)
@@ -307,10 +320,11 @@ def time_drafters(table: CostTable, model, strategies: list[Strategy], context_i
     """Time the proposals `table` lacks (each drafter at each of the grid's budgets) and store them."""
     with_drafter = [s for s in strategies if s.drafter is not None]
     for strategy, budgets in zip(with_drafter, missing_budgets(table, strategies, grid)):
-        for budget in budgets:
-            table.drafters.setdefault(drafter_key(strategy), []).append(
-                time_drafter(model, strategy, context_ids, budget, grid.repeats, grid.warmup))
-            advance(f"{strategy.name} proposals")
+        entries = table.drafters.setdefault(drafter_key(strategy), [])
+        with recorded_load(entries):
+            for budget in budgets:
+                entries.append(time_drafter(model, strategy, context_ids, budget, grid.repeats, grid.warmup))
+                advance(f"{strategy.name} proposals")
         if budgets:
             save_table(out_dir, table)
     return table

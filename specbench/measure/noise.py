@@ -34,6 +34,12 @@ class Sample:
     clock_mhz: float | None
 
 
+def others_share(first: Sample, last: Sample, cpus: int | None = None) -> float:
+    """The share of all CPUs' time between two samples that other processes took."""
+    capacity = max(last.wall - first.wall, 1e-9) * (cpus or psutil.cpu_count() or 1)
+    return max(0.0, (last.busy - first.busy) - (last.own - first.own)) / capacity
+
+
 def sample() -> Sample:
     cpu = psutil.cpu_times()
     busy = sum(getattr(cpu, name, 0.0) for name in ("user", "nice", "system", "irq", "softirq"))
@@ -41,6 +47,22 @@ def sample() -> Sample:
     freq = psutil.cpu_freq()
     return Sample(time.monotonic(), busy, getattr(cpu, "steal", 0.0), own.user + own.system,
                   freq.current if freq and freq.current else None)
+
+
+class Window:
+    """The share of the CPUs other processes took while a `with` block ran; None when the block was too
+    short for the CPU counters (they tick every 10 ms) to tell."""
+
+    SHORTEST_S = 1.0
+
+    def __enter__(self) -> Window:
+        self.first, self.share = sample(), None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        last = sample()
+        if last.wall - self.first.wall >= self.SHORTEST_S:
+            self.share = others_share(self.first, last)
 
 
 class NoiseMonitor:
@@ -65,7 +87,7 @@ class NoiseMonitor:
         first, last = self.samples[0], self.samples[-1]
         cpus = self.cpus
         capacity = max(last.wall - first.wall, 1e-9) * cpus
-        others = max(0.0, (last.busy - first.busy) - (last.own - first.own)) / capacity
+        others = others_share(first, last, cpus)
         steal = (last.steal - first.steal) / capacity
         clocks = [s.clock_mhz for s in self.samples if s.clock_mhz]
         clock_change = (max(clocks) - min(clocks)) / max(clocks) if clocks else None

@@ -4,13 +4,11 @@ Readers: run directories (anywhere below the results directory, read with `repor
 tuned studies (results/tuned/<study>.json with the run config <study>.toml beside it). Whatever
 cannot be read is skipped and named; recommend goes on without it.
 
-`modelled` candidates (a run's measured draft shape priced by the cost table of the workload's GPU
-or batch size, results/costs/) need a run directory to name its cost table and drafter keys, which
-main's runs do not record yet; their reader will be one more function in `READERS`, ranked between
-measured and projected.
-
-A run offers `measured` candidates when it ran on the workload's GPU, and `projected` ones when its
-summary holds a roofline projection onto that GPU (`specbench run --gpu NAME`). Runs of the same
+A run offers `measured` candidates when it ran on the workload's GPU at the workload's batch size,
+`modelled` ones when it ran on that GPU at another batch size and its load axis (summary.json's
+`load`: its measured acceptance and draft shape priced by the cost table it names, timed on the
+same device) models the workload's batch size, and `projected` ones when its summary holds a
+roofline projection onto that GPU (`specbench run --gpu NAME`). Runs of the same
 model and strategy configuration pool their prompts: the speedup and its interval come from
 `measure.stats` over all of them. A strategy whose greedy output ever differed from `ar` in a run
 is not offered from that run: a recommendation is lossless or it is not one.
@@ -198,7 +196,6 @@ def _study(path: Path) -> Study:
     return Study(path, meta, StrategyConfig(strategy, own, toml.get("controller"), str(toml_path)))
 
 
-# a modelled-speedup reader joins here once run directories name their cost table (see the docstring)
 READERS: tuple[Callable[[Path, Evidence], None], ...] = (read_runs, read_studies)
 
 
@@ -223,8 +220,8 @@ def _mismatch(record: RunRecord, workload: Workload) -> str | None:
     if not len(record.rows):
         return "no rows measured yet"
     sizes = sorted(set(record.rows["batch_size"]))
-    if workload.batch_size not in sizes:
-        return f"batch size {', '.join(map(str, sizes))}, not {workload.batch_size}"
+    if workload.batch_size not in sizes and not (record.device == workload.gpu.name and _modelled(record, workload)):
+        return f"batch size {', '.join(map(str, sizes))}, not {workload.batch_size} (nor modelled at it)"
     if workload.task is not None and workload.task not in set(record.rows["category"]):
         return f"no {workload.task} prompts"
     return None
@@ -273,6 +270,7 @@ def run_candidates(evidence: Evidence, workload: Workload) -> tuple[list[Candida
     pools: dict[tuple[str, str], _Pool] = {}
     baselines: dict[str, list[pd.DataFrame]] = {}  # model -> ar rows of the measured runs
     projected: list[Candidate] = []
+    modelled: list[Candidate] = []
     for record in evidence.runs:
         why = _mismatch(record, workload)
         on_gpu = record.device == workload.gpu.name
@@ -285,13 +283,16 @@ def run_candidates(evidence: Evidence, workload: Workload) -> tuple[list[Candida
         rows = rows if workload.task is None else rows[rows["category"] == workload.task]
         rows = rows.assign(prompt_id=record.path + "/" + rows["prompt_id"].astype(str))
         lossless = []
-        for strategy, part in rows.groupby("strategy", sort=False):
+        for strategy, part in (rows if len(rows) else record.rows).groupby("strategy", sort=False):
             if _mismatched(part):
                 notes.append(f"{record.path}: {strategy} left out: its greedy output differed from ar")
             else:
                 lossless.append(str(strategy))
         if not on_gpu:
             projected += _projected_candidates(record, workload, rows, lossless, notes)
+            continue
+        if not len(rows):  # measured at other batch sizes only: what its load axis models at this one
+            modelled += _modelled_candidates(record, workload, lossless, notes)
             continue
         baselines.setdefault(record.model, []).append(rows[rows["strategy"] == BASELINE])
         for strategy in lossless:
@@ -301,7 +302,39 @@ def run_candidates(evidence: Evidence, workload: Workload) -> tuple[list[Candida
             pool.paths.add(record.path)
     measured = [_pooled_candidate(pool, pd.concat(baselines[model], ignore_index=True), workload)
                 for (model, _key), pool in pools.items()]
-    return measured + projected, notes
+    return measured + modelled + projected, notes
+
+
+def _modelled(record: RunRecord, workload: Workload) -> dict[str, dict[str, Any]]:
+    """strategy -> its point on the run's load axis at the workload's batch size."""
+    load = record.run.extra.get("load") or {}
+    return {p["strategy"]: p for p in load.get("points") or []
+            if p.get("batch_size") == workload.batch_size and p.get("modelled_speedup")}
+
+
+def _modelled_candidates(record: RunRecord, workload: Workload, lossless: list[str],
+                         notes: list[str]) -> list[Candidate]:
+    if workload.task is not None and set(record.rows["category"]) != {workload.task}:
+        notes.append(f"{record.path}: its load axis models every category of the run, not {workload.task} alone")
+        return []
+    measured_at = int(record.rows["batch_size"].min())
+    rows = record.rows[record.rows["batch_size"] == measured_at]
+    ar_rows = rows[rows["strategy"] == BASELINE]
+    kv = _kv_bytes_per_token(ar_rows)
+
+    def need(strategy: str) -> float | None:
+        """What one sequence needed, plus the KV cache of the batch's other sequences."""
+        part = rows[rows["strategy"] == strategy]
+        if kv is None or not len(part):
+            return None
+        context = workload.context_len or float((part["prompt_tokens"] + part["new_tokens"]).max())
+        return _need_bytes(part, kv, workload.context_len) + (workload.batch_size - 1) * kv * context
+
+    return [Candidate(_config_of(record, strategy), "modelled", float(point["modelled_speedup"]), None,
+                      (record.path,), int(rows[rows["strategy"] == strategy]["prompt_id"].nunique()), need(strategy),
+                      need(BASELINE), f"modelled at batch {workload.batch_size} from batch {measured_at}'s acceptance "
+                                      "and the cost table timed on this device")
+            for strategy, point in _modelled(record, workload).items() if strategy in lossless]
 
 
 def _pooled_candidate(pool: _Pool, ar_rows: pd.DataFrame, workload: Workload) -> Candidate:
