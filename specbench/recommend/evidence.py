@@ -330,11 +330,12 @@ def _modelled_candidates(record: RunRecord, workload: Workload, lossless: list[s
         context = workload.context_len or float((part["prompt_tokens"] + part["new_tokens"]).max())
         return _need_bytes(part, kv, workload.context_len) + (workload.batch_size - 1) * kv * context
 
-    return [Candidate(_config_of(record, strategy), "modelled", float(point["modelled_speedup"]), None,
-                      (record.path,), int(rows[rows["strategy"] == strategy]["prompt_id"].nunique()), need(strategy),
-                      need(BASELINE), f"modelled at batch {workload.batch_size} from batch {measured_at}'s acceptance "
-                                      "and the cost table timed on this device")
-            for strategy, point in _modelled(record, workload).items() if strategy in lossless]
+    speedups = {BASELINE: 1.0} | {s: float(p["modelled_speedup"]) for s, p in _modelled(record, workload).items()}
+    return [Candidate(_config_of(record, strategy), "modelled", speedup, None, (record.path,),
+                      int(rows[rows["strategy"] == strategy]["prompt_id"].nunique()), need(strategy), need(BASELINE),
+                      f"modelled at batch {workload.batch_size} from batch {measured_at}'s acceptance and the cost "
+                      "table timed on this device")
+            for strategy, speedup in speedups.items() if strategy in lossless]
 
 
 def _pooled_candidate(pool: _Pool, ar_rows: pd.DataFrame, workload: Workload) -> Candidate:
