@@ -2,14 +2,17 @@
 
 On the embedded default model (CPU, greedy, float32), for each category the built-in suite's prompts
 are split in two halves (alternating). `--strategy all` runs on the first half (the evidence) and,
-separately, on the second half (the check). For each workload (category x batch size) `recommend`
+separately, on the second half (the check), at batch size 1; at batch size 4 the strategies that run
+batched (`ar`, ngram, draft, dflash, dspark: token trees verify at batch 1 only) run the same way. For
+each workload (category x batch size) `recommend`
 answers from the evidence run alone, and the answer is compared with the measured fastest on the
 check run: whether they are the same strategy, and by how much the recommendation loses when they
 are not (its check speedup over the winner's). The prior's answer for the same workload is set
 beside both, so the places where the measured winner contradicts the source article show. The tree
 learned from both runs is written too (`recommend --learn`), or its reason for not being fitted.
 
-Batch sizes: batched runs (`run --batch-size`) are not on main yet, so every workload is batch 1.
+At batch 4 the evidence also holds the batch-1 run's load axis (every strategy modelled at batch 4
+from the cost table); measured evidence ranks first, so the answer comes from the batch-4 run.
 
 Writes results/benchmarks/recommend.{json,md} (--out); the runs go to a new folder under
 results/bench_recommend/ (--work).
@@ -27,16 +30,19 @@ from pathlib import Path
 from specbench.bench import run_benchmark
 from specbench.config import RunConfig
 from specbench.hardware import load_profiles
+from specbench.measure.stats import summarize
 from specbench.recommend import evaluate, learn, make_workload, recommend
 from specbench.recommend.evidence import Evidence, load_evidence
 from specbench.report import load_runs
+from specbench.strategies.build import verifies_trees
+from specbench.strategies.spec import parse_strategies
 from specbench.strict_json import dumps
 from specbench.suites import load_suite
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "results" / "benchmarks"
 WORK = ROOT / "results" / "bench_recommend"
-BATCH_SIZES = (1,)  # batched runs are not on main yet
+BATCH_SIZES = (1, 4)
 
 
 def write_halves(categories: list[str], per_half: int | None, work: Path) -> tuple[Path, Path]:
@@ -55,9 +61,15 @@ def write_halves(categories: list[str], per_half: int | None, work: Path) -> tup
     return paths
 
 
-def measure(suite: Path, out: Path, max_new_tokens: int) -> Path:
-    report = run_benchmark(RunConfig(strategies=["all"], suite=str(suite), limit=None, max_new_tokens=max_new_tokens,
-                                     device="cpu", out=str(out), cost_model=False))
+def strategies_at(batch: int) -> list[str]:
+    """`all` at batch 1; above it, the strategies that do not verify token trees."""
+    return ["all"] if batch == 1 else [s.name for s in parse_strategies(["all"]) if not verifies_trees(s)]
+
+
+def measure(suite: Path, out: Path, max_new_tokens: int, batch: int) -> Path:
+    report = run_benchmark(RunConfig(strategies=strategies_at(batch), suite=str(suite), limit=None,
+                                     max_new_tokens=max_new_tokens, device="cpu", out=str(out),
+                                     batch_sizes=[batch], cost_model=False))
     return report.run_dir
 
 
@@ -65,7 +77,7 @@ def check_speedups(run_dir: Path) -> dict[str, dict[str, float]]:
     """category -> strategy -> the check run's speedup over ar in that category."""
     runs, _ = load_runs([run_dir])
     table: dict[str, dict[str, float]] = {}
-    for result in runs[0].by_category:
+    for result in summarize(runs[0].rows, by="category"):
         if result.get("speedup") is not None:
             table.setdefault(result["category"], {})[result["strategy"]] = float(result["speedup"])
     return table
@@ -84,10 +96,10 @@ def main() -> None:
     work.mkdir(parents=True)
     args.out.mkdir(parents=True, exist_ok=True)
     evidence_suite, check_suite = write_halves(categories, args.per_half, work)
-    evidence_run = measure(evidence_suite, work / "evidence", args.max_new_tokens)
-    check_run = measure(check_suite, work / "check", args.max_new_tokens)
+    evidence_runs = {b: measure(evidence_suite, work / "evidence", args.max_new_tokens, b) for b in BATCH_SIZES}
+    check_runs = {b: measure(check_suite, work / "check", args.max_new_tokens, b) for b in BATCH_SIZES}
     evidence = load_evidence(work / "evidence")
-    check = check_speedups(check_run)
+    checks = {b: check_speedups(run) for b, run in check_runs.items()}
 
     workloads = []
     for category in categories:
@@ -95,7 +107,7 @@ def main() -> None:
             workload = make_workload("cpu", category, batch)
             rec = recommend(workload, work / "evidence", evidence)
             prior = evaluate(workload).strategy
-            speedups = check[category]
+            speedups = checks[batch][category]
             fastest = max(speedups, key=speedups.get)
             workloads.append({
                 "category": category, "batch_size": batch,
@@ -110,7 +122,8 @@ def main() -> None:
             })
     both = Evidence(evidence.runs + load_evidence(work / "check").runs)
     learned = learn(both, load_profiles(), work / "decision_tree")
-    figures = {"evidence_run": str(evidence_run), "check_run": str(check_run), "categories": categories,
+    figures = {"evidence_runs": {b: str(r) for b, r in evidence_runs.items()},
+               "check_runs": {b: str(r) for b, r in check_runs.items()}, "categories": categories,
                "batch_sizes": list(BATCH_SIZES), "max_new_tokens": args.max_new_tokens, "workloads": workloads,
                "learned": learned.as_json()}
     (args.out / "recommend.json").write_text(dumps(figures, indent=2) + "\n")
