@@ -85,10 +85,12 @@ def test_two_workers_on_postgresql(postgres_url, tiny_model_dir, tmp_path):
 
 
 def _running(url: str, study: str) -> list[optuna.trial.FrozenTrial]:
+    """Running trials whose parameters are set: a trial is RUNNING before its worker has sampled them."""
     try:
-        return optuna.load_study(study_name=study, storage=url).get_trials(states=(TrialState.RUNNING,))
+        running = optuna.load_study(study_name=study, storage=url).get_trials(states=(TrialState.RUNNING,))
     except KeyError:  # not created yet
         return []
+    return [t for t in running if t.params]
 
 
 @pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
