@@ -29,7 +29,7 @@ from specbench.errors import Interrupted, SpecbenchError
 from specbench.hardware import GpuProfile, detect_local_gpu, get_profile, load_profiles
 from specbench.load_axis import load_axis
 from specbench.measure.cost_table import CostTable, load_table
-from specbench.measure.costs import CHAIN, TREE, Grid, drafter_key, measure_costs
+from specbench.measure.costs import CHAIN, TREE, Grid, drafter_context, drafter_key, measure_costs
 from specbench.measure.device_metrics import RunMetrics
 from specbench.measure.host import peak_rss_bytes
 from specbench.measure.lossless import divergence_margin, first_divergence
@@ -297,7 +297,7 @@ def cost_inputs(bench: Bench) -> CostInputs:
     longest = max(len(encode_turns(bench.target.tokenizer, list(i.turns[:1]), [])) for i in bench.suite.items)
     contexts = [c for c in contexts if c <= 4 * (longest + bench.config.max_new_tokens)] or contexts[:1]
     grid = Grid(context_lens=tuple(contexts), masks=(CHAIN, TREE))
-    context = encode_turns(bench.target.tokenizer, list(bench.suite.items[0].turns[:1]), [])
+    context = drafter_context(bench.target)
     table: CostTable = measure_costs(bench.target.model, bench.strategies, context, bench.config.out, grid)
     batched = tuple(b for b in bench.batch_sizes if b > 1)
     if batched:  # the load axis's model at the run's batch sizes (chains only run batched)

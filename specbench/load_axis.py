@@ -17,7 +17,7 @@ import pandas as pd
 from specbench.draft_schedule import schedule_entry, schedule_toml, vllm_config
 from specbench.measure.batch_model import DraftShape, best_caps, modelled, stops_paying
 from specbench.measure.cost_table import load_table
-from specbench.measure.costs import drafter_key, real_context, table_key, time_drafters
+from specbench.measure.costs import drafter_context, drafter_key, table_key, time_drafters
 from specbench.measure.stats import position_sums
 from specbench.strategies.build import Strategy
 
@@ -31,7 +31,7 @@ def draft_shape(strategy: Strategy, rows: pd.DataFrame, result: dict[str, Any]) 
     context = float((rows.prompt_tokens + rows.new_tokens / 2).mean())
     steps_by_drafted = position_sums(rows.steps_by_drafted)
     return DraftShape.measured(result["acceptance_by_position"], steps_by_drafted, context, drafter_key(strategy),
-                               strategy.tree)
+                               rows.budget.sum() / rows.steps.sum(), strategy.tree)
 
 
 def load_axis(target, strategies: list[Strategy], rows: pd.DataFrame, summary: list[dict[str, Any]],
@@ -42,7 +42,7 @@ def load_axis(target, strategies: list[Strategy], rows: pd.DataFrame, summary: l
         return {"note": NO_TABLE}
     first = int(rows.batch_size.min())
     drafting = [s for s in strategies if s.drafter is not None]
-    time_drafters(table, target.model, drafting, real_context(target, 128), out_dir)
+    time_drafters(table, target.model, drafting, drafter_context(target), out_dir)
     sizes = table.batch_sizes()
     points, stops, schedules = [], {}, {}
     for strategy in drafting:

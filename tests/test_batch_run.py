@@ -40,13 +40,23 @@ def measured(tiny_model_dir, tiny_draft_dir, tmp_path_factory):
 
 def test_cost_table_json_and_key(measured):
     table, _, out = measured
-    assert set(table["key"]) == {"model", "device", "dtype", "torch", "threads"}
+    assert set(table["key"]) == {"model", "device", "dtype", "torch", "threads", "drafter_context"}
     assert table["key"]["dtype"] == "float32" and table["key"]["torch"] == torch.__version__
     shapes = {(r["batch"], r["tokens"], r["context"], r["mask"]) for r in table["target"]}
     assert (2, 4, 64, "chain") in shapes and (2, 4, 64, "tree") in shapes and (1, 1, 16, "tree") not in shapes
     assert {(r["batch"], r["tokens"]) for r in table["overhead"]} == {(b, n) for b in (1, 2) for n in (1, 2, 4)}
     assert {key.split(":")[0] for key in table["drafters"]} == {"ngram", "draft"}
     assert all(r["median_s"] > 0 for r in table["target"]) and Path(table["path"]).parent == out / "costs"
+
+
+def test_every_proposal_cost_is_timed_on_one_context(measured):
+    # `costs`, the run's cost model and its load axis each time proposals: one context for all, so
+    # the budgets of one drafter compare (feature drafters cost more on a longer context)
+    _, _, out = measured
+    stored = json.loads(next((out / "costs").glob("*.json")).read_text())
+    budgets = {key: {r["budget"] for r in entries} for key, entries in stored["drafters"].items()}
+    assert all({1, 3, 7, 15} < b for b in budgets.values())  # `costs`' budgets and the run's own
+    assert len({r["context"] for entries in stored["drafters"].values() for r in entries}) == 1
 
 
 def test_cost_table_is_reused_not_remeasured(measured, tiny_model_dir):

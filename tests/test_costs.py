@@ -57,5 +57,5 @@ def test_entries_timed_on_a_busy_machine_are_timed_again(tmp_path, monkeypatch):
 
 def test_keys_name_the_model_device_dtype_and_torch():
     key = costs.table_key(tiny_target().model)
-    assert set(key) == {"model", "device", "dtype", "torch", "threads"} and key["dtype"] == "float32"
+    assert set(key) == {"model", "device", "dtype", "torch", "threads", "drafter_context"} and key["dtype"] == "float32"
     assert costs.table_key(tiny_target(seed=1).model)["model"] != key["model"]

@@ -2,9 +2,10 @@
 
 The target is timed at batch B x verify length n x context c (a KV cache of c positions per row,
 then n new tokens per row, with a chain's causal mask or a tree mask), and each drafter's `propose`
-at each draft budget, on a real context. Above batch 1 chains go through the batched engine's own
-forward (engine/batch.py: per-row positions and masks); trees, which the engine verifies at batch 1
-only, are timed with the same tree mask in every row, for the model's batch axis. The batched
+at each draft budget, always after the same real context (DRAFTER_CONTEXT tokens). Above batch 1
+chains go through the batched engine's own forward (engine/batch.py: per-row positions and masks);
+trees, which the engine verifies at batch 1 only, are timed with the same tree mask in every row,
+for the model's batch axis. The batched
 engine's step overhead (acceptance, compaction, commits) is timed too, at each batch size and block
 length. Drafters run per sequence (engine/batch.py), so a batch's drafting costs B proposals: the
 table holds one. Each entry is the median of repeats after a warm-up, with its spread
@@ -89,6 +90,8 @@ class Grid:
         return replace(self, context_lens=tuple(sorted({min(c, room) for c in self.context_lens})))
 
 
+DRAFTER_CONTEXT = 128  # tokens a drafter has absorbed when its proposals are timed (drafter_context)
+
 # `specbench costs`' default: the load axis of issue 12, about two minutes on 2 CPU cores for the embedded model
 BATCH_GRID = Grid(batch_sizes=(1, 2, 4, 8, 16, 32), verify_lengths=(1, 2, 4, 8, 16), context_lens=(128, 1024),
                   budgets=(1, 3, 7, 15), repeats=5, warmup=1)
@@ -102,7 +105,8 @@ def table_key(model: torch.nn.Module) -> dict[str, str]:
     device = model.device
     return {"model": fingerprint(model), "device": device_name(device),
             "dtype": str(model.dtype).removeprefix("torch."), "torch": torch.__version__,
-            "threads": str(torch.get_num_threads()) if device.type == "cpu" else "-"}
+            "threads": str(torch.get_num_threads()) if device.type == "cpu" else "-",
+            "drafter_context": str(DRAFTER_CONTEXT)}
 
 
 def drafter_key(strategy: Strategy) -> str:
@@ -262,7 +266,7 @@ def time_drafter(model, strategy: Strategy, context_ids: list[int], budget: int,
         depth.append(max(tree.depths(), default=0))
 
     timing = _time(propose, repeats, warmup, model.device, setup=commit_one)
-    return {"budget": budget, "depth": float(np.mean(depth)), **timing}
+    return {"budget": budget, "context": len(context_ids), "depth": float(np.mean(depth)), **timing}
 
 
 def save_table(out_dir: str | Path, table: CostTable) -> Path:
@@ -340,6 +344,14 @@ def cost_strategies(target, drafter_dirs: list[str | Path], names: list[str] | N
     return [build_strategy(spec, target, {}, sources) for spec in specs]
 
 
+def drafter_context(target) -> list[int]:
+    """The real text every drafter absorbs before its timed proposals: DRAFTER_CONTEXT tokens, or half
+    the model's context where that is shorter. One length for all of a table's proposal costs, which
+    grow with the context a feature drafter attends to, so that every entry prices the same thing."""
+    limit = getattr(target.model.config, "max_position_embeddings", None)
+    return real_context(target, DRAFTER_CONTEXT if limit is None else max(1, min(DRAFTER_CONTEXT, limit // 2)))
+
+
 def real_context(target, length: int) -> list[int]:
     """`length` tokens of real text for the drafters' context: the default suite's first prompt and
     the target's own greedy answer (or the prompt repeated where there is no tokenizer)."""
@@ -354,6 +366,5 @@ def measure_target_costs(target, drafter_dirs: list[str | Path], out_dir: str | 
     """`specbench costs`: the cost table of a loaded target and its drafters, and where it is stored."""
     grid.check(getattr(target.model.config, "max_position_embeddings", None))
     strategies = cost_strategies(target, drafter_dirs, names)
-    table = measure_costs(target.model, strategies, real_context(target, min(grid.context_lens[-1], 256) or 64),
-                          out_dir, grid, progress)
+    table = measure_costs(target.model, strategies, drafter_context(target), out_dir, grid, progress)
     return table, table_path(out_dir, table.key)
