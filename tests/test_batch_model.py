@@ -34,14 +34,14 @@ def hand_table() -> CostTable:
 
 
 # acceptance 0.8 then 0.5 then 0; two drafts on every step
-SHAPE = DraftShape.measured([0.8, 0.5], [0, 0, 10], context=100, drafter="d:1")
+SHAPE = DraftShape.measured([0.8, 0.5], [0, 0, 10], context=100, drafter="d:1", budget=2)
 
 
 def test_tau_and_block():
     assert tau(SHAPE) == pytest.approx(1 + 0.8 + 0.8 * 0.5)
     assert tau(SHAPE, cap=1) == pytest.approx(1.8) and tau(SHAPE, cap=0) == 1.0
     assert expected_block(SHAPE.drafted, 16) == pytest.approx(3.0)  # every step drafts 2: no padding
-    half = DraftShape.measured([0.5], [1, 0, 1], 100, "d:1").drafted  # 0 or 2 drafts, evenly
+    half = DraftShape.measured([0.5], [1, 0, 1], 100, "d:1", 2).drafted  # 0 or 2 drafts, evenly
     assert expected_block(half, 1) == pytest.approx(2.0)  # 1 + E[d]
     assert expected_block(half, 4) == pytest.approx(1 + 2 * (1 - 0.5 ** 4))  # padded to the largest of 4
     assert SHAPE.capped(1) == (0.0, 1.0)
@@ -61,7 +61,7 @@ def test_modelled_speedup_by_hand():
     assert [p["batch_size"] for p in points] == [1, 4, 16]
     assert stops_paying(points) == 16
     # context 200 interpolates halfway between the two measured contexts
-    wide = modelled(table, DraftShape.measured([0.8, 0.5], [0, 0, 10], 200, "d:1"), 1)
+    wide = modelled(table, DraftShape.measured([0.8, 0.5], [0, 0, 10], 200, "d:1", 2), 1)
     assert wide["verify_s"] == pytest.approx(20 * MS)
 
 
@@ -69,13 +69,23 @@ def test_best_draft_tokens_per_batch_size():
     best = best_caps(hand_table(), SHAPE)
     assert [p["draft_tokens"] for p in best] == [2, 2, 0]  # batch 4: 12 + 4 + 0.4 ms for 2.2 tokens still pays
     assert best[-1]["speedup"] == 1.0
-    tree = DraftShape.measured([0.8, 0.5], [0, 0, 10], 100, "d:1", tree=True)
+    tree = DraftShape.measured([0.8, 0.5], [0, 0, 10], 100, "d:1", 2, tree=True)
     assert [p["draft_tokens"] for p in best_caps(hand_table(), tree)] == [2, 2, 0]  # all or nothing
+
+
+def test_proposals_are_priced_at_the_budget_not_at_the_drafts_kept():
+    # a drafter that computes a block of 8 and keeps 2 by confidence costs its 8-token proposal
+    table = hand_table()
+    table.drafters["b:1"] = [{"budget": k, "depth": 2, "median_s": k * MS, "spread": 0.0} for k in (1, 8)]
+    cut = DraftShape.measured([0.8, 0.5], [0, 0, 10], 100, "b:1", budget=8)
+    assert modelled(table, cut, 4)["draft_s"] == pytest.approx(4 * 8 * MS)
+    assert modelled(table, cut, 4, cap=2)["draft_s"] == pytest.approx(4 * 2 * MS)  # the cap is the budget
+    assert modelled(table, cut, 4, cap=0)["draft_s"] == 0.0
 
 
 def test_missing_drafter_costs_are_one_line():
     with pytest.raises(SpecbenchError, match="no proposal costs for other"):
-        modelled(hand_table(), DraftShape.measured([0.5], [0, 1], 100, "other:2"), 4)
+        modelled(hand_table(), DraftShape.measured([0.5], [0, 1], 100, "other:2", 1), 4)
 
 
 def test_schedule_round_trips_through_a_run_config(tmp_path):

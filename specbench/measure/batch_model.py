@@ -9,7 +9,9 @@ engine (engine/batch.py) a step of B sequences costs
 
 with n_B the verify block, 1 + the most drafts any of the B sequences proposed (shorter chains are
 padded to it): its expectation over B independent steps follows from the distribution of draft
-sizes the run measured. Drafters run per sequence, hence B proposals. Plain decoding costs
+sizes the run measured. Drafters run per sequence, hence B proposals, each priced at the run's mean
+draft budget (as cost_model prices it: a drafter that cuts its draft short by confidence has
+computed the budget's block all the same). Plain decoding costs
 T_target(B, 1, c) + T_overhead(B, 1) per step for one token per sequence, so the modelled speedup
 is tau x T_ar(B) / T(B). Tree strategies get the tree mask's costs; the engine verifies them at
 batch 1 only, so above it their figures are modelled, never measured.
@@ -44,15 +46,17 @@ class DraftShape:
     drafted: tuple[float, ...]  # [n]: the share of steps that drafted n tokens (tree nodes)
     context: float  # mean context length of a step (prompt plus half the answer)
     drafter: str | None  # the drafter's key in the cost table; None for plain decoding
+    budget: float  # the controller's mean draft budget per step: what a proposal's cost depends on
     tree: bool = False  # verified as a token tree
 
     @classmethod
     def measured(cls, acceptance: Sequence[float], steps_by_drafted: Sequence[float], context: float,
-                 drafter: str | None, tree: bool = False) -> DraftShape:
+                 drafter: str | None, budget: float, tree: bool = False) -> DraftShape:
         counts = np.asarray(steps_by_drafted, dtype=float)
         if counts.sum() <= 0:
             raise SpecbenchError("a draft shape needs at least one measured step")
-        return cls(tuple(float(a) for a in acceptance), tuple(counts / counts.sum()), float(context), drafter, tree)
+        return cls(tuple(float(a) for a in acceptance), tuple(counts / counts.sum()), float(context), drafter,
+                   float(budget), tree)
 
     @property
     def max_drafted(self) -> int:
@@ -82,12 +86,12 @@ def step_cost(table: CostTable, shape: DraftShape, batch: int, cap: int | None =
     block = expected_block(drafted, batch) if shape.drafter else 1.0
     verify = table.target_s(block, shape.context, batch, tree=shape.tree)
     draft = 0.0
-    mean_drafted = float(np.dot(np.arange(len(drafted)), drafted))
-    if shape.drafter and mean_drafted > 0:
+    budget = shape.budget if cap is None else min(shape.budget, cap)
+    if shape.drafter and budget > 0:
         if shape.drafter not in table.drafters:
             raise SpecbenchError(f"the cost table has no proposal costs for {shape.drafter.split(':')[0]} "
                                  "with these knobs; time them with `specbench costs`")
-        draft = batch * table.drafter_s(shape.drafter, max(1.0, mean_drafted))
+        draft = batch * table.drafter_s(shape.drafter, max(1.0, budget))
     overhead = table.overhead_s(block, batch)
     return {"block": block, "verify_s": verify, "draft_s": draft, "overhead_s": overhead,
             "step_s": verify + draft + overhead}
