@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch
+
 from specbench.measure import cost_table, costs
 from specbench.measure.costs import Grid, drafter_key, measure_costs
 from specbench.strategies.build import Strategy
@@ -28,7 +30,7 @@ def test_measures_every_shape_once_and_reuses_the_stored_table(tmp_path, monkeyp
     assert table.target_s(3, 12) > 0 and table.drafter_s(drafter_key(ngram()), 1.5) > 0
 
     timed = []
-    monkeypatch.setattr(costs, "time_target", lambda *a: timed.append(a))
+    monkeypatch.setattr(costs, "time_targets", lambda *a: timed.append(a) or [])
     monkeypatch.setattr(costs, "time_drafter", lambda *a: timed.append(a) or {"budget": a[3], "median_s": 1.0})
     again = measure_costs(target.model, [ngram()], [1, 2, 3], tmp_path, GRID)
     assert timed == [] and again.as_json() == table.as_json()
@@ -59,3 +61,10 @@ def test_keys_name_the_model_device_dtype_and_torch():
     key = costs.table_key(tiny_target().model)
     assert set(key) == {"model", "device", "dtype", "torch", "threads", "drafter_context"} and key["dtype"] == "float32"
     assert costs.table_key(tiny_target(seed=1).model)["model"] != key["model"]
+
+
+def test_entries_are_timed_in_rounds():
+    # each shape once per round, so a slow spell of the machine reaches all of them, not a few
+    calls = []
+    timings = costs._time_rounds([lambda: calls.append("a"), lambda: calls.append("b")], 2, 1, torch.device("cpu"))
+    assert calls == ["a", "b"] * 3 and [set(t) for t in timings] == [{"median_s", "spread"}] * 2

@@ -125,17 +125,26 @@ def _time(fn: Callable[[], None], repeats: int, warmup: int, device: torch.devic
           setup: Callable[[], None] = lambda: None) -> dict[str, float]:
     """Median seconds of `fn` over `repeats` runs after `warmup` (each after an untimed `setup`), and
     the spread (IQR / median)."""
+    return _time_rounds([fn], repeats, warmup, device, setup)[0]
+
+
+def _time_rounds(fns: list[Callable[[], None]], repeats: int, warmup: int, device: torch.device,
+                 setup: Callable[[], None] = lambda: None) -> list[dict[str, float]]:
+    """`_time` of each of `fns`, timed in rounds (each once per round): a slow spell of the machine,
+    which lasts seconds, then lands on every entry alike instead of on the few timed during it, so
+    the entries' ratios (what the models use) hold."""
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    times = []
-    for i in range(warmup + repeats):
-        setup()
-        sync()
-        start = time.perf_counter()
-        fn()
-        sync()
-        if i >= warmup:
-            times.append(time.perf_counter() - start)
-    return _timing(times)
+    times: list[list[float]] = [[] for _ in fns]
+    for round_ in range(warmup + repeats):
+        for i, fn in enumerate(fns):
+            setup()
+            sync()
+            start = time.perf_counter()
+            fn()
+            sync()
+            if round_ >= warmup:
+                times[i].append(time.perf_counter() - start)
+    return [_timing(t) for t in times]
 
 
 def _timing(times: list[float]) -> dict[str, float]:
@@ -188,21 +197,24 @@ def verify_forward(model, ids: torch.Tensor, cache, context: int, tree: DraftTre
 
 
 @torch.inference_mode()
-def time_target(model, batch: int, tokens: int, context: int, mask: str, repeats: int, warmup: int,
-                cache=None) -> dict:
-    """One verify forward of `tokens` positions per row over `context` cached positions (`cache`, when
-    given, holds them and is cut back to them after each forward)."""
+def time_targets(model, batch: int, context: int, shapes: list[tuple[int, str]], repeats: int, warmup: int,
+                 cache=None) -> list[dict]:
+    """One verify forward of each (tokens, mask) of `shapes` per row over `context` cached positions,
+    timed in rounds (`cache`, when given, holds them and is cut back to them after each forward)."""
     device = model.device
     cache = cache if cache is not None else filled_cache(model, batch, context)
-    ids = torch.randint(model.config.vocab_size, (batch, tokens), device=device)
-    tree = complete_tree(tokens - 1) if mask == TREE else None
 
-    def verify() -> None:
-        verify_forward(model, ids, cache, context, tree)
-        truncate(cache, context)
+    def verify(tokens: int, mask: str) -> Callable[[], None]:
+        ids = torch.randint(model.config.vocab_size, (batch, tokens), device=device)
+        tree = complete_tree(tokens - 1) if mask == TREE else None
 
-    return {"batch": batch, "tokens": tokens, "context": context, "mask": mask,
-            **_time(verify, repeats, warmup, device)}
+        def run() -> None:
+            verify_forward(model, ids, cache, context, tree)
+            truncate(cache, context)
+        return run
+
+    timings = _time_rounds([verify(n, m) for n, m in shapes], repeats, warmup, device)
+    return [{"batch": batch, "tokens": n, "context": context, "mask": m, **t} for (n, m), t in zip(shapes, timings)]
 
 
 class FixedChain:
@@ -297,11 +309,10 @@ def measure_costs(model, strategies: list[Strategy], context_ids: list[int], out
             progress(what, done, total)
 
     for (b, c), shapes in groups.items():
-        cache = filled_cache(model, b, c)
         with recorded_load(table.target):
-            for n, m in shapes:
-                table.target.append(time_target(model, b, n, c, m, grid.repeats, grid.warmup, cache))
-                advance(f"target: batch {b}, context {c}")
+            table.target.extend(time_targets(model, b, c, shapes, grid.repeats, grid.warmup))
+        for _ in shapes:
+            advance(f"target: batch {b}, context {c}")
         save_table(out_dir, table)
     with recorded_load(table.overhead):
         for b, n in overhead:
