@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from specbench.cli.app import app, err, out, user_errors
+from specbench.cli.app import app, err, out, print_table, user_errors
 
 
 @app.command()
@@ -63,19 +63,12 @@ def recommend(
     terminal = out.is_terminal
     for line in summary_lines(rec):
         out.print(line, highlight=False, markup=False, soft_wrap=True)
-    _emit(alternatives_table(rec, markdown=not terminal))
+    print_table(alternatives_table(rec, markdown=not terminal))
     if explain:
         nodes = explain_nodes(rec)
-        _emit(rich_tree(nodes) if terminal else plain_tree(nodes))
+        print_table(rich_tree(nodes) if terminal else plain_tree(nodes))
     for line in learn_lines(report) if report else []:
         out.print(line, highlight=False, markup=False, soft_wrap=True)
     for skipped in rec.skipped:
         err.print(f"warning: skipped unreadable {skipped}", style="yellow", highlight=False, markup=False)
 
-
-def _emit(rendered) -> None:
-    """A rich renderable on a terminal; plain text as it is when piped."""
-    if isinstance(rendered, str):
-        sys.stdout.write(rendered)
-    else:
-        out.print(rendered)

@@ -113,7 +113,7 @@ class Evidence:
     skipped: list[str] = field(default_factory=list)  # "PATH: why", for whatever could not be read
 
     def categories(self) -> set[str]:
-        return {c for r in self.runs for c in r.rows["category"].unique()} if self.runs else set()
+        return {c for r in self.runs for c in r.rows["category"].unique()}
 
     def __len__(self) -> int:
         return len(self.runs) + len(self.studies)
@@ -192,8 +192,8 @@ def _study(path: Path) -> Study:
     if not isinstance(knobs, dict) or not all(isinstance(v, dict) for v in knobs.values()):
         raise SpecbenchError(f"{toml_path}: [knobs] must hold one table per strategy")
     strategy = meta["strategy"]
-    own = {m: dict(v) for m, v in knobs.items() if m in members(strategy)}
-    return Study(path, meta, StrategyConfig(strategy, own, toml.get("controller"), str(toml_path)))
+    return Study(path, meta, StrategyConfig(strategy, _own_knobs(knobs, strategy), toml.get("controller"),
+                                            str(toml_path)))
 
 
 READERS: tuple[Callable[[Path, Evidence], None], ...] = (read_runs, read_studies)
@@ -232,9 +232,13 @@ def _mismatched(rows: pd.DataFrame) -> bool:
     return bool(rows["mismatch"].fillna(False).astype(bool).any())
 
 
+def _own_knobs(knobs: dict[str, dict], strategy: str) -> dict[str, dict]:
+    """The knob tables of `strategy`'s members, out of a run's or a study's."""
+    return {m: dict(v) for m, v in knobs.items() if m in members(strategy)}
+
+
 def _config_of(record: RunRecord, strategy: str) -> StrategyConfig:
-    knobs = record.run.config.get("knobs") or {}
-    own = {m: dict(v) for m, v in knobs.items() if m in members(strategy)}
+    own = _own_knobs(record.run.config.get("knobs") or {}, strategy)
     return StrategyConfig(strategy, own, record.run.config.get("controller") if strategy != BASELINE else None)
 
 

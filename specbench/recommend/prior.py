@@ -28,8 +28,8 @@ from specbench.recommend.workload import (
     HIGH_PRECISION_TASKS,
     Workload,
 )
+from specbench.strategies.spec import BASELINE
 
-BASELINE = "ar"
 VERBS = ("choose", "skip", "baseline", "cap", "combine", "avoid", "pass")
 OPS: dict[str, Callable[[Any, Any], bool]] = {
     ">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le, "==": operator.eq,
