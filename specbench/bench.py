@@ -12,6 +12,7 @@ import random
 import time
 import zlib
 from dataclasses import dataclass, field, replace
+from functools import cache, partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -297,7 +298,7 @@ def cost_inputs(bench: Bench) -> CostInputs:
     longest = max(len(encode_turns(bench.target.tokenizer, list(i.turns[:1]), [])) for i in bench.suite.items)
     contexts = [c for c in contexts if c <= 4 * (longest + bench.config.max_new_tokens)] or contexts[:1]
     grid = Grid(context_lens=tuple(contexts), masks=(CHAIN, TREE))
-    context = drafter_context(bench.target)
+    context = cache(partial(drafter_context, bench.target))  # generated once, if a proposal is timed
     table: CostTable = measure_costs(bench.target.model, bench.strategies, context, bench.config.out, grid)
     batched = tuple(b for b in bench.batch_sizes if b > 1)
     if batched:  # the load axis's model at the run's batch sizes (chains only run batched)

@@ -9,6 +9,7 @@ batch size). Costs come from the stored cost table (`specbench costs`); a drafte
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,7 @@ def load_axis(target, strategies: list[Strategy], rows: pd.DataFrame, summary: l
         return {"note": NO_TABLE}
     first = int(rows.batch_size.min())
     drafting = [s for s in strategies if s.drafter is not None]
-    time_drafters(table, target.model, drafting, drafter_context(target), out_dir)
+    time_drafters(table, target.model, drafting, partial(drafter_context, target), out_dir)
     sizes = table.batch_sizes()
     points, stops, schedules = [], {}, {}
     for strategy in drafting:

@@ -65,12 +65,12 @@ def test_cost_table_is_reused_not_remeasured(measured, tiny_model_dir):
     strategies = [build_strategy(parse_strategy("ngram"), target, {}, {})]
     timed = []
     grid = Grid(batch_sizes=(1, 2), verify_lengths=(1, 2, 4), context_lens=(16, 64), budgets=(1, 3, 7, 15), repeats=1)
-    again = measure_costs(target.model, strategies, list(range(20)), out, grid, lambda *a: timed.append(a))
+    again = measure_costs(target.model, strategies, lambda: list(range(20)), out, grid, lambda *a: timed.append(a))
     assert timed == [] and all(row in again.target for row in table["target"])  # the run added its own
     # another grid point is timed, and only that
     wider = Grid(batch_sizes=(1, 2, 3), verify_lengths=(1, 2, 4), context_lens=(16, 64), budgets=(1, 3, 7, 15),
                  repeats=1)
-    widened = measure_costs(target.model, strategies, list(range(20)), out, wider, lambda *a: timed.append(a))
+    widened = measure_costs(target.model, strategies, lambda: list(range(20)), out, wider, lambda *a: timed.append(a))
     assert {r["batch"] for r in widened.target} == {1, 2, 3}
     assert len(timed) == 2 * 5 + 3  # batch 3: two contexts x (3 chain + 2 tree lengths), 3 overhead lengths
     # another dtype is another table

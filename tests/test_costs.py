@@ -21,7 +21,7 @@ def ngram(max_ngram: int = 2) -> Strategy:
 def test_measures_every_shape_once_and_reuses_the_stored_table(tmp_path, monkeypatch):
     monkeypatch.setattr(cost_table, "trusted", lambda entry: True)  # tiny forwards jitter: trust is tested below
     target = tiny_target()
-    table = measure_costs(target.model, [ngram()], [1, 2, 3, 1, 2], tmp_path, GRID)
+    table = measure_costs(target.model, [ngram()], lambda: [1, 2, 3, 1, 2], tmp_path, GRID)
     shapes = {(r["batch"], r["tokens"], r["context"], r["mask"]) for r in table.target}
     assert shapes == {(1, n, c, m) for n in (1, 2, 4) for c in (8, 16) for m in ("chain", "tree")} - {
         (1, 1, c, "tree") for c in (8, 16)}  # a 1-token tree is a chain
@@ -32,9 +32,9 @@ def test_measures_every_shape_once_and_reuses_the_stored_table(tmp_path, monkeyp
     timed = []
     monkeypatch.setattr(costs, "time_targets", lambda *a: timed.append(a) or [])
     monkeypatch.setattr(costs, "time_drafter", lambda *a: timed.append(a) or {"budget": a[3], "median_s": 1.0})
-    again = measure_costs(target.model, [ngram()], [1, 2, 3], tmp_path, GRID)
-    assert timed == [] and again.as_json() == table.as_json()
-    other = measure_costs(target.model, [ngram(max_ngram=3)], [1, 2, 3], tmp_path, GRID)
+    again = measure_costs(target.model, [ngram()], lambda: timed.append("context") or [1, 2, 3], tmp_path, GRID)
+    assert timed == [] and again.as_json() == table.as_json()  # nothing timed, no context made for it
+    other = measure_costs(target.model, [ngram(max_ngram=3)], lambda: [1, 2, 3], tmp_path, GRID)
     assert len(timed) == 2 and len(other.drafters) == 2  # other knobs: another drafter entry, target reused
 
 
@@ -47,13 +47,13 @@ def test_entries_timed_on_a_busy_machine_are_timed_again(tmp_path, monkeypatch):
     grid = Grid(verify_lengths=(1, 2), context_lens=(8,), masks=("chain",), budgets=(1,), repeats=2, warmup=0)
     monkeypatch.setattr(costs.noise.Window, "SHORTEST_S", 0.0)
     monkeypatch.setattr(costs.noise, "others_share", lambda first, last, cpus=None: 0.6)
-    busy = measure_costs(target.model, [ngram()], [1, 2, 3], tmp_path, grid)
+    busy = measure_costs(target.model, [ngram()], lambda: [1, 2, 3], tmp_path, grid)
     assert all(r["others_cpu"] == 0.6 for r in busy.target)  # used by this run, recorded as busy
     assert cost_table.load_table(tmp_path, busy.key).target == []  # and not reused
     assert cost_table.trusted({"spread": 0.05, "others_cpu": None})  # timed too briefly to tell
     monkeypatch.setattr(costs.noise, "others_share", lambda first, last, cpus=None: 0.0)
     monkeypatch.setattr(cost_table, "trusted", lambda entry: entry["others_cpu"] == 0.0)
-    quiet = measure_costs(target.model, [ngram()], [1, 2, 3], tmp_path, grid)
+    quiet = measure_costs(target.model, [ngram()], lambda: [1, 2, 3], tmp_path, grid)
     assert len(quiet.target) == 2 and all(r["others_cpu"] == 0.0 for r in quiet.target)  # timed again
 
 

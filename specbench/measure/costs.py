@@ -23,6 +23,7 @@ import hashlib
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -121,18 +122,12 @@ def drafter_key(strategy: Strategy) -> str:
     return f"{strategy.name}:{digest.hexdigest()[:12]}"
 
 
-def _time(fn: Callable[[], None], repeats: int, warmup: int, device: torch.device,
-          setup: Callable[[], None] = lambda: None) -> dict[str, float]:
-    """Median seconds of `fn` over `repeats` runs after `warmup` (each after an untimed `setup`), and
-    the spread (IQR / median)."""
-    return _time_rounds([fn], repeats, warmup, device, setup)[0]
-
-
 def _time_rounds(fns: list[Callable[[], None]], repeats: int, warmup: int, device: torch.device,
                  setup: Callable[[], None] = lambda: None) -> list[dict[str, float]]:
-    """`_time` of each of `fns`, timed in rounds (each once per round): a slow spell of the machine,
-    which lasts seconds, then lands on every entry alike instead of on the few timed during it, so
-    the entries' ratios (what the models use) hold."""
+    """Median seconds of each of `fns` over `repeats` runs after `warmup` (each after an untimed
+    `setup`), and the spread (IQR / median). Timed in rounds, each once per round: a slow spell of
+    the machine, which lasts seconds, then lands on every entry alike instead of on the few timed
+    during it, so the entries' ratios (what the models use) hold."""
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     times: list[list[float]] = [[] for _ in fns]
     for round_ in range(warmup + repeats):
@@ -197,12 +192,12 @@ def verify_forward(model, ids: torch.Tensor, cache, context: int, tree: DraftTre
 
 
 @torch.inference_mode()
-def time_targets(model, batch: int, context: int, shapes: list[tuple[int, str]], repeats: int, warmup: int,
-                 cache=None) -> list[dict]:
+def time_targets(model, batch: int, context: int, shapes: list[tuple[int, str]], repeats: int,
+                 warmup: int) -> list[dict]:
     """One verify forward of each (tokens, mask) of `shapes` per row over `context` cached positions,
-    timed in rounds (`cache`, when given, holds them and is cut back to them after each forward)."""
+    timed in rounds (the cache is cut back to those positions after each forward)."""
     device = model.device
-    cache = cache if cache is not None else filled_cache(model, batch, context)
+    cache = filled_cache(model, batch, context)
 
     def verify(tokens: int, mask: str) -> Callable[[], None]:
         ids = torch.randint(model.config.vocab_size, (batch, tokens), device=device)
@@ -277,7 +272,7 @@ def time_drafter(model, strategy: Strategy, context_ids: list[int], budget: int,
         tree = drafter.propose(DraftContext(tokens[0], budget, Sampling(), rng, FixedController(budget)))
         depth.append(max(tree.depths(), default=0))
 
-    timing = _time(propose, repeats, warmup, model.device, setup=commit_one)
+    timing = _time_rounds([propose], repeats, warmup, model.device, setup=commit_one)[0]
     return {"budget": budget, "context": len(context_ids), "depth": float(np.mean(depth)), **timing}
 
 
@@ -288,10 +283,11 @@ def save_table(out_dir: str | Path, table: CostTable) -> Path:
     return path
 
 
-def measure_costs(model, strategies: list[Strategy], context_ids: list[int], out_dir: str | Path,
+def measure_costs(model, strategies: list[Strategy], context: Callable[[], list[int]], out_dir: str | Path,
                   grid: Grid = Grid(), progress: Progress | None = None) -> CostTable:
     """The cost table for `model` and `strategies`: what is stored is reused, what is missing is timed
-    and stored (atomically, after each group of entries, so an interruption keeps what was timed)."""
+    and stored (atomically, after each group of entries, so an interruption keeps what was timed).
+    `context` gives the token ids the drafters absorb; it is called only when a proposal is timed."""
     grid = grid.check().within(getattr(model.config, "max_position_embeddings", None))
     table = load_table(out_dir, table_key(model))
     groups = {(b, c): [(n, m) for m in grid.masks for n in grid.verify_lengths
@@ -320,7 +316,7 @@ def measure_costs(model, strategies: list[Strategy], context_ids: list[int], out
             advance(f"step overhead: batch {b}")
     if overhead:
         save_table(out_dir, table)
-    time_drafters(table, model, strategies, context_ids, out_dir, grid, advance)
+    time_drafters(table, model, strategies, context, out_dir, grid, advance)
     return table
 
 
@@ -330,11 +326,17 @@ def missing_budgets(table: CostTable, strategies: list[Strategy], grid: Grid) ->
             for s in strategies if s.drafter is not None]
 
 
-def time_drafters(table: CostTable, model, strategies: list[Strategy], context_ids: list[int], out_dir: str | Path,
-                  grid: Grid = BATCH_GRID, advance: Callable[[str], None] = lambda what: None) -> CostTable:
-    """Time the proposals `table` lacks (each drafter at each of the grid's budgets) and store them."""
+def time_drafters(table: CostTable, model, strategies: list[Strategy], context: Callable[[], list[int]],
+                  out_dir: str | Path, grid: Grid = BATCH_GRID,
+                  advance: Callable[[str], None] = lambda what: None) -> CostTable:
+    """Time the proposals `table` lacks (each drafter at each of the grid's budgets) and store them;
+    `context` is called once, and only when there is something to time."""
+    missing = missing_budgets(table, strategies, grid)
+    if not any(missing):
+        return table
+    context_ids = context()
     with_drafter = [s for s in strategies if s.drafter is not None]
-    for strategy, budgets in zip(with_drafter, missing_budgets(table, strategies, grid)):
+    for strategy, budgets in zip(with_drafter, missing):
         entries = table.drafters.setdefault(drafter_key(strategy), [])
         with recorded_load(entries):
             for budget in budgets:
@@ -377,5 +379,5 @@ def measure_target_costs(target, drafter_dirs: list[str | Path], out_dir: str | 
     """`specbench costs`: the cost table of a loaded target and its drafters, and where it is stored."""
     grid.check(getattr(target.model.config, "max_position_embeddings", None))
     strategies = cost_strategies(target, drafter_dirs, names)
-    table = measure_costs(target.model, strategies, drafter_context(target), out_dir, grid, progress)
+    table = measure_costs(target.model, strategies, partial(drafter_context, target), out_dir, grid, progress)
     return table, table_path(out_dir, table.key)
