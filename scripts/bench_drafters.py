@@ -71,11 +71,12 @@ def main() -> None:
     (OUT / "drafters.json").write_text(dumps(figures, indent=2) + "\n")
 
     runs, _ = load_runs([report.run_dir])
+    table = comparison(runs)
     lines = ["# Drafter benchmarks", "",
              f"`python scripts/bench_drafters.py --limit {args.limit} --max-new-tokens {args.max_new_tokens}` "
              "(CPU, float32, greedy, embedded default model and its shipped drafters)", "",
-             "## All strategies", "", render(comparison(runs), "markdown", wide=True),
-             acceptance_table(comparison(runs), "markdown"), "## tau on the code category", ""]
+             "## All strategies", "", render(table, "markdown", wide=True),
+             acceptance_table(table, "markdown"), "## tau on the code category", ""]
     lines += [f"- {s}: tau {figures['tau_code'][s]:.2f}; per-position acceptance "
               + " ".join(f"{a:.2f}" for a in figures["acceptance_by_position"][s]) for s in DRAFTERS]
     f = figures["fastest_feature_drafter"]

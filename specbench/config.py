@@ -89,8 +89,9 @@ class RunConfig:
             raise SpecbenchError(f"--device {self.device}: expected {', '.join(DEVICE_CHOICES)}")
         if self.controller is not None and self.controller not in CONTROLLERS:
             raise SpecbenchError(f"unknown controller {self.controller!r}; known: {', '.join(CONTROLLERS)}")
-        check_knobs_apply(self.knobs, parse_strategies(self.strategies))
-        drafter_dirs_by_strategy(self.drafters, parse_strategies(self.strategies))  # formats: read, not loaded
+        specs = parse_strategies(self.strategies)
+        check_knobs_apply(self.knobs, specs)
+        drafter_dirs_by_strategy(self.drafters, specs)  # formats: read, not loaded
         select(load_suite(self.suite), self.categories or None, self.limit)
         model_path(self.model)
         profiles = load_profiles(Path(self.profiles)) if self.profiles else None

@@ -18,12 +18,6 @@ import optuna
 import tomli_w
 
 from specbench.config import RunConfig
-from specbench.results import write_atomic
-from specbench.strict_json import dumps
-
-
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    write_atomic(path, dumps(data, indent=2) + "\n")
 
 
 def _x(value: float | None) -> str:

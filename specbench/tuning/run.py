@@ -30,7 +30,7 @@ from specbench.bench import Bench, prepare
 from specbench.errors import SpecbenchError
 from specbench.hardware import GpuProfile
 from specbench.models import fingerprint
-from specbench.results import write_atomic
+from specbench.results import write_atomic, write_json
 from specbench.strategies.knobs import make_options
 from specbench.strategies.published.formats import drafter_dirs_by_strategy, open_source
 from specbench.strategies.registry import definition
@@ -40,7 +40,7 @@ from specbench.tuning.config import TuneConfig
 from specbench.tuning.engines import engines_markdown, translate
 from specbench.tuning.holdout import holdout_check, interval, paired_gain, split_items
 from specbench.tuning.objective import Evaluator, TrialFailure
-from specbench.tuning.outputs import importances, tuned_toml, write_json, write_plots
+from specbench.tuning.outputs import importances, tuned_toml, write_plots
 from specbench.tuning.space import StudySpace, study_space
 from specbench.tuning.storage import display_url, open_storage
 from specbench.tuning.study import (
