@@ -253,20 +253,18 @@ def load(source: DrafterSource, target, options) -> DFlashDrafter:
     if not 0 <= mask_id < vocab:
         raise SpecbenchError(f"drafter {name}: mask_token_id {mask_id} is outside the vocabulary of {vocab}")
     layers = config.num_hidden_layers
-    rope_theta = float((getattr(config, "rope_parameters", None) or {}).get("rope_theta", 10000.0))
-    arch = Arch(config.hidden_size, config.num_attention_heads, config.num_key_value_heads,
-                getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads,
-                config.intermediate_size, config.rms_norm_eps, rope_theta)
-    block = BlockConfig(arch, vocab, layers, tuple(i + 1 for i in ids), shifted)
+    block = BlockConfig(Arch.of(config), vocab, layers, tuple(i + 1 for i in ids), shifted)
     model_cls = PublishedDSparkModel if source.format == "deepspec-dspark" else PublishedBlockModel
     model = model_cls(target.model, block, options, config, layer_windows(config, raw, layers, name),
                       config.vocab_size if deepspec else None)
     state = {specbench_name(k): v for k, v in source.checkpoint.load(source.checkpoint.weight_names()).items()}
-    table = state.get("embed_tokens.weight", target.model.get_input_embeddings().weight.detach().cpu())
+    table = state.get("embed_tokens.weight")
+    if table is None:  # the target's: only its mask row is needed, so it is not copied whole
+        table = target.model.get_input_embeddings().weight.detach()
     if table.shape[0] <= mask_id:
         raise SpecbenchError(f"drafter {name}: its embedding has {table.shape[0]} rows, no row for "
                              f"mask_token_id {mask_id}")
-    state[MASK] = table[mask_id].float()
+    state[MASK] = table[mask_id].float().cpu()
     load_into(model, state, name, published_name)
     drafter_cls = DSparkDrafter if source.format == "deepspec-dspark" else DFlashDrafter
     return drafter_cls(model.to(target.device, target.model.dtype).eval(), options)

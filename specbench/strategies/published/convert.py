@@ -88,11 +88,8 @@ def _block_config(source: DrafterSource, target: Target) -> tuple[BlockConfig, i
     if any(layer_windows(config, raw, config.num_hidden_layers, name)):
         raise _refuse(source, "it has sliding-window layers, which specbench's block drafters do not")
     ids, mask_id, shifted = layout(source, target.model.config.num_hidden_layers)
-    arch = Arch(config.hidden_size, config.num_attention_heads, config.num_key_value_heads,
-                getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads,
-                config.intermediate_size, config.rms_norm_eps, float(rope.get("rope_theta", 10000.0)))
     rank = int(raw.get("markov_rank") or 0)
-    return BlockConfig(arch, config.vocab_size, config.num_hidden_layers, tuple(i + 1 for i in ids), shifted,
+    return BlockConfig(Arch.of(config), config.vocab_size, config.num_hidden_layers, tuple(i + 1 for i in ids), shifted,
                        rank), mask_id
 
 
