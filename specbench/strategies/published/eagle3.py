@@ -117,7 +117,7 @@ class Eagle3Model(nn.Module):
         if not hasattr(self, "d2t"):
             return draft
         full = draft.new_full((*draft.shape[:-1], self.vocab), torch.finfo(draft.dtype).min)
-        full[..., torch.arange(len(self.d2t), device=draft.device) + self.d2t] = draft
+        full[..., self.target_ids] = draft
         return full
 
 
@@ -156,4 +156,6 @@ def load(source: DrafterSource, target, options: EagleOptions) -> EagleDrafter:
                              "has its own embedding)")
     check_d2t(state, config.vocab_size, name)
     load_into(model, state, name)
+    if hasattr(model, "d2t"):  # the target id of each draft id, once, not at every tree level
+        model.register_buffer("target_ids", torch.arange(len(model.d2t)) + model.d2t, persistent=False)
     return EagleDrafter(model.to(target.device, target.model.dtype).eval(), options)
