@@ -38,14 +38,14 @@ import pandas as pd
 
 from specbench.bench import prepare
 from specbench.config import RunConfig
-from specbench.measure.stats import geometric_mean_ci
+from specbench.measure.stats import geometric_mean
 from specbench.projection import project, workload_shape
 from specbench.strategies.registry import definition
 from specbench.strategies.space import Choice, IntRange, Param, Ref, SearchSpace
 from specbench.strategies.spec import parse_strategy
 from specbench.strict_json import dumps
 from specbench.tuning.config import TuneConfig
-from specbench.tuning.holdout import split_items
+from specbench.tuning.holdout import paired_gain, split_items
 from specbench.tuning.objective import AR_REFRESH_TRIALS, Evaluator
 from specbench.tuning.run import tune
 from specbench.tuning.study import make_pruner, make_sampler
@@ -126,14 +126,13 @@ def head_to_head(evaluator: Evaluator, points: list[dict], rounds: int) -> dict[
 
 def remeasured_ratio(values: dict[tuple, dict[str, list[float]]], found: tuple, best: tuple) -> dict:
     """TPE's point over the grid's best, per prompt (geometric means over rounds), with a 95% interval."""
-    ratios = [math.exp(sum(map(math.log, values[found][u])) / len(values[found][u])
-                       - sum(map(math.log, values[best][u])) / len(values[best][u])) for u in values[best]]
-    centre, low, high = geometric_mean_ci(ratios)
-    return {"ratio": centre, "ci": [low, high]}
+    per_prompt = {k: {u: geometric_mean(v) for u, v in values[k].items()} for k in (found, best)}
+    gain = paired_gain(per_prompt[found], per_prompt[best], 0)
+    return {"ratio": gain["gain"], "ci": gain["gain_ci"]}
 
 
 def geo(values: dict) -> float:
-    return math.exp(sum(math.log(v) for v in values.values()) / len(values))
+    return geometric_mean(list(values.values()))
 
 
 def tpe_run(table: dict, objective: str, seed: int, trials: int, prune: bool) -> dict:
