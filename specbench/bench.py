@@ -90,7 +90,7 @@ class Bench:
 
 def prepare(config: RunConfig) -> Bench:
     """Validate the whole configuration and load models before anything is measured."""
-    config.validate()
+    config = config.validate()  # its type-checked copy, 0 for the whole suite read as no limit
     specs = parse_strategies(config.strategies)
     validate_knobs(config.knobs)
     schedule = {parse_strategy(name).name: entry for name, entry in config.draft_schedule.items()}

@@ -184,3 +184,13 @@ def test_report_to_file_and_by_category(json_run, tmp_path):
     assert records and {"strategy", "category", "tau", "speedup"} <= set(records[0])
     result = invoke("report", tmp_path)
     assert result.exit_code == 2 and "not a specbench run" in result.output
+
+
+def test_library_run_config_limit_zero_is_the_whole_suite(tiny_model_dir):
+    # prepare uses the validated copy of the configuration, as the CLI does
+    from specbench.bench import prepare
+    from specbench.config import RunConfig
+    from specbench.suites import load_suite
+    bench = prepare(RunConfig(strategies=["ngram"], model=str(tiny_model_dir), limit=0, device="cpu"))
+    assert bench.config.limit is None
+    assert len(bench.suite.items) + len(bench.skipped) == len(load_suite("default").items)
