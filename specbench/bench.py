@@ -27,7 +27,7 @@ from specbench.engine.decode import Generation, generate
 from specbench.engine.protocol import Controller
 from specbench.engine.sampling import Sampling, seeded
 from specbench.errors import Interrupted, SpecbenchError
-from specbench.hardware import GpuProfile, detect_local_gpu, get_profile, load_profiles
+from specbench.hardware import GpuProfile, get_profile, is_local_gpu, load_profiles
 from specbench.load_axis import load_axis
 from specbench.measure.cost_table import CostTable, load_table
 from specbench.measure.costs import CHAIN, TREE, Grid, drafter_context, drafter_key, measure_costs
@@ -355,8 +355,7 @@ def project(bench: Bench, rows: pd.DataFrame, summary: list[dict[str, Any]]) -> 
     When the profile is the local GPU the figures above are measured and nothing is projected.
     """
     profile = bench.profile
-    local = detect_local_gpu()
-    if local is not None and local.profile == profile.name:
+    if is_local_gpu(profile.name):
         return {"gpu": profile.name, "projected": False, "note": "measured on this GPU"}
     by_name = {s.name: s for s in bench.strategies}
     for result in summary:

@@ -223,6 +223,12 @@ def detect_local_gpu(pynvml_module: ModuleType | None = None, device_index: int 
         nvml.nvmlShutdown()
 
 
+def is_local_gpu(profile_name: str) -> bool:
+    """Whether the GPU profile `profile_name` is the local GPU (then its figures are measured, not projected)."""
+    local = detect_local_gpu()
+    return local is not None and local.profile == profile_name.strip().lower()
+
+
 def hardware_listing(profiles: dict[str, GpuProfile], local: LocalGpu | None) -> dict[str, Any]:
     """JSON-ready view for `specbench hardware --json`: every profile and the local GPU (or null)."""
     return {

@@ -56,7 +56,6 @@ from specbench.tuning.study import (
     make_sampler,
     open_checked,
     open_study,
-    projects,
     question,
     study_names,
 )
@@ -95,11 +94,6 @@ class StudyPlan:
         return f"measured on {gpu} (the local GPU)" if gpu else "measured on this machine"
 
 
-def _projected_profile(bench: Bench) -> GpuProfile | None:
-    """The --gpu profile, unless it is the local GPU (then everything is measured)."""
-    return bench.profile if bench.profile is not None and projects(bench.profile.name) else None
-
-
 def plan_study(config: TuneConfig, spec: StrategySpec, bench: Bench) -> StudyPlan:
     workload = config.workload
     space = study_space(spec, bench.strategies[1], workload.knobs, workload.controller)
@@ -109,7 +103,8 @@ def plan_study(config: TuneConfig, spec: StrategySpec, bench: Bench) -> StudyPla
         "model": f"{bench.target.name}@{fingerprint(bench.target.model)}",
         "prompts": [f"{item.id}/{turn}" for item in tuning for turn in range(len(item.turns))],
     }
-    return StudyPlan(spec, bench, space, _projected_profile(bench), tuning, holdout, identity)
+    profile = bench.profile if identity["projected"] else None  # the local GPU's figures are measured
+    return StudyPlan(spec, bench, space, profile, tuning, holdout, identity)
 
 
 def study_name(config: TuneConfig, plan: StudyPlan) -> str:

@@ -19,7 +19,7 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from specbench.errors import SpecbenchError
-from specbench.hardware import detect_local_gpu
+from specbench.hardware import is_local_gpu
 from specbench.strategies.spec import StrategySpec
 from specbench.tuning.config import TuneConfig
 from specbench.tuning.storage import default_storage, display_url, open_storage
@@ -52,8 +52,7 @@ def open_study(storage: BaseStorage, name: str, identity: dict[str, Any], where:
 
 def projects(gpu: str | None) -> bool:
     """Whether the objective on --gpu `gpu` is projected: a profile that is not the local GPU."""
-    local = detect_local_gpu() if gpu else None
-    return gpu is not None and (local is None or local.profile != gpu.strip().lower())
+    return gpu is not None and not is_local_gpu(gpu)
 
 
 def question(config: TuneConfig, spec: StrategySpec) -> dict[str, Any]:
