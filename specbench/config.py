@@ -31,6 +31,11 @@ DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16")
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
 
 
+def check_device(device: str) -> None:
+    if device not in DEVICE_CHOICES:
+        raise SpecbenchError(f"--device {device}: expected {', '.join(DEVICE_CHOICES)}")
+
+
 @dataclass
 class RunConfig:
     # strict types; instances are re-checked when validated (pydantic reads this, dataclasses ignore it)
@@ -85,8 +90,7 @@ class RunConfig:
             raise SpecbenchError("--warmup must be >= 0 and --repeats at least 1")
         if self.dtype not in DTYPE_CHOICES:
             raise SpecbenchError(f"--dtype {self.dtype}: expected {', '.join(DTYPE_CHOICES)}")
-        if self.device not in DEVICE_CHOICES:
-            raise SpecbenchError(f"--device {self.device}: expected {', '.join(DEVICE_CHOICES)}")
+        check_device(self.device)
         if self.controller is not None and self.controller not in CONTROLLERS:
             raise SpecbenchError(f"unknown controller {self.controller!r}; known: {', '.join(CONTROLLERS)}")
         specs = parse_strategies(self.strategies)

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specbench.config import DEVICE_CHOICES
+from specbench.config import check_device
 from specbench.errors import SpecbenchError
 from specbench.model_source import model_path
 from specbench.paths import check_output_dir
@@ -53,8 +53,7 @@ class TrainSettings:
                 raise SpecbenchError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if not (math.isfinite(self.lr) and self.lr > 0):
             raise SpecbenchError(f"--lr must be a positive number, got {self.lr}")
-        if self.device not in DEVICE_CHOICES:
-            raise SpecbenchError(f"--device {self.device}: expected {', '.join(DEVICE_CHOICES)}")
+        check_device(self.device)
         other = sorted(set(self.knobs) - {self.strategy})
         if other:
             raise SpecbenchError(f"--set for {', '.join(other)} does not apply to training {self.strategy}")

@@ -5,11 +5,9 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from specbench.config import RunConfig
 from specbench.errors import SpecbenchError
-from specbench.hardware import get_profile, load_profiles
 from specbench.strategies.knobs import validate_knobs
 from specbench.strategies.spec import BASELINE, DEFAULT_STRATEGIES, StrategySpec, parse_strategies
 
@@ -53,9 +51,6 @@ class TuneConfig:
             raise SpecbenchError(f"unknown --objectives {self.objectives!r}; known: {' or '.join(OBJECTIVES)}")
         if self.study is not None and not STUDY_NAME.fullmatch(self.study):
             raise SpecbenchError(f"--study {self.study!r}: use letters, digits and . _ + - (it names files too)")
-        if self.workload.gpu:
-            profiles = load_profiles(Path(self.workload.profiles) if self.workload.profiles else None)
-            get_profile(self.workload.gpu, profiles)
         if len(self.specs()) > self.trials:
             raise SpecbenchError(f"--trials {self.trials} cannot be split between {len(self.specs())} strategies")
         return self
