@@ -11,9 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-# specbench strategy -> vLLM speculative_config method (dspark and combinations have none)
-VLLM_METHODS = {"ngram": "ngram", "draft": "draft_model", "eagle": "eagle3", "mtp": "mtp", "dflash": "dflash"}
-
 
 def cap_at(entry: dict[str, list[int]], batch: int) -> int | None:
     """The cap at `batch`: that of the largest listed batch size not above it; None below the first."""
@@ -36,10 +33,9 @@ def schedule_toml(schedules: dict[str, dict[str, list[int]]], source: str) -> st
     return "\n".join(lines)
 
 
-def vllm_config(strategy: str, entry: dict[str, list[int]]) -> dict[str, Any] | None:
-    """vLLM's speculative_config form, with inclusive batch-size ranges; None where vLLM has no such
-    method or where no batch size drafts at all."""
-    method = VLLM_METHODS.get(strategy)
+def vllm_config(method: str | None, entry: dict[str, list[int]]) -> dict[str, Any] | None:
+    """vLLM's speculative_config form of `method` (registry.vllm_method), with inclusive batch-size ranges;
+    None where vLLM has no such method or where no batch size drafts at all."""
     sizes, caps = entry["batch_sizes"], entry["draft_tokens"]
     if method is None or max(caps) == 0:
         return None

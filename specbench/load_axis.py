@@ -21,6 +21,7 @@ from specbench.measure.cost_table import load_table
 from specbench.measure.costs import drafter_context, drafter_key, table_key, time_drafters
 from specbench.measure.stats import position_sums
 from specbench.strategies.build import Strategy
+from specbench.strategies.registry import vllm_method
 
 NO_TABLE = ("no cost table for this model and device: `specbench costs` measures one, and the modelled "
             "speedup at each batch size comes from it")
@@ -63,7 +64,7 @@ def load_axis(target, strategies: list[Strategy], rows: pd.DataFrame, summary: l
     entries = {name: schedule_entry(best) for name, best in schedules.items()}
     return {"cost_table": table.key, "batch_sizes": sizes, "points": points, "stops_paying": stops,
             "schedule": schedules, "schedule_toml": schedule_toml(entries, "this run's acceptance and its cost table"),
-            "vllm": {name: form for name, entry in entries.items() if (form := vllm_config(name, entry))}}
+            "vllm": {name: form for name, entry in entries.items() if (form := vllm_config(vllm_method(name), entry))}}
 
 
 def point_row(strategy: str, point: dict[str, Any], measured: dict[str, Any] | None) -> dict[str, Any]:

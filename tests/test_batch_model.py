@@ -16,6 +16,7 @@ from specbench.measure.batch_model import DraftShape, best_caps, expected_block,
 from specbench.measure.costs import CostTable
 from specbench.projection import WorkloadShape, by_batch, project
 from specbench.strategies.controllers import CappedController, FixedController
+from specbench.strategies.registry import vllm_method
 
 MS = 1e-3
 
@@ -102,11 +103,12 @@ def test_schedule_round_trips_through_a_run_config(tmp_path):
 
 
 def test_vllm_form():
-    form = vllm_config("dflash", {"batch_sizes": [1, 4, 16, 32], "draft_tokens": [7, 5, 5, 0]})
+    form = vllm_config(vllm_method("dflash"), {"batch_sizes": [1, 4, 16, 32], "draft_tokens": [7, 5, 5, 0]})
     assert form == {"method": "dflash", "num_speculative_tokens": 7,
                     "num_speculative_tokens_per_batch_size": {"1-3": 7, "4-31": 5, "32-32": 0}}
-    assert vllm_config("dspark", {"batch_sizes": [1], "draft_tokens": [3]}) is None  # no vLLM counterpart
-    assert vllm_config("ngram", {"batch_sizes": [1], "draft_tokens": [0]}) is None  # never drafts
+    assert vllm_method("eagle+dflash") is None  # a combination: no vLLM counterpart
+    assert vllm_config(None, {"batch_sizes": [1], "draft_tokens": [3]}) is None
+    assert vllm_config(vllm_method("ngram"), {"batch_sizes": [1], "draft_tokens": [0]}) is None  # never drafts
 
 
 @pytest.mark.parametrize("entry, message", [

@@ -12,6 +12,7 @@ from specbench.engine.protocol import Drafter
 from specbench.errors import SpecbenchError
 from specbench.models import ASSETS, DEFAULT_MODEL, fingerprint
 from specbench.strategies.drafter_dir import load_drafter
+from specbench.strategies.serving import Serving
 from specbench.strategies.space import SearchSpace
 
 
@@ -26,6 +27,8 @@ class StrategyDef:
     space: SearchSpace = SearchSpace()  # what `specbench tune` searches; `controller` names the controller choice
     limits: Callable[[Drafter], dict[str, int]] | None = None  # values of the loaded drafter that bounds can name
     tree: bool = False  # drafts token trees (verified with a tree mask, at batch size 1 only), not chains
+    # (options, controller, drafter path or None) -> its vLLM and SGLang forms (strategies/serving.py)
+    serving: Callable[[Any, str, str | None], Serving] | None = None
 
 
 def default_drafter_dir(target, strategy: str, drafter_dir: Path | None) -> Path:

@@ -34,6 +34,7 @@ from specbench.engine.protocol import DraftContext, StepOutcome
 from specbench.engine.tree import DraftTree
 from specbench.strategies.base import StrategyDef, load_trained
 from specbench.strategies.layers import Arch, embed, lm_head, rope, rotate
+from specbench.strategies.serving import DRAFTER, Serving, fixed_only
 from specbench.strategies.space import Choice, IntRange, Param, SearchSpace, check_ranges, knob
 from specbench.strategies.trainable import DistillBatch
 
@@ -352,5 +353,14 @@ class DFlashDrafter:
         return tokens[:depth].tolist(), qs[:depth]
 
 
+def _serving(o: DFlashOptions, controller: str, drafter: str | None) -> Serving:
+    path = drafter or DRAFTER
+    sglang = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", path,
+              "--speculative-dflash-block-size", o.block_size,
+              "--speculative-dflash-draft-window-size", o.context_window]
+    return Serving({"method": "dflash", "model": path, "num_speculative_tokens": o.block_size - 1}, sglang,
+                   ("context_window",) + fixed_only(controller), fixed_only(controller))
+
+
 STRATEGY = StrategyDef("dflash", DFlashOptions, DFlashDrafter.load, budget=lambda o: o.block_size - 1,
-                       trainable=DFlashModel.for_target, space=SPACE)
+                       trainable=DFlashModel.for_target, space=SPACE, serving=_serving)

@@ -12,6 +12,7 @@ from specbench.engine.tree import DraftTree
 from specbench.errors import SpecbenchError
 from specbench.models import DEFAULT_DIR, load_lm
 from specbench.strategies.base import StrategyDef
+from specbench.strategies.serving import DRAFTER, Serving, fixed_only
 from specbench.strategies.space import Choice, IntRange, Param, SearchSpace, check_ranges, knob
 
 
@@ -88,4 +89,12 @@ def _build(target, options: DraftOptions, drafter_dir) -> DraftModelDrafter:
     return DraftModelDrafter(model, options)
 
 
-STRATEGY = StrategyDef("draft", DraftOptions, _build, budget=lambda o: o.k, space=SPACE)
+def _serving(o: DraftOptions, controller: str, drafter: str | None) -> Serving:
+    path = drafter or DRAFTER
+    sglang = ["--speculative-algorithm", "STANDALONE", "--speculative-draft-model-path", path,
+              "--speculative-num-steps", o.k, "--speculative-eagle-topk", 1, "--speculative-num-draft-tokens", o.k + 1]
+    return Serving({"method": "draft_model", "model": path, "num_speculative_tokens": o.k}, sglang,
+                   fixed_only(controller), fixed_only(controller))
+
+
+STRATEGY = StrategyDef("draft", DraftOptions, _build, budget=lambda o: o.k, space=SPACE, serving=_serving)

@@ -42,6 +42,7 @@ from specbench.errors import SpecbenchError
 from specbench.strategies.base import StrategyDef
 from specbench.strategies.dflash import BlockConfig, DFlashDrafter, DFlashModel, pick
 from specbench.strategies.dspark_scheduler import SCHEDULER_SPACE, check_knobs, scheduler_knob
+from specbench.strategies.serving import DRAFTER, Serving, fixed_only
 from specbench.strategies.space import Choice, FloatRange, IntRange, Param, SearchSpace, knob
 from specbench.strategies.trainable import DistillBatch
 
@@ -158,5 +159,22 @@ class DSparkDrafter(DFlashDrafter):
         return tokens, qs
 
 
+SCHEDULER_KNOBS = ("window_size", "adjust_interval", "k_min", "k_max", "hysteresis", "grow_above", "shrink_below")
+
+
+def _serving(o: DSparkOptions, controller: str, drafter: str | None) -> Serving:
+    # vLLM runs DeepSpec's DSpark (its Markov head) at a fixed block; SGLang has DFlash only, so its
+    # block of that length carries the draft length and nothing of DSpark's heads
+    path = drafter or DRAFTER
+    drafts = min(o.block_size, o.k_max - 1) if controller == "dspark" else o.block_size
+    sglang = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", path,
+              "--speculative-dflash-block-size", drafts + 1,
+              "--speculative-dflash-draft-window-size", o.context_window]
+    scheduler = SCHEDULER_KNOBS if controller == "dspark" else fixed_only(controller)
+    return Serving({"method": "dspark", "model": path, "num_speculative_tokens": drafts}, sglang,
+                   ("confidence_threshold", "confidence_rule", "context_window") + scheduler,
+                   ("confidence_threshold", "confidence_rule", "the Markov and confidence heads") + scheduler)
+
+
 STRATEGY = StrategyDef("dspark", DSparkOptions, DSparkDrafter.load, budget=lambda o: o.block_size,
-                       default_controller="dspark", trainable=DSparkModel.for_target, space=SPACE)
+                       default_controller="dspark", trainable=DSparkModel.for_target, space=SPACE, serving=_serving)

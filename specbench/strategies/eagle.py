@@ -29,6 +29,7 @@ from specbench.engine.protocol import DraftContext, StepOutcome
 from specbench.engine.tree import DraftTree, tree_attention_mask
 from specbench.strategies.base import StrategyDef, load_trained
 from specbench.strategies.layers import KV, Arch, FeatureLayer, causal_mask, embed, lm_head
+from specbench.strategies.serving import DRAFTER, Serving, fixed_only
 from specbench.strategies.space import IntRange, Param, SearchSpace, check_ranges, knob
 from specbench.strategies.trainable import DistillBatch
 
@@ -231,5 +232,17 @@ def _build(target, options: EagleOptions, drafter_dir: Path | None) -> EagleDraf
                         options)
 
 
+def _serving(o: EagleOptions, controller: str, drafter: str | None) -> Serving:
+    # vLLM drafts EAGLE-3 as a chain of `depth` tokens; SGLang takes the EAGLE-2 tree settings (its
+    # draft-token count includes the verified root)
+    path = drafter or DRAFTER
+    sglang = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", path,
+              "--speculative-num-steps", o.depth, "--speculative-eagle-topk", o.top_k,
+              "--speculative-num-draft-tokens", o.total_tokens + 1]
+    return Serving({"method": "eagle3", "model": path, "num_speculative_tokens": o.depth}, sglang,
+                   ("top_k", "total_tokens") + fixed_only(controller), fixed_only(controller))
+
+
 STRATEGY = StrategyDef("eagle", EagleOptions, _build, budget=lambda o: o.depth, default_controller="fixed",
-                       trainable=lambda target, options: EagleModel.for_target(target, options), space=SPACE, tree=True)
+                       trainable=lambda target, options: EagleModel.for_target(target, options), space=SPACE, tree=True,
+                       serving=_serving)

@@ -27,6 +27,7 @@ from specbench.engine.tree import DraftTree
 from specbench.errors import SpecbenchError
 from specbench.strategies.base import StrategyDef, load_trained
 from specbench.strategies.layers import KV, Arch, FeatureLayer, embed, lm_head
+from specbench.strategies.serving import Serving, fixed_only
 from specbench.strategies.space import Choice, FloatRange, IntRange, Param, Ref, SearchSpace, check_ranges, knob
 from specbench.strategies.trainable import DistillBatch
 
@@ -239,6 +240,26 @@ SPACE = SearchSpace((
     Param("entropy_threshold", FloatRange(0.5, 8.0, log=True)),
 ))
 
+def _tree_size(o: MtpOptions) -> int:
+    widths = [int(w) for w in o.branching.split(",")]
+    size, level = 0, 1
+    for depth in range(o.n_modules):
+        level *= widths[min(depth, len(widths) - 1)]
+        size += level
+    return size
+
+
+def _serving(o: MtpOptions, controller: str, drafter: str | None) -> Serving:
+    # the target's own MTP layers in both engines: SGLang runs them as EAGLE with a tree, vLLM as a chain
+    sglang = ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", o.n_modules,
+              "--speculative-eagle-topk", int(o.branching.split(",")[0]),
+              "--speculative-num-draft-tokens", _tree_size(o) + 1]
+    return Serving({"method": "mtp", "num_speculative_tokens": o.n_modules}, sglang,
+                   ("branching", "entropy_threshold") + fixed_only(controller),
+                   ("entropy_threshold", "branching below level 1") + fixed_only(controller))
+
+
 STRATEGY = StrategyDef("mtp", MtpOptions, _build, budget=lambda o: o.n_modules, default_controller="fixed",
                        trainable=lambda target, options: MtpModel.for_target(target, options), space=SPACE,
-                       limits=lambda drafter: {"trained_modules": len(drafter.model.layers)}, tree=True)
+                       limits=lambda drafter: {"trained_modules": len(drafter.model.layers)}, tree=True,
+                       serving=_serving)

@@ -15,6 +15,7 @@ from specbench.engine.protocol import DraftContext, StepOutcome
 from specbench.engine.tree import DraftTree
 from specbench.errors import SpecbenchError
 from specbench.strategies.base import StrategyDef
+from specbench.strategies.serving import Serving, fixed_only
 from specbench.strategies.space import Choice, IntRange, Param, SearchSpace, check_ranges, knob
 
 
@@ -72,4 +73,13 @@ def _build(target, options: NgramOptions, drafter_dir) -> NgramDrafter:
     return NgramDrafter(options)
 
 
-STRATEGY = StrategyDef("ngram", NgramOptions, _build, budget=lambda o: o.num_pred_tokens, space=SPACE)
+def _serving(o: NgramOptions, controller: str, drafter: str) -> Serving:
+    vllm = {"method": "ngram", "num_speculative_tokens": o.num_pred_tokens, "prompt_lookup_max": o.max_ngram,
+            "prompt_lookup_min": 1}
+    sglang = ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", o.num_pred_tokens,
+              "--speculative-ngram-min-match-window-size", 1, "--speculative-ngram-max-match-window-size", o.max_ngram]
+    return Serving(vllm, sglang, fixed_only(controller), fixed_only(controller))
+
+
+STRATEGY = StrategyDef("ngram", NgramOptions, _build, budget=lambda o: o.num_pred_tokens, space=SPACE,
+                       serving=_serving)

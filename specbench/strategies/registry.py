@@ -33,3 +33,12 @@ def definition(name: str) -> StrategyDef:
 
 def definitions() -> dict[str, StrategyDef]:
     return {name: definition(name) for name in DRAFTER_NAMES}
+
+
+def vllm_method(name: str) -> str | None:
+    """vLLM's speculative method for a strategy name; None for a combination or a method vLLM lacks."""
+    if name not in MODULES or definition(name).serving is None:
+        return None
+    d = definition(name)
+    config = d.serving(d.options(), d.default_controller, None).vllm
+    return config["method"] if config else None

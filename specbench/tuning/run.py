@@ -34,10 +34,10 @@ from specbench.results import write_atomic, write_json
 from specbench.strategies.knobs import make_options
 from specbench.strategies.published.formats import drafter_dirs_by_strategy, open_source
 from specbench.strategies.registry import definition
+from specbench.strategies.serving import engines_markdown
 from specbench.strategies.spec import StrategySpec, parse_strategies, parse_strategy
 from specbench.suites import SuiteItem
 from specbench.tuning.config import TuneConfig
-from specbench.tuning.engines import engines_markdown, translate
 from specbench.tuning.holdout import holdout_check, interval, paired_gain, split_items
 from specbench.tuning.objective import Evaluator, TrialFailure
 from specbench.tuning.outputs import importances, tuned_toml, write_plots
@@ -245,10 +245,11 @@ def _engines(plan: StudyPlan, knobs: dict[str, dict[str, Any]], controller: str 
     if len(plan.spec.members) != 1:
         return None
     name = plan.spec.members[0]
-    options = dataclasses.asdict(make_options(name, knobs.get(name, {})))
+    options = make_options(name, knobs.get(name, {}))
     dirs = drafter_dirs_by_strategy(plan.bench.config.drafters, parse_strategies(plan.bench.config.strategies))
     drafter = dirs[name].checkpoint.name if name in dirs else None
-    return translate(name, options, controller or definition(name).default_controller, drafter)
+    serving = definition(name).serving
+    return serving(options, controller or definition(name).default_controller, drafter).as_json() if serving else None
 
 
 def finish_study(config: TuneConfig, plan: StudyPlan, study: optuna.Study, url: str, trials: int) -> dict[str, Any]:
