@@ -14,7 +14,7 @@ import zlib
 from dataclasses import dataclass, field, replace
 from functools import cache, partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import pandas as pd
 import torch
@@ -26,6 +26,7 @@ from specbench.engine.batch import BatchGeneration, drafter_copies, generate_bat
 from specbench.engine.decode import Generation, generate
 from specbench.engine.protocol import Controller
 from specbench.engine.sampling import Sampling, seeded
+from specbench.engines import SPECBENCH, VLLM, label
 from specbench.errors import Interrupted, SpecbenchError
 from specbench.hardware import GpuProfile, get_profile, is_local_gpu, load_profiles
 from specbench.load_axis import load_axis
@@ -36,7 +37,8 @@ from specbench.measure.host import peak_rss_bytes
 from specbench.measure.lossless import divergence_margin, first_divergence
 from specbench.measure.memory import needed_bytes
 from specbench.measure.noise import NoiseMonitor
-from specbench.measure.stats import CostInputs, paired_speedups, summarize
+from specbench.measure.stats import CostInputs, paired_speedups, summarize, transfer
+from specbench.model_source import model_path
 from specbench.models import Target, encode_turns, load_target, resolve_device, resolve_dtype
 from specbench.plots import write_plots
 from specbench.projection import by_batch, workload_shape
@@ -45,15 +47,19 @@ from specbench.results import RunDir, write_atomic
 from specbench.strategies.build import Strategy, build_strategy, verifies_trees
 from specbench.strategies.controllers import CappedController
 from specbench.strategies.knobs import validate_knobs
-from specbench.strategies.published.formats import drafter_dirs_by_strategy
-from specbench.strategies.spec import parse_strategies, parse_strategy
+from specbench.strategies.published.formats import DrafterSource, drafter_dirs_by_strategy
+from specbench.strategies.spec import BASELINE, StrategySpec, parse_strategies, parse_strategy
 from specbench.suites import Suite, SuiteItem, load_suite, select
+
+if TYPE_CHECKING:  # imported where an engine is made: vLLM is an optional extra
+    from specbench.vllm_engine import VllmEngine
 
 Progress = Callable[[str, int, int], None]  # what, done, total
 Estimate = Callable[[dict[str, Any]], None]  # after the warm-up: the plan (seconds, prompts, strategies, ...)
 
 VERIFY_MARGIN = 64  # positions a verified draft may add beyond prompt + answer
 BATCHED_VERIFY_LENGTHS = (1, 2, 4, 8, 12, 16)  # the chains' verify blocks: the engine pads them to the longest draft
+MAX_MODEL_LEN = 4096  # vLLM's context at most (--engine-args max_model_len overrides): its KV cache is preallocated
 
 
 @dataclass
@@ -86,6 +92,18 @@ class Bench:
     skipped: list[str] = field(default_factory=list)  # prompts that would not fit in the model's context
     batch_sizes: list[int] = field(default_factory=lambda: [1])  # what runs: none above the suite's size
     notes: list[str] = field(default_factory=list)  # what the run changed from its configuration
+    vllm: VllmEngine | None = None  # with --engine vllm or both: vLLM's engines, one per strategy
+    vllm_strategies: list[Strategy] = field(default_factory=list)
+
+    @property
+    def runs(self) -> list[Strategy]:
+        """Everything measured on each prompt: specbench's strategies, then vLLM's."""
+        return self.strategies + self.vllm_strategies
+
+    def close(self) -> None:
+        """Stop vLLM's engine processes, if any."""
+        if self.vllm is not None:
+            self.vllm.close()
 
 
 def prepare(config: RunConfig) -> Bench:
@@ -105,12 +123,36 @@ def prepare(config: RunConfig) -> Bench:
         profile = get_profile(config.gpu, load_profiles(Path(config.profiles) if config.profiles else None))
     device = resolve_device(config.device)
     target = load_target(config.model, device, resolve_dtype(config.dtype, device))
-    strategies = [build_strategy(s, target, config.knobs, sources, config.controller) for s in specs]
+    # with vLLM alone, specbench's own `ar` still runs: it is the reference the engines' agreement is read against
+    own = specs if config.engine != VLLM else specs[:1]
+    strategies = [build_strategy(s, target, config.knobs, sources, config.controller) for s in own]
     config = dataclasses.replace(config, draft_schedule=schedule)
     sampling = Sampling(config.temperature, config.top_p, config.top_k)
     suite, skipped = fitting_prompts(suite, target, config.max_new_tokens)
     batch_sizes, notes = fit_batch_sizes(config.batch_sizes, len(suite.items))
-    return Bench(config, target, strategies, suite, sampling, RunMetrics(device), profile, skipped, batch_sizes, notes)
+    bench = Bench(config, target, strategies, suite, sampling, RunMetrics(device), profile, skipped, batch_sizes, notes)
+    if config.engine != SPECBENCH:
+        start_vllm(bench, specs, sources)
+    return bench
+
+
+def start_vllm(bench: Bench, specs: list[StrategySpec], sources: dict[str, DrafterSource]) -> None:
+    """vLLM's engines, one per strategy (`ar` included), after every strategy is checked for vLLM."""
+    from specbench import vllm_engine
+
+    config = bench.config
+    plans = [vllm_engine.plan(s, config.knobs, config.controller, sources, bench.target, Path(config.out))
+             for s in specs]
+    limit = context_limit(bench.target)
+    kwargs = vllm_engine.engine_kwargs(model_path(config.model), config.dtype, config.seed,
+                                       min(limit, MAX_MODEL_LEN) if limit else MAX_MODEL_LEN, config.engine_args)
+    bench.vllm = vllm_engine.VllmEngine(plans, kwargs)
+    bench.vllm_strategies = [Strategy(p.name, None, None, engine=VLLM,
+                                      drafters={"vllm": {"speculative_config": p.speculative_config,
+                                                         "untranslated": list(p.untranslated)}} if p.speculative_config
+                                      else {}) for p in plans]
+    bench.notes += [f"vLLM runs {p.name} without specbench's {', '.join(p.untranslated)} (no vLLM counterpart)"
+                    for p in plans if p.untranslated]
 
 
 def fit_batch_sizes(batch_sizes: list[int], prompts: int) -> tuple[list[int], list[str]]:
@@ -159,6 +201,8 @@ def new_controller(bench: Bench, strategy: Strategy, batch_size: int) -> Control
 
 
 def run_one(bench: Bench, strategy: Strategy, prompt: list[int], seed: int) -> Generation:
+    if strategy.engine == VLLM:
+        return bench.vllm.generate(strategy.name, prompt, bench.config.max_new_tokens, bench.sampling, seed)
     torch.manual_seed(seed)
     return generate(bench.target.model, prompt, bench.config.max_new_tokens, bench.sampling,
                     bench.target.eos_ids, strategy.drafter, new_controller(bench, strategy, 1), seed)
@@ -202,8 +246,16 @@ def make_row(model, strategy: Strategy, item: SuiteItem, turn: int, repeat: int,
         "peak_mem_bytes": peak, "stop_reason": gen.stop_reason,
         "mismatch": None if reference is None else first is not None, "first_divergence": first,
         "divergence_margin": margin, "output_ids": gen.tokens, "batch_size": 1,
-        "steps_by_drafted": gen.steps_by_drafted,
+        "steps_by_drafted": gen.steps_by_drafted, "engine": strategy.engine,
     }
+
+
+def engine_agreement(model, prompt: list[int], vllm_ar: list[int], specbench_ar: list[int]) -> dict[str, Any]:
+    """vLLM's `ar` against specbench's on one prompt: kernels differ, so a near-tie may flip; where they
+    part and the target's logit margin there (from specbench's forward) say whether it was a tie."""
+    first = first_divergence(vllm_ar, specbench_ar)
+    margin = divergence_margin(model, prompt, vllm_ar, specbench_ar, first) if first is not None else None
+    return {"engines_agree": first is None, "engines_first_divergence": first, "engines_divergence_margin": margin}
 
 
 def batch_rows(model, strategy: Strategy, items: list[SuiteItem], turn: int, repeat: int, prompts: list[list[int]],
@@ -238,7 +290,7 @@ def warm_up(bench: Bench) -> float:
     for batch_size in bench.batch_sizes:
         started = time.perf_counter()
         for _ in range(bench.config.warmup):
-            for strategy in bench.strategies:
+            for strategy in bench.runs if batch_size == 1 else bench.strategies:
                 if batch_size == 1:
                     run_one(bench, strategy, prompts[0], 0)
                 else:
@@ -250,7 +302,7 @@ def warm_up(bench: Bench) -> float:
 def strategy_order(bench: Bench, key: Any) -> list[Strategy]:
     """Every strategy, `ar` included, in an order shuffled per prompt (or batch) with the run's seed, so
     that no strategy always runs first or right after another (caches, clocks and load drift)."""
-    order = list(bench.strategies)
+    order = list(bench.runs)
     random.Random(f"{bench.config.seed}/{key}").shuffle(order)
     return order
 
@@ -278,15 +330,20 @@ def measure_prompt(bench: Bench, item: SuiteItem, done: set[tuple[str, int, int,
             for position, strategy in enumerate(strategy_order(bench, key)):
                 if bench.target.device.type == "cuda":
                     torch.cuda.reset_peak_memory_stats(bench.target.device)
-                with bench.metrics.measure(strategy.name):
+                with bench.metrics.measure(strategy.label):
                     gen = run_one(bench, strategy, prompt, _seed(bench.config, item, turn, repeat))
                 generations.append((position, strategy, gen, _peak_memory(bench.target.device)))
-            ar = next(gen for _, strategy, gen, _ in generations if strategy.drafter is None)
-            previous[key] = ar.tokens
-            reference = ar.tokens if bench.sampling.greedy else None
-            generations.sort(key=lambda g: bench.strategies.index(g[1]))  # rows in run order, `ar` first
-            on_rows([make_row(bench.target.model, strategy, item, turn, repeat, prompt, gen, reference, peak, position)
-                     for position, strategy, gen, peak in generations])
+            ars = {strategy.engine: gen.tokens for _, strategy, gen, _ in generations if strategy.name == BASELINE}
+            previous[key] = ars[SPECBENCH]
+            generations.sort(key=lambda g: bench.runs.index(g[1]))  # rows in run order, `ar` first
+            rows = [make_row(bench.target.model, strategy, item, turn, repeat, prompt, gen,
+                             ars[strategy.engine] if bench.sampling.greedy else None, peak, position)
+                    for position, strategy, gen, peak in generations]
+            if VLLM in ars and bench.sampling.greedy:
+                for row in rows:
+                    if row["engine"] == VLLM and row["strategy"] == BASELINE:
+                        row.update(engine_agreement(bench.target.model, prompt, row["output_ids"], ars[SPECBENCH]))
+            on_rows(rows)
         answers.append(tokenizer.decode(previous[(item.id, turn, 0)], skip_special_tokens=True))
     return True
 
@@ -372,26 +429,35 @@ def finish(bench: Bench, run: RunDir, complete: bool, noise: NoiseMonitor | None
     rows = pd.DataFrame(run.read_rows())
     summary: list[dict[str, Any]] = []
     extra: dict[str, Any] = {"skipped_prompts": bench.skipped, "notes": bench.notes}
+    if bench.vllm is not None:
+        extra["vllm_start_s"] = bench.vllm.start_s
     if len(rows):
         rows["batch_size"] = rows.get("batch_size", pd.Series(1, index=rows.index)).fillna(1).astype(int)
+        rows["engine"] = rows.get("engine", pd.Series(SPECBENCH, index=rows.index)).fillna(SPECBENCH)
         rows["speedup"] = paired_speedups(rows)
         extra["by_category"] = []
         for batch_size, part in rows.groupby("batch_size", sort=True):
             # the cost model predicts batch size 1 (measure/cost_model.py); the load axis models every batch size
             at = {"costs": costs if batch_size == 1 else None}
             for result in summarize(part, bench.config.seed, **at):
-                result.update(batch_size=int(batch_size), **bench.metrics.summary(result["strategy"],
-                                                                                 result["new_tokens"]))
+                named = label(result["strategy"], result["engine"])
+                result.update(batch_size=int(batch_size), **bench.metrics.summary(named, result["new_tokens"]))
                 summary.append(result)
             extra["by_category"] += [{**r, "batch_size": int(batch_size)}
                                      for r in summarize(part, bench.config.seed, by="category", **at)]
-        smallest = int(rows.batch_size.min())
-        first = rows[rows.batch_size == smallest]
+        for result in summary:
+            ratio = transfer(summary).get((result["strategy"], result["batch_size"]))
+            if ratio is not None and result["engine"] != SPECBENCH:
+                result["transfer"] = ratio
+        own = rows[rows.engine == SPECBENCH]  # the noise check, projection and load axis read specbench's engine
+        own_summary = [r for r in summary if r["engine"] == SPECBENCH]
+        smallest = int(own.batch_size.min())
+        first = own[own.batch_size == smallest]
         if noise is not None:
             extra["noise"] = noise.summary(first)
         if bench.profile:
-            extra["projection"] = project(bench, first, [r for r in summary if r["batch_size"] == smallest])
-        extra["load"] = load_axis(bench.target, bench.strategies, rows, summary, bench.config.out)
+            extra["projection"] = project(bench, first, [r for r in own_summary if r["batch_size"] == smallest])
+        extra["load"] = load_axis(bench.target, bench.strategies, own, own_summary, bench.config.out)
     series = bench.metrics.series_frame()
     if len(series):
         write_atomic(run.path / "nvml_series.csv", series.to_csv(index=False))
@@ -419,16 +485,26 @@ def run_benchmark(config: RunConfig, progress: Progress | None = None, resume: s
     if resume is not None:
         run, config = RunDir.resume(resume)
         bench = prepare(config)
-        if run.meta.get("strategies") != [s.name for s in bench.strategies]:
+        if run.meta.get("strategies") != [s.label for s in bench.runs]:
+            bench.close()
             raise SpecbenchError(f"{resume}: the strategies no longer match the saved run")
     else:
         bench = prepare(config)
-        run = RunDir.create(config.out, config, bench.target.name, bench.suite.name, [s.name for s in bench.strategies],
-                            drafters={s.name: s.drafters for s in bench.strategies if s.drafters})
+        run = RunDir.create(config.out, config, bench.target.name, bench.suite.name, [s.label for s in bench.runs],
+                            drafters={s.label: s.drafters for s in bench.runs if s.drafters})
+    try:
+        return measure_run(bench, run, progress, on_estimate)
+    finally:
+        bench.close()
+
+
+def measure_run(bench: Bench, run: RunDir, progress: Progress | None, on_estimate: Estimate | None) -> RunReport:
+    """The measured part of run_benchmark, on a prepared run and its run directory."""
+    config = bench.config
     previous: dict[tuple[str, int, int], list[int]] = {}
-    done = run.keep_complete_groups({s.name for s in bench.strategies})
+    done = run.keep_complete_groups({s.label for s in bench.runs})
     for r in run.read_rows():  # batch size 1's rows come first, and its outputs are the reference
-        if r["strategy"] == "ar":
+        if r["strategy"] == BASELINE and r.get("engine", SPECBENCH) == SPECBENCH:
             previous.setdefault((r["prompt_id"], r["turn"], r["repeat"]), r["output_ids"])
 
     noise = NoiseMonitor()  # the load before this run adds its own
@@ -438,10 +514,10 @@ def run_benchmark(config: RunConfig, progress: Progress | None = None, resume: s
     if on_estimate:
         prompts = {item.id: item for _, item in todo}.values()
         generations = sum(len(item.turns) for item in prompts) * config.repeats
-        on_estimate({"seconds": per_prompt * generations, "prompts": len(prompts), "strategies": len(bench.strategies),
+        on_estimate({"seconds": per_prompt * generations, "prompts": len(prompts), "strategies": len(bench.runs),
                      "load": noise.load_before, "cpus": noise.cpus, "busy": noise.busy_before(),
                      "skipped": list(bench.skipped), "context": context_limit(bench.target)})
-    costs = cost_inputs(bench) if config.cost_model else None
+    costs = cost_inputs(bench) if config.cost_model and config.engine != VLLM else None
     noise.restart()
     complete = False
     try:

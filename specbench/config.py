@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
+from specbench.engines import check_engine
 from specbench.errors import SpecbenchError
 from specbench.hardware import get_profile, load_profiles
 from specbench.model_source import model_path
@@ -66,6 +67,8 @@ class RunConfig:
     # strategy -> {"batch_sizes": [...], "draft_tokens": [...]}: at most that many drafts per step from each
     # listed batch size on (vLLM's num_speculative_tokens_per_batch_size; 0 = plain decoding)
     draft_schedule: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+    engine: str = "specbench"  # specbench, vllm or both (engines.py)
+    engine_args: dict[str, Any] = field(default_factory=dict)  # vLLM engine arguments (--engine-args JSON)
 
     def validate(self, where: str = "configuration") -> RunConfig:
         """This configuration, type-checked, after every check that needs no torch; `where` names its source."""
@@ -105,6 +108,7 @@ class RunConfig:
         check_sizes(self.batch_sizes, "--batch-sizes")
         for strategy, entry in self.draft_schedule.items():
             check_draft_schedule(strategy, entry)
+        check_engine(self.engine, self.engine_args, specs, self.batch_sizes)
 
 
 def check_sizes(values: tuple[int, ...] | list[int], option: str, low: int = 1) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 from rich.table import Table
 
+from specbench.engines import SPECBENCH, label
 from specbench.errors import SpecbenchError
 from specbench.measure.lossless import divergences, mismatch_detail
 from specbench.measure.stats import BASELINE, summarize
@@ -51,6 +52,7 @@ HEADERS = {
     "predicted_speedup": "predicted", "measured_over_predicted": "meas/pred",
     "projected_speedup": "projected", "projected_tokens_per_s": "proj tok/s", "projected_fits": "fits",
     "mem_util_pct": "mem util %", "dram_bw_gbs": "DRAM GB/s", "energy_j": "energy J", "batch_size": "B",
+    "transfer": "transfer",
 }
 LEGEND = {
     "speedup": "paired speedup over ar: tokens/s over ar's on the same prompt, geometric mean over "
@@ -75,6 +77,8 @@ LEGEND = {
     "mem_util_pct": "NVML memory-controller busy time (%)", "dram_bw_gbs": "DRAM bandwidth through NVML GPM (GB/s)",
     "energy_j": "GPU energy over the strategy's generations (J)",
     "batch_size": "sequences decoded together; the speedup is over batched ar at the same batch size",
+    "transfer": "vLLM's speedup over specbench's for the same strategy (@vllm: measured in vLLM, against "
+                "vLLM's own ar)",
 }
 PERCENT = {"draft_efficiency", "share_prefill", "share_draft", "share_verify", "share_other"}
 TIMES_X = {"predicted_speedup", "projected_speedup", "measured_over_predicted"}
@@ -225,7 +229,7 @@ def _flat(summary: dict[str, Any]) -> dict[str, Any]:
     """One summary as flat columns (the figures, renamed for tables; nothing recomputed)."""
     ci = summary.get("speedup_ci") or [None, None]
     out = {k: summary.get(k) for k in ("prompts", "new_tokens", "tokens_per_s", "speedup", "tau",
-                                       "draft_efficiency", "mismatches")}
+                                       "draft_efficiency", "mismatches", "transfer")}
     out.update(speedup_ci_low=ci[0], speedup_ci_high=ci[1],
                accept_by_position=summary.get("acceptance_by_position") or [])
     for part, share in (summary.get("time_shares") or {}).items():
@@ -262,7 +266,9 @@ def comparison(runs: Sequence[Run], by: str = "strategy") -> pd.DataFrame:
         for summary in run.summary if by == "strategy" else run.by_category:
             extra = {"category": summary.get("category")} if by == "category" else {}
             extra["batch_size"] = summary.get("batch_size", 1)  # a batched run has one summary per batch size
-            records.append({**head, "strategy": summary["strategy"], **extra, **_flat(summary)})
+            engine = summary.get("engine", SPECBENCH)
+            records.append({**head, "strategy": label(summary["strategy"], engine), "engine": engine,
+                            "baseline": summary["strategy"] == BASELINE, **extra, **_flat(summary)})
     return pd.DataFrame.from_records(records)
 
 
@@ -275,7 +281,7 @@ def _missing(value: Any) -> bool:
 
 def _cell(column: str, row: pd.Series, noisy: bool = False) -> str:
     value = row.get(column)
-    if row.get("strategy") == BASELINE and column in ("speedup", "mismatches"):
+    if row.get("baseline") and column in ("speedup", "mismatches", "transfer"):
         return "1.00x" if column == "speedup" else "-"  # the baseline itself
     if column == "mismatches":
         return "n/a" if _missing(value) else str(int(value))
@@ -287,7 +293,7 @@ def _cell(column: str, row: pd.Series, noisy: bool = False) -> str:
         return text if _missing(low) or _missing(high) else f"{text} [{low:.2f}, {high:.2f}]"
     if column in PERCENT:
         return f"{100 * value:.0f}%"
-    if column in TIMES_X:
+    if column in TIMES_X or column == "transfer":
         return f"{value:.2f}x"
     if column in ("prompts", "new_tokens", "batch_size"):
         return str(int(value))
@@ -302,8 +308,11 @@ def columns_of(frame: pd.DataFrame, wide: bool = False) -> list[str]:
     extra = [c for c in WIDE_COLUMNS if wide and c in frame and frame[c].notna().any()]
     head = ["run"] if frame["run"].nunique() > 1 else []
     batch = ["batch_size"] if frame["batch_size"].nunique() > 1 else []
-    return (head + list(COLUMNS[:1]) + (["category"] if "category" in frame else []) + batch + list(COLUMNS[1:])
-            + extra)
+    main = list(COLUMNS[1:])
+    if "transfer" in frame and frame["transfer"].notna().any():  # both engines: the efficiency goes to --wide
+        main = ["speedup", "transfer"] + [c for c in main[1:] if c != "draft_efficiency"]
+        extra = (["draft_efficiency"] if wide else []) + extra
+    return head + list(COLUMNS[:1]) + (["category"] if "category" in frame else []) + batch + main + extra
 
 
 def legend(columns: Sequence[str]) -> list[str]:

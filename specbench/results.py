@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from specbench import __version__
 from specbench.config import FIELDS, RunConfig
+from specbench.engines import SPECBENCH, label
 from specbench.errors import SpecbenchError
 from specbench.paths import check_output_dir
 from specbench.strict_json import dumps
@@ -183,7 +184,7 @@ class RunDir:
         rows = self.read_rows()
         seen: dict[tuple[str, int, int, int], set[str]] = {}
         for r in rows:
-            seen.setdefault(_group(r), set()).add(r["strategy"])
+            seen.setdefault(_group(r), set()).add(label(r["strategy"], r.get("engine", SPECBENCH)))
         done = {k for k, v in seen.items() if v >= strategies}
         self._write_rows([r for r in rows if _group(r) in done])
         return done

@@ -22,6 +22,7 @@ from specbench.cli.app import (
     user_errors,
 )
 from specbench.config import DEVICE_CHOICES, DTYPE_CHOICES, RunConfig, check_sizes, load_config_file, resolve
+from specbench.engines import ENGINES, parse_engine_args
 from specbench.errors import SpecbenchError
 from specbench.results import RunDir
 from specbench.strategies.controllers import CONTROLLERS
@@ -60,6 +61,8 @@ def run(
     profiles: Annotated[Optional[Path], typer.Option(help="TOML file with extra GPU profiles.", show_default=default("profiles", "none"))] = None,
     batch_size: Annotated[Optional[int], typer.Option(help="Decode the prompts B at a time, in lockstep (ar and the chain strategies: ngram, draft, dflash, dspark); the speedup is over batched ar at the same B.", show_default="1")] = None,
     batch_sizes: Annotated[Optional[str], typer.Option(help="Several batch sizes, increasing, each in turn (e.g. 1,4,16): a column per batch size, with the modelled speedup beside the measured.", show_default="1")] = None,
+    engine: Annotated[Optional[str], typer.Option(help=f"Which engine decodes: {', '.join(ENGINES)} (each strategy in both, with the transfer column: vLLM's speedup over specbench's).", show_default=default("engine"))] = None,
+    engine_args: Annotated[Optional[str], typer.Option(help="vLLM engine arguments as a JSON object, e.g. '{\"tensor_parallel_size\": 2}' (recorded with the run).", show_default="none")] = None,
     out_dir: Annotated[Optional[str], typer.Option("--out", help="Results directory; the run goes to OUT/runs/.", show_default=default("out"))] = None,
     config: Annotated[Optional[Path], typer.Option(help="TOML config file; flags override it.", show_default="none")] = None,
     resume: Annotated[Optional[Path], typer.Option(help="Finish an interrupted run directory with its saved configuration.", show_default="none")] = None,
@@ -80,8 +83,8 @@ def run(
                      temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, dtype=dtype, device=device,
                      warmup=warmup, repeats=repeats, controller=controller, gpu=gpu, out=out_dir,
                      profiles=str(profiles) if profiles else None, cost_model=cost_model,
-                     batch_sizes=list(sizes) if sizes else None,
-                     knobs=parse_sets(set_ or []))
+                     batch_sizes=list(sizes) if sizes else None, engine=engine,
+                     engine_args=parse_engine_args(engine_args), knobs=parse_sets(set_ or []))
         saved = RunDir.resume(resume)[1] if resume else None
         cfg = resolve(load_config_file(config) if config else {}, flags, saved)
 
@@ -115,6 +118,8 @@ def run(
                               f"{plan['cpus']} CPUs): timings will be noisy", style="yellow", highlight=False, soft_wrap=True)
 
             report = run_benchmark(cfg, advance, resume, estimate)
+        for name, seconds in report.extra.get("vllm_start_s", {}).items():
+            err.print(f"vLLM engine for {name} started in {seconds:.0f} s", highlight=False)
         for note in report.extra.get("notes", []):
             err.print(f"note: {note}", highlight=False, soft_wrap=True)
         if as_json:
@@ -136,8 +141,17 @@ def run(
             for r in report.results:
                 if r["mismatches"]:
                     at = f" at batch size {r['batch_size']}" if r["batch_size"] > 1 else ""
-                    err.print(f"LOSSLESS CHECK FAILED: {r['strategy']}{at}: {r['mismatches']} of {r['prompts']} "
-                              "greedy outputs differ from ar"
+                    where = "" if r.get("engine", "specbench") == "specbench" else f" in {r['engine']}"
+                    err.print(f"LOSSLESS CHECK FAILED: {r['strategy']}{where}{at}: {r['mismatches']} of {r['prompts']} "
+                              f"greedy outputs differ from ar{where}"
                               + mismatch_detail(r["first_divergence"], r["divergence_margin"]),
                               style="bold red", highlight=False, soft_wrap=True)
+            for r in report.results:
+                agreement = r.get("engine_agreement")
+                if agreement:
+                    parted = agreement["prompts"] - agreement["agreeing"]
+                    err.print(f"engines: vLLM's ar and specbench's agree on {agreement['agreeing']} of "
+                              f"{agreement['prompts']} greedy outputs"
+                              + (mismatch_detail(agreement["first_divergence"], agreement["divergence_margin"])
+                                 if parted else ""), highlight=False, soft_wrap=True)
         err.print(f"results: {report.run_dir}", highlight=False)

@@ -34,6 +34,7 @@ from specbench.measure.cost_table import CostTable
 from specbench.measure.lossless import divergences
 
 BASELINE = "ar"
+ENGINE = "specbench"  # the engine of a row that names none (runs before there was a second engine)
 PROMPT = ["prompt_id", "turn"]
 PAIR = ["prompt_id", "turn", "repeat"]
 SHARES = ("prefill", "draft", "verify", "other")
@@ -63,7 +64,8 @@ def paired_speedups(rows: pd.DataFrame) -> pd.Series:
     Per generated token, not per answer: at temperature > 0 (or after a greedy mismatch) the two
     answers differ in length, and an earlier EOS must not read as a speedup.
     """
-    pair = PAIR + (["batch_size"] if "batch_size" in rows else [])  # batched runs pair within a batch size
+    # batched runs pair within a batch size, and each engine's strategies with its own `ar`
+    pair = PAIR + [c for c in ("batch_size", "engine") if c in rows]
     rate = rows.new_tokens / rows.wall_s
     ar = rows.strategy == BASELINE
     base = rate[ar].set_axis(pd.MultiIndex.from_frame(rows.loc[ar, pair]))
@@ -109,6 +111,7 @@ def step_shape(rows: pd.DataFrame) -> StepShape:
 def summarize_strategy(rows: pd.DataFrame, seed: int = 0, costs: CostInputs | None = None) -> dict[str, Any]:
     """One strategy's summary from its rows (which carry their paired `speedup`)."""
     name = rows.strategy.iloc[0]
+    engine = rows.engine.iloc[0] if "engine" in rows else ENGINE
     per_prompt = rows.dropna(subset=["speedup"]).groupby(PROMPT).speedup.apply(geometric_mean)
     speedup, low, high = geometric_mean_ci(per_prompt.to_numpy(), seed) if len(per_prompt) else (math.nan,) * 3
     steps, new_tokens = int(rows.steps.sum()), int(rows.new_tokens.sum())
@@ -118,6 +121,7 @@ def summarize_strategy(rows: pd.DataFrame, seed: int = 0, costs: CostInputs | No
     total = sum(times.values())
     summary = {
         "strategy": name,
+        "engine": engine,
         "prompts": int(rows.groupby(PROMPT).ngroups),
         "new_tokens": new_tokens,
         "wall_s": float(rows.wall_s.sum()),
@@ -135,7 +139,9 @@ def summarize_strategy(rows: pd.DataFrame, seed: int = 0, costs: CostInputs | No
         "memory_bytes": int(rows.memory_bytes.max()),
         "peak_mem_bytes": int(rows.peak_mem_bytes.max()),
     }
-    if costs is not None and name != BASELINE and name in costs.drafter_keys and steps:
+    if "engines_agree" in rows and rows.engines_agree.notna().any():
+        summary["engine_agreement"] = engine_agreement(rows)
+    if costs is not None and engine == ENGINE and name != BASELINE and name in costs.drafter_keys and steps:
         model = predict(step_shape(rows), costs.table, costs.drafter_keys[name])
         summary["cost_model"] = {**model, "measured_over_predicted": speedup / model["predicted_speedup"]}
     return summary
@@ -147,13 +153,36 @@ def summarize(rows: pd.DataFrame, seed: int = 0, by: str | None = None,
     `by="category"` one per strategy and category (the category named in each)."""
     if "speedup" not in rows or rows.speedup.isna().all():
         rows = rows.assign(speedup=paired_speedups(rows))
-    names = [BASELINE] * (BASELINE in set(rows.strategy)) + [s for s in rows.strategy.unique() if s != BASELINE]
+    engine = rows.engine.fillna(ENGINE) if "engine" in rows else pd.Series(ENGINE, index=rows.index)
+    keys = list(dict.fromkeys(zip(engine, rows.strategy)))  # (engine, strategy) in order of appearance
+    keys = sorted(keys, key=lambda k: (k[0] != ENGINE, k[1] != BASELINE))  # each engine's `ar` first, specbench's first
+
+    def part_of(frame: pd.DataFrame, key: tuple[str, str]) -> pd.DataFrame:
+        return frame[(engine.loc[frame.index] == key[0]) & (frame.strategy == key[1])]
+
     if by is None:
-        return [summarize_strategy(rows[rows.strategy == name], seed, costs) for name in names]
+        return [summarize_strategy(part_of(rows, key), seed, costs) for key in keys]
     out = []
     for value, group in rows.groupby(by, sort=True):
-        for name in names:
-            part = group[group.strategy == name]
+        for key in keys:
+            part = part_of(group, key)
             if len(part):
                 out.append({by: value, **summarize_strategy(part, seed, costs)})
     return out
+
+
+def engine_agreement(rows: pd.DataFrame) -> dict[str, Any]:
+    """vLLM's `ar` rows against specbench's: prompts that agree token for token, and where the others part."""
+    checked = rows[rows.engines_agree.notna()]
+    parted = checked[~checked.engines_agree.astype(bool)]
+    return {"prompts": len(checked), "agreeing": int(checked.engines_agree.astype(bool).sum()),
+            "first_divergence": [int(v) for v in parted.engines_first_divergence],
+            "divergence_margin": [None if pd.isna(v) else float(v) for v in parted.engines_divergence_margin]}
+
+
+def transfer(summaries: list[dict[str, Any]]) -> dict[tuple[str, int], float]:
+    """(strategy, batch size) -> vLLM's speedup over specbench's, where both engines ran it."""
+    speedups = {(s["engine"], s["strategy"], s.get("batch_size", 1)): s["speedup"] for s in summaries
+                if s["strategy"] != BASELINE and s.get("speedup") is not None}
+    return {(name, batch): value / speedups[(ENGINE, name, batch)] for (engine, name, batch), value in speedups.items()
+            if engine != ENGINE and (ENGINE, name, batch) in speedups and speedups[(ENGINE, name, batch)]}

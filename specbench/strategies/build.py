@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from specbench.engine.protocol import Controller, Drafter
+from specbench.engines import label
 from specbench.errors import SpecbenchError
 from specbench.strategies import published
 from specbench.strategies.combine import CombinedDrafter
@@ -24,6 +25,12 @@ class Strategy:
     new_controller: Callable[[], Controller] | None  # a fresh controller for every sequence
     drafters: dict[str, dict[str, Any]] = field(default_factory=dict)  # member -> its drafter's source and knobs
     tree: bool = False  # verifies token trees (a tree drafter or a combination's merged trie): batch size 1 only
+    engine: str = "specbench"  # which engine decodes it (engines.py): vLLM's strategies have no drafter here
+
+    @property
+    def label(self) -> str:
+        """The name, with the engine where it is not specbench's own: `ngram`, `ngram@vllm`."""
+        return label(self.name, self.engine)
 
 
 def verifies_trees(spec: StrategySpec) -> bool:

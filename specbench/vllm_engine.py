@@ -1,0 +1,174 @@
+"""vLLM as a second engine: the same prompts decoded by vLLM's own `LLM`, one engine per strategy.
+
+Nothing of vLLM is re-implemented: each strategy is vLLM's own method, configured from the method's
+declared translation (StrategyDef.serving) and the drafter converted once into the layout vLLM loads.
+Time is measured around each `generate` call; tau and per-position acceptance come from vLLM's own
+counters (`vllm:spec_decode_*`), read before and after each request, one request at a time.
+
+vLLM starts its engine processes with spawn, so this module is imported only where an engine is
+made and has no side effects at import.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specbench.engine.decode import Generation
+from specbench.engine.sampling import Sampling
+from specbench.errors import SpecbenchError
+from specbench.strategies.knobs import make_options
+from specbench.strategies.published.formats import DrafterSource
+from specbench.strategies.registry import definition
+from specbench.strategies.spec import StrategySpec
+
+DRAFTS, DRAFT_TOKENS, ACCEPTED, PER_POSITION = (f"vllm:spec_decode_num_{n}" for n in (
+    "drafts", "draft_tokens", "accepted_tokens", "accepted_tokens_per_pos"))
+DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
+# on a CPU, vLLM reserves 4 GiB of KV cache per engine unless told: a run holds one engine per strategy
+CPU_KV_CACHE_GIB = "1"
+
+
+@dataclass(frozen=True)
+class VllmStrategy:
+    """One strategy as vLLM runs it: its speculative_config (None for `ar`) and what it leaves out."""
+
+    name: str
+    speculative_config: dict[str, Any] | None
+    untranslated: tuple[str, ...] = ()  # default settings of specbench's that vLLM runs without
+
+
+def plan(spec: StrategySpec, knobs: dict[str, dict[str, Any]], controller: str | None,
+         sources: dict[str, DrafterSource], target, cache_root: Path) -> VllmStrategy:
+    """The vLLM form of a single strategy; a knob or controller the user set that vLLM has no counterpart
+    for is refused (vLLM would silently ignore it), as is a method vLLM cannot run for this target."""
+    if not spec.members:
+        return VllmStrategy(spec.name, None)
+    (name,) = spec.members
+    method = definition(name)
+    if method.serving is None:
+        raise SpecbenchError(f"--engine vllm: {name} has no vLLM counterpart")
+    set_knobs = knobs.get(name, {})
+    serving = method.serving(make_options(name, set_knobs), controller or method.default_controller, None)
+    if serving.vllm is None:
+        raise SpecbenchError(f"--engine vllm: {name} has no vLLM counterpart")
+    refused = [k for k in serving.vllm_missing if k in set_knobs or (k == "controller" and controller)]
+    if refused:
+        raise SpecbenchError(f"--engine vllm: {name}'s {', '.join(refused)} {'has' if len(refused) == 1 else 'have'} "
+                             "no vLLM counterpart (vLLM would ignore it); drop it or use --engine specbench")
+    config = dict(serving.vllm)
+    source = sources.get(name)
+    if "model" in config:
+        from specbench.strategies.vllm_layout import vllm_drafter_dir  # TODO: helper's module
+
+        config["model"] = str(vllm_drafter_dir(name, source, target, cache_root))
+    elif name == "mtp" and not (source and source.published):
+        raise SpecbenchError("--engine vllm: mtp runs in vLLM only from MTP layers inside the target's own "
+                             "checkpoint (DeepSeek-V3, Qwen3-Next, MiMo); this target has none")
+    return VllmStrategy(spec.name, config, serving.vllm_missing)
+
+
+def engine_kwargs(model_dir: str, dtype: str, seed: int, max_model_len: int | None,
+                  engine_args: dict[str, Any]) -> dict[str, Any]:
+    """vLLM's engine arguments: specbench's defaults under the user's `--engine-args`."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    known = set(inspect.signature(EngineArgs).parameters)
+    unknown = sorted(set(engine_args) - known)
+    if unknown:
+        raise SpecbenchError(f"--engine-args: vLLM has no engine argument {', '.join(unknown)}")
+    defaults = {"model": model_dir, "dtype": DTYPES.get(dtype, "auto"), "seed": seed, "enforce_eager": True,
+                "disable_log_stats": False, "max_model_len": max_model_len}
+    return {**defaults, **engine_args}
+
+
+class VllmEngine:
+    """The vLLM engines of one run, one per strategy, all alive so that prompts interleave strategies."""
+
+    def __init__(self, strategies: list[VllmStrategy], kwargs: dict[str, Any]):
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", CPU_KV_CACHE_GIB)
+        from vllm import LLM
+
+        self.engines: dict[str, Any] = {}
+        self.start_s: dict[str, float] = {}  # each engine's start-up, part of a user's wait
+        try:
+            for s in strategies:
+                started = time.perf_counter()
+                self.engines[s.name] = LLM(**kwargs, speculative_config=s.speculative_config)
+                self.start_s[s.name] = time.perf_counter() - started
+        except (ValueError, TypeError, RuntimeError) as exc:
+            self.close()
+            raise SpecbenchError(f"vLLM refused {s.name}: {_first_line(exc)}") from None
+
+    def generate(self, name: str, prompt: list[int], max_new_tokens: int, sampling: Sampling,
+                 seed: int) -> Generation:
+        """One request, timed around the call; its counters are the difference before and after."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        llm = self.engines[name]
+        params = SamplingParams(max_tokens=max_new_tokens, temperature=sampling.temperature, top_p=sampling.top_p,
+                                top_k=sampling.top_k, seed=seed)
+        before = counters(llm)
+        started = time.perf_counter()
+        (out,) = llm.generate([TokensPrompt(prompt_token_ids=prompt)], params, use_tqdm=False)
+        wall = time.perf_counter() - started
+        after = counters(llm)
+        return generation(out, wall, {k: _minus(after.get(k, 0), before.get(k, 0)) for k in after})
+
+    def close(self) -> None:
+        for llm in self.engines.values():
+            with contextlib.suppress(Exception):
+                llm.llm_engine.engine_core.shutdown()
+        self.engines.clear()
+
+
+def counters(llm) -> dict[str, Any]:
+    """vLLM's speculative-decoding counters, summed over engines (a vector per draft position)."""
+    out: dict[str, Any] = {}
+    for metric in llm.get_metrics():
+        if metric.name in (DRAFTS, DRAFT_TOKENS, ACCEPTED):
+            out[metric.name] = out.get(metric.name, 0) + metric.value
+        elif metric.name == PER_POSITION:
+            old = out.get(metric.name, [])
+            out[metric.name] = [a + b for a, b in zip(old + [0] * len(metric.values), metric.values)]
+    return out
+
+
+def _minus(a: Any, b: Any) -> Any:
+    if isinstance(a, list):
+        b = list(b) + [0] * (len(a) - len(b))
+        return [x - y for x, y in zip(a, b)]
+    return a - b
+
+
+def generation(out, wall_s: float, delta: dict[str, Any]) -> Generation:
+    """A vLLM request as the engine's record: the first token comes from the prefill forward, then one
+    verify forward per draft (`ar`: per token). vLLM does not split its time into draft and verify."""
+    completion = out.outputs[0]
+    tokens = list(completion.token_ids)
+    drafts, drafted, accepted = int(delta.get(DRAFTS, 0)), int(delta.get(DRAFT_TOKENS, 0)), int(delta.get(ACCEPTED, 0))
+    by_position = [int(v) for v in delta.get(PER_POSITION, [])]
+    while by_position and by_position[-1] == 0:
+        by_position.pop()
+    steps = 1 + drafts if drafts else len(tokens)
+    width = max(1, math.ceil(drafted / drafts)) if drafts else 0
+    metrics = getattr(out, "metrics", None)
+    ttft = getattr(metrics, "first_token_latency", 0.0) or 0.0
+    nan = math.nan
+    return Generation(tokens=tokens, steps=steps, drafted=drafted, accepted=accepted, verified=steps + drafted,
+                      max_verified=width + 1, draft_depth=drafted, budget=drafts * width, tree_steps=0,
+                      accept_by_position=by_position, steps_by_drafted=[], prefill_s=nan, draft_s=nan, verify_s=nan,
+                      other_s=nan, ttft_s=float(ttft), wall_s=wall_s,
+                      stop_reason="eos" if completion.finish_reason == "stop" else "length")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
