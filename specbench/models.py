@@ -97,7 +97,9 @@ def load_target(name: str | None, device: torch.device, dtype: torch.dtype) -> T
 
 def fingerprint(model: torch.nn.Module) -> str:
     """A short hash of the architecture and the output embedding: what a drafter was trained against."""
-    config = {k: v for k, v in model.config.to_dict().items() if k not in ("_name_or_path", "dtype", "torch_dtype")}
+    # not the transformers version that wrote the config (vLLM pins an older one than specbench's own)
+    config = {k: v for k, v in model.config.to_dict().items()
+              if k not in ("_name_or_path", "dtype", "torch_dtype", "transformers_version")}
     digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode())
     head = model.get_output_embeddings().weight.detach().float().cpu()
     digest.update(head[:, :64].contiguous().numpy().round(3).tobytes())

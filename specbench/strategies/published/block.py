@@ -5,7 +5,8 @@ Both are the network of strategies/dflash.py: Qwen3 layers whose keys/values rea
 hidden_norm(fc(target context features)) before the block's own, q/k norms, attention non-causal
 within the block, a final norm. What the published checkpoints add is carried here:
 - the mask slots embed `mask_token_id` with the embedding table (the target's for z-lab, the
-  checkpoint's own `embed_tokens` for DeepSpec), so specbench's mask vector is set to that row;
+  checkpoint's own `embed_tokens` for DeepSpec), so specbench's mask vector is set to that row, or to
+  `mask_embedding.pt` where the checkpoint has one (vLLM's separate mask vector);
 - DeepSpec's own `embed_tokens` and `lm_head`;
 - RoPE from the config's rope parameters, computed by transformers as the authors' models do;
 - z-lab's sliding-window layers (`layer_types`): a query at position p sees the context keys at
@@ -231,6 +232,26 @@ def layout(source: DrafterSource, num_target_layers: int) -> tuple[list[int], in
     return list(raw["target_layer_ids"]), int(raw["mask_token_id"]), True
 
 
+def mask_embedding(source: DrafterSource, mask_id: int) -> torch.Tensor | None:
+    """vLLM's separate mask vector, `mask_embedding.pt` beside the weights (a tensor, or a dict of it and
+    its mask_token_id), used in place of the embedding row of mask_token_id; None without one."""
+    path = source.path / "mask_embedding.pt"
+    if not path.is_file():
+        return None
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+    except (OSError, RuntimeError, EOFError) as exc:
+        raise SpecbenchError(f"drafter {source.checkpoint.name}: mask_embedding.pt is not readable ({exc})") from None
+    if isinstance(saved, dict):
+        if saved.get("mask_token_id", mask_id) != mask_id:
+            raise SpecbenchError(f"drafter {source.checkpoint.name}: mask_embedding.pt is for mask_token_id "
+                                 f"{saved['mask_token_id']}, its config says {mask_id}")
+        saved = saved.get("embedding")
+    if not isinstance(saved, torch.Tensor):
+        raise SpecbenchError(f"drafter {source.checkpoint.name}: mask_embedding.pt holds no tensor")
+    return saved.reshape(-1).float()
+
+
 def load(source: DrafterSource, target, options) -> DFlashDrafter:
     """A DFlash (z-lab or DeepSpec) or DSpark (DeepSpec) drafter for `target`, checked against it."""
     name, raw = source.checkpoint.name, source.checkpoint.config
@@ -264,7 +285,9 @@ def load(source: DrafterSource, target, options) -> DFlashDrafter:
     if table.shape[0] <= mask_id:
         raise SpecbenchError(f"drafter {name}: its embedding has {table.shape[0]} rows, no row for "
                              f"mask_token_id {mask_id}")
-    state[MASK] = table[mask_id].float().cpu()
+    state[MASK] = mask_embedding(source, mask_id)
+    if state[MASK] is None:
+        state[MASK] = table[mask_id].float().cpu()
     load_into(model, state, name, published_name)
     drafter_cls = DSparkDrafter if source.format == "deepspec-dspark" else DFlashDrafter
     return drafter_cls(model.to(target.device, target.model.dtype).eval(), options)

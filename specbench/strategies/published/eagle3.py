@@ -9,6 +9,12 @@ residual is f itself, then post_attention_layernorm and the MLP. `norm` and `lm_
 over the reduced draft vocabulary; draft id i is target id i + d2t[i]. Deeper tree levels feed the
 midlayer output back as f. The token embedding is the target's (`embed_tokens.weight` in the
 checkpoint is used instead where there is one, as for a `target_hidden_size` drafter).
+
+vLLM's EAGLE-3 (llama_eagle3.py) also runs drafters of several layers: `layers.0` is the midlayer,
+`layers.1..` are plain pre-norm Llama decoder layers over the running residual, and `norm` takes their
+sum. `norm_before_residual` makes the midlayer's residual hidden_norm(f) instead of f;
+`attention_bias` gives q/k/v/o biases. Sliding-window layers are not read (vLLM's EAGLE-3 keeps all
+draft layers in one KV-cache group, so it refuses them too).
 """
 
 from __future__ import annotations
@@ -31,15 +37,16 @@ def eagle3_layers(num_layers: int) -> tuple[int, ...]:
 
 
 class Attention(nn.Module):
-    def __init__(self, config):
+    def __init__(self, config, inputs: int):
         super().__init__()
         h = config.hidden_size
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or h // self.heads
-        self.q_proj = nn.Linear(2 * h, self.heads * self.head_dim, bias=False)
-        self.k_proj = nn.Linear(2 * h, self.kv_heads * self.head_dim, bias=False)
-        self.v_proj = nn.Linear(2 * h, self.kv_heads * self.head_dim, bias=False)
-        self.o_proj = nn.Linear(self.heads * self.head_dim, h, bias=False)
+        bias = bool(getattr(config, "attention_bias", False))  # q, k, v and o, as in Llama
+        self.q_proj = nn.Linear(inputs, self.heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(inputs, self.kv_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(inputs, self.kv_heads * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.heads * self.head_dim, h, bias=bias)
 
     def forward(self, x: torch.Tensor, cos_sin, mask: torch.Tensor, past: KV | None) -> tuple[torch.Tensor, KV]:
         b, t, _ = x.shape
@@ -69,18 +76,54 @@ class MidLayer(nn.Module):
     def __init__(self, config):
         super().__init__()
         h, eps = config.hidden_size, config.rms_norm_eps
-        self.self_attn = Attention(config)
+        self.self_attn = Attention(config, 2 * h)
         self.mlp = Mlp(config)
         self.hidden_norm = nn.RMSNorm(h, eps=eps)
         self.input_layernorm = nn.RMSNorm(h, eps=eps)
         self.post_attention_layernorm = nn.RMSNorm(h, eps=eps)
+        self.norm_before_residual = bool(getattr(config, "norm_before_residual", False))
 
     def forward(self, feature: torch.Tensor, embeds: torch.Tensor, cos_sin, mask: torch.Tensor,
                 past: KV | None) -> tuple[torch.Tensor, KV]:
-        x = torch.cat([self.input_layernorm(embeds), self.hidden_norm(feature)], -1)
+        normed = self.hidden_norm(feature)
+        x = torch.cat([self.input_layernorm(embeds), normed], -1)
         attn, kv = self.self_attn(x, cos_sin, mask, past)
-        h = feature + attn
+        h = (normed if self.norm_before_residual else feature) + attn
         return h + self.mlp(self.post_attention_layernorm(h)), kv
+
+
+class DecoderLayer(nn.Module):
+    """vLLM's EAGLE-3 layers after the first: a plain pre-norm Llama decoder layer."""
+
+    def __init__(self, config):
+        super().__init__()
+        h, eps = config.hidden_size, config.rms_norm_eps
+        self.self_attn = Attention(config, h)
+        self.mlp = Mlp(config)
+        self.input_layernorm = nn.RMSNorm(h, eps=eps)
+        self.post_attention_layernorm = nn.RMSNorm(h, eps=eps)
+
+    def forward(self, x: torch.Tensor, cos_sin, mask: torch.Tensor, past: KV | None) -> tuple[torch.Tensor, KV]:
+        attn, kv = self.self_attn(self.input_layernorm(x), cos_sin, mask, past)
+        h = x + attn
+        return h + self.mlp(self.post_attention_layernorm(h)), kv
+
+
+def specbench_name(key: str) -> str:
+    """vLLM's multi-layer names (layers.0 the midlayer, layers.k) as Eagle3Model calls them."""
+    parts = key.split(".")
+    if parts[0] != "layers" or len(parts) < 3:
+        return key
+    k = int(parts[1])
+    return ".".join(["midlayer"] if k == 0 else ["layers", str(k - 1)]) + "." + ".".join(parts[2:])
+
+
+def published_name(key: str) -> str:
+    """A weight name of Eagle3Model as the checkpoint calls it (the midlayer as SafeAILab names it)."""
+    parts = key.split(".")
+    if parts[0] == "layers":
+        return ".".join(["layers", str(int(parts[1]) + 1), *parts[2:]])
+    return key
 
 
 class Eagle3Model(nn.Module):
@@ -95,6 +138,7 @@ class Eagle3Model(nn.Module):
         feature_width = getattr(config, "target_hidden_size", None) or h
         self.fc = nn.Linear(len(hidden_layers) * feature_width, h, bias=False)
         self.midlayer = MidLayer(config)
+        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_hidden_layers - 1))
         self.norm = nn.RMSNorm(h, eps=config.rms_norm_eps)
         self.lm_head = nn.Linear(h, draft_vocab, bias=False)
         self.embed_tokens = nn.Embedding(vocab, h) if own_embedding else None
@@ -105,10 +149,17 @@ class Eagle3Model(nn.Module):
         self.rotary = Rotary(config)
 
     def step(self, feature: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
-             past: KV | None = None) -> tuple[torch.Tensor, KV]:
+             past: tuple[KV, ...] | None = None) -> tuple[torch.Tensor, tuple[KV, ...]]:
+        """The last layer's output and every layer's keys/values (`past`: theirs for the earlier rows)."""
         embeds = self.embed_tokens(tokens) if self.embed_tokens is not None else embed(self.target, tokens)
         cos_sin = self.rotary(positions, feature.dtype)
-        return self.midlayer(feature, embeds.to(feature.dtype), cos_sin, mask, past)
+        past = past or (None,) * (1 + len(self.layers))
+        x, kv = self.midlayer(feature, embeds.to(feature.dtype), cos_sin, mask, past[0])
+        kvs = [kv]
+        for layer, layer_past in zip(self.layers, past[1:]):
+            x, kv = layer(x, cos_sin, mask, layer_past)
+            kvs.append(kv)
+        return x, tuple(kvs)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits over the target's vocabulary: draft id i scores target id i + d2t[i]; the tokens outside
@@ -135,9 +186,6 @@ def load(source: DrafterSource, target, options: EagleOptions) -> EagleDrafter:
     name, raw = source.checkpoint.name, source.checkpoint.config
     config = hf_config(raw, name)
     target_config = target.model.config
-    if getattr(config, "num_hidden_layers", 1) != 1:
-        raise SpecbenchError(f"drafter {name}: EAGLE-3 drafters have one decoder layer, its config says "
-                             f"{config.num_hidden_layers}")
     check_equal(name, "target hidden size", getattr(config, "target_hidden_size", None) or config.hidden_size,
                 target_config.hidden_size)
     check_equal(name, "vocabulary size", config.vocab_size, target_vocab(target.model))
@@ -147,7 +195,7 @@ def load(source: DrafterSource, target, options: EagleOptions) -> EagleDrafter:
     if len(set(layers)) != len(layers) or min(layers) < 0 or max(layers) >= target_config.num_hidden_layers:
         raise SpecbenchError(f"drafter {name}: EAGLE-3 reads the inputs of target layers {list(layers)}, which a "
                              f"{target_config.num_hidden_layers}-layer target does not have as distinct layers")
-    state = source.checkpoint.load(source.checkpoint.weight_names())
+    state = {specbench_name(k): v for k, v in source.checkpoint.load(source.checkpoint.weight_names()).items()}
     model = Eagle3Model(target.model, config, layers, own_embedding="embed_tokens.weight" in state)
     if not hasattr(model, "d2t"):  # a full draft vocabulary: the maps are the identity (cnets drops them too)
         state = {k: v for k, v in state.items() if k not in ("d2t", "t2d")}
@@ -155,7 +203,7 @@ def load(source: DrafterSource, target, options: EagleOptions) -> EagleDrafter:
         raise SpecbenchError(f"drafter {name}: weight embed_tokens.weight is missing (a target_hidden_size drafter "
                              "has its own embedding)")
     check_d2t(state, config.vocab_size, name)
-    load_into(model, state, name)
+    load_into(model, state, name, published_name)
     if hasattr(model, "d2t"):  # the target id of each draft id, once, not at every tree level
         model.register_buffer("target_ids", torch.arange(len(model.d2t)) + model.d2t, persistent=False)
     return EagleDrafter(model.to(target.device, target.model.dtype).eval(), options)
