@@ -7,8 +7,9 @@ import random
 import pytest
 import torch
 
-from specbench.engine.decode import generate
-from specbench.engine.kv_cache import keep_path, new_cache
+from specbench.engine.decode import forward, generate
+from specbench.engine.flat import StaticKV
+from specbench.engine.kv_cache import buffers, cache_length, fast_path, keep_path, new_cache, run_model
 from specbench.engine.protocol import DraftContext, StepOutcome
 from specbench.engine.sampling import Sampling
 from specbench.engine.tree import DraftTree, ancestor_matrix, tree_attention_mask
@@ -86,18 +87,21 @@ def test_tree_mask_and_ancestors():
     assert not tree.is_chain() and DraftTree.chain([1, 2, 3], "t").is_chain()
 
 
-def test_keep_path_moves_accepted_positions():
+@pytest.mark.parametrize("fast", [True, False], ids=["static", "dynamic"])
+def test_keep_path_moves_accepted_positions(fast):
     model = tiny_lm()
-    cache = new_cache(model.config)
+    with fast_path(fast):
+        cache = new_cache(model)
+    assert isinstance(cache, StaticKV) == fast
     with torch.no_grad():
-        model(input_ids=torch.arange(8)[None], cache=cache, use_cache=True)
-    before = [layer.keys.clone() for layer in cache.layers]
+        run_model(model, cache, torch.arange(8)[None])
+    before = [keys.clone() for keys, _ in buffers(cache)]
     keep_path(cache, start=3, offsets=[0, 2, 4])
-    for layer, old in zip(cache.layers, before):
-        assert layer.keys.shape[-2] == 6
-        assert torch.equal(layer.keys[..., :4, :], old[..., :4, :])
-        assert torch.equal(layer.keys[..., 4, :], old[..., 5, :])
-        assert torch.equal(layer.keys[..., 5, :], old[..., 7, :])
+    assert cache_length(cache) == 6
+    for (keys, _), old in zip(buffers(cache), before):
+        assert torch.equal(keys[..., :4, :], old[..., :4, :])
+        assert torch.equal(keys[..., 4, :], old[..., 5, :])
+        assert torch.equal(keys[..., 5, :], old[..., 7, :])
 
 
 def test_accept_greedy_follows_argmax():
@@ -173,6 +177,36 @@ def test_greedy_identity_random_prompts(shape):
                 got = generate(target.model, prompt, n, eos_ids=target.eos_ids, drafter=drafter, controller=controller)
                 assert got.tokens == expected.tokens, (drafter.name, prompt, n)
                 assert got.stop_reason == expected.stop_reason
+
+
+@pytest.mark.parametrize("shape", list(TINY_SHAPES))
+def test_fast_path_is_transformers_forward(shape):
+    """engine/flat.py's forward over its static cache gives transformers' logits bit for bit (prefill,
+    decode, chains and tree masks, a cache that grows past its first buffers), so every decode is the same."""
+    model = tiny_lm(shape, seed=5)
+    vocab = model.config.vocab_size
+    rng = random.Random(11)
+    prompt = random_prompt(rng, vocab, length=250)
+    with fast_path(False):
+        slow = new_cache(model)
+    fast = new_cache(model)
+    assert isinstance(fast, StaticKV) and not isinstance(slow, StaticKV)
+    tree = oracle_tree(model, 3, 4, vocab, rng)(DraftContext(torch.tensor(prompt), 4, Sampling(), None, None))
+    with torch.no_grad():
+        for cache in (slow, fast):
+            run_model(model, cache, torch.tensor(prompt)[None])
+        assert torch.equal(*[forward(model, torch.tensor([1] + tree.tokens), c, tree, (0, 1))[0] for c in (slow, fast)])
+        for cache in (slow, fast):
+            keep_path(cache, len(prompt), [0, 2])
+        for new in (1, 5, 1):
+            ids = torch.randint(vocab, (1, new))
+            a, b = (run_model(model, c, ids, output_hidden_states=True) for c in (slow, fast))
+            assert torch.equal(a.logits, b.logits)
+            assert all(torch.equal(x, y) for x, y in zip(a.hidden_states, b.hidden_states, strict=True))
+    n = 20
+    with fast_path(False):
+        expected = generate(model, prompt, n).tokens
+    assert generate(model, prompt, n).tokens == expected
 
 
 def test_eos_inside_an_accepted_draft_stops_there():

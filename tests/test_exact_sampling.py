@@ -292,7 +292,7 @@ def test_every_strategy_of_all_samples_exactly(text):
     model, sampling, prompt = target.model, Sampling(temperature=1.0), [1, 2, 3, 1, 2]
     committed = torch.tensor(prompt)
     drafter, controller = strategy(text, target)
-    cache = new_cache(model.config)
+    cache = new_cache(model)
     hidden = prefill(model, committed, cache, drafter.hidden_layers)
     logits_by_tree: dict[tuple, torch.Tensor] = {}
 

@@ -27,7 +27,15 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from specbench.engine.decode import Clock, Generation, commit
-from specbench.engine.kv_cache import cache_length, keep_rows, move_positions, new_cache, per_layer_type, truncate
+from specbench.engine.kv_cache import (
+    cache_length,
+    keep_rows,
+    move_positions,
+    new_cache,
+    per_layer_type,
+    run_model,
+    truncate,
+)
 from specbench.engine.protocol import Controller, DraftContext, Drafter, StepOutcome
 from specbench.engine.sampling import Rng, Sampling, seeded
 from specbench.engine.tree import DraftTree
@@ -100,8 +108,7 @@ def forward_block(target, blocks: list[torch.Tensor], lengths: torch.Tensor, cac
     block_lengths = torch.tensor([len(b) for b in blocks], device=tokens.device)
     positions = lengths[:, None] + torch.arange(tokens.shape[1], device=tokens.device)
     mask = block_mask(target.config, lengths, cache_length(cache), block_lengths, tokens.shape[1], target.dtype)
-    out = target(input_ids=tokens, cache=cache, use_cache=True, position_ids=positions, attention_mask=mask,
-                 output_hidden_states=bool(layers))
+    out = run_model(target, cache, tokens, positions, mask, bool(layers))
     return out.logits, tuple(out.hidden_states[i] for i in layers) if layers else ()
 
 
@@ -130,7 +137,7 @@ def generate_batch(target, prompts: Sequence[list[int]], max_new_tokens: int | S
     rngs = rngs if rngs is not None else [seeded(0, device) for _ in range(count)]
     layers = drafters[0].hidden_layers if drafters else ()
     committed = [torch.tensor(p, dtype=torch.long, device=device) for p in prompts]
-    cache = new_cache(target.config)
+    cache = new_cache(target)
     result = BatchGeneration([Generation(tokens=[]) for _ in prompts])
 
     started = clock()

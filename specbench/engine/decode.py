@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from specbench.engine.kv_cache import attention_masks, cache_length, keep_path, new_cache
+from specbench.engine.kv_cache import attention_masks, cache_length, keep_path, new_cache, run_model
 from specbench.engine.protocol import Controller, DraftContext, Drafter, StepOutcome
 from specbench.engine.sampling import Rng, Sampling, seeded
 from specbench.engine.tree import DraftTree
@@ -74,8 +74,7 @@ def forward(target, tokens: torch.Tensor, cache, tree: DraftTree | None,
         depth = torch.tensor([0] + tree.depths(), device=tokens.device)
         position_ids = (depth + cached)[None]
         mask = attention_masks(target.config, tree, cached, target.dtype, tokens.device)
-    out = target(input_ids=tokens[None], cache=cache, use_cache=True, position_ids=position_ids,
-                 attention_mask=mask, output_hidden_states=bool(layers))
+    out = run_model(target, cache, tokens[None], position_ids, mask, bool(layers))
     hidden = tuple(out.hidden_states[i][0] for i in layers) if layers else ()
     return out.logits[0], hidden
 
@@ -114,7 +113,7 @@ def generate(target, prompt: list[int], max_new_tokens: int, sampling: Sampling 
     rng = seeded(seed, device)
     layers = drafter.hidden_layers if drafter else ()
     committed = torch.tensor(prompt, dtype=torch.long, device=device)
-    cache = new_cache(target.config)
+    cache = new_cache(target)
     result = Generation(tokens=[])
 
     started = clock()

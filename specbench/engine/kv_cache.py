@@ -1,7 +1,10 @@
 """Every KV-cache manipulation lives here, so that a transformers cache API change costs one file.
 
-transformers 5.x: a DynamicCache holds `layers`, each with `keys` / `values` of shape
-(batch, kv_heads, seq, head_dim); `crop` takes a negative count of tokens to drop.
+Two caches: flat.StaticKV (preallocated, written in place) for the targets and drafters the fast
+forward runs (engine/flat.py), and transformers' DynamicCache for every other model, or for all of
+them with the fast path off. transformers 5.x: a DynamicCache holds `layers`, each with `keys` /
+`values` of shape (batch, kv_heads, seq, head_dim); `crop` takes a negative count of tokens to drop;
+the forward's keyword for it is `cache` from 5.2x and `past_key_values` before (`run_model` picks).
 
 Layer types: full attention, and sliding-window attention (Mistral's `sliding_window`, Gemma's and
 Qwen3's `layer_types`). The cache always keeps every position of every layer (transformers'
@@ -13,11 +16,15 @@ be compacted to an accepted path, and such a target is refused.
 
 from __future__ import annotations
 
-from typing import Callable
+import functools
+import inspect
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 import torch
 from transformers import DynamicCache, PretrainedConfig
 
+from specbench.engine.flat import FlatLM, StaticKV, supports
 from specbench.engine.tree import DraftTree, tree_attention_mask
 from specbench.errors import SpecbenchError
 
@@ -41,33 +48,87 @@ def check_supported(config: PretrainedConfig, what: str = "target") -> None:
                              "attention layers only")
 
 
-def new_cache(config: PretrainedConfig) -> DynamicCache:
-    check_supported(config)
+Cache = DynamicCache | StaticKV
+_fast_path = True
+
+
+@contextmanager
+def fast_path(enabled: bool) -> Iterator[None]:
+    """Whether caches made inside run engine/flat.py's fast forward, for the models it supports (the
+    default), or transformers' forward."""
+    global _fast_path
+    before, _fast_path = _fast_path, enabled
+    try:
+        yield
+    finally:
+        _fast_path = before
+
+
+def flat_model(model: torch.nn.Module) -> FlatLM:
+    """The model's fast forward, built once."""
+    flat = getattr(model, "_specbench_flat", None)
+    if flat is None:
+        flat = FlatLM(model)
+        object.__setattr__(model, "_specbench_flat", flat)  # not a submodule: no weights registered twice
+    return flat
+
+
+def new_cache(model: torch.nn.Module) -> Cache:
+    check_supported(model.config)
+    if _fast_path and supports(model):
+        return flat_model(model).new_cache()
     return DynamicCache()  # full layers throughout: windows are applied by the masks
 
 
-def cache_length(cache: DynamicCache) -> int:
-    return cache.get_seq_length()
+@functools.cache
+def _cache_keyword(model_class: type) -> str:
+    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
 
 
-def truncate(cache: DynamicCache, length: int) -> None:
+def run_model(model: torch.nn.Module, cache: Cache, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None,
+              attention_mask: torch.Tensor | dict[str, torch.Tensor] | None = None,
+              output_hidden_states: bool = False):
+    """One forward of `model` over input_ids (batch, new) after the cache's positions, extending the
+    cache: an object with `logits` and `hidden_states` (transformers' tuple, or None)."""
+    if isinstance(cache, StaticKV):
+        return flat_model(model).forward(input_ids, cache, position_ids, attention_mask, output_hidden_states)
+    return model(input_ids=input_ids, use_cache=True, position_ids=position_ids, attention_mask=attention_mask,
+                 output_hidden_states=output_hidden_states, **{_cache_keyword(type(model)): cache})
+
+
+def cache_length(cache: Cache) -> int:
+    return cache.length if isinstance(cache, StaticKV) else cache.get_seq_length()
+
+
+def truncate(cache: Cache, length: int) -> None:
     """Keep the first `length` positions."""
+    if isinstance(cache, StaticKV):
+        cache.length = min(cache.length, length)
+        return
     extra = cache.get_seq_length() - length
     if extra > 0:
         cache.crop(-extra)
 
 
-def keep_path(cache: DynamicCache, start: int, offsets: list[int]) -> None:
+def buffers(cache: Cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Each layer's (keys, values) tensors, whose positions compaction moves in place."""
+    if isinstance(cache, StaticKV):
+        return list(zip(cache.keys, cache.values))
+    return [(layer.keys, layer.values) for layer in cache.layers]
+
+
+def keep_path(cache: Cache, start: int, offsets: list[int]) -> None:
     """Compact a verified tree to its accepted path.
 
     Positions start + offsets[i] move to start + i, and everything after them is dropped. A chain's
     accepted path is a prefix (offsets == 0, 1, 2, ...), which needs no copy, only a truncation.
     """
     if offsets != list(range(len(offsets))):
-        index = torch.tensor(offsets, device=cache.layers[0].keys.device) + start
-        for layer in cache.layers:
-            layer.keys[..., start:start + len(offsets), :] = layer.keys.index_select(-2, index)
-            layer.values[..., start:start + len(offsets), :] = layer.values.index_select(-2, index)
+        layers = buffers(cache)
+        index = torch.tensor(offsets, device=layers[0][0].device) + start
+        for keys, values in layers:
+            keys[..., start:start + len(offsets), :] = keys.index_select(-2, index)
+            values[..., start:start + len(offsets), :] = values.index_select(-2, index)
     truncate(cache, start + len(offsets))
 
 
@@ -88,16 +149,29 @@ def attention_masks(config: PretrainedConfig, tree: DraftTree, cached: int, dtyp
     return per_layer_type(config, lambda window: tree_attention_mask(tree, cached, dtype, device, window))
 
 
-def move_positions(cache: DynamicCache, rows: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> None:
+def move_positions(cache: Cache, rows: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> None:
     """Batched compaction: in batch row rows[k], position src[k] moves to dst[k] (all reads before any write)."""
-    for layer in cache.layers:
-        layer.keys[rows, :, dst] = layer.keys[rows, :, src]
-        layer.values[rows, :, dst] = layer.values[rows, :, src]
+    for keys, values in buffers(cache):
+        keys[rows, :, dst] = keys[rows, :, src]
+        values[rows, :, dst] = values[rows, :, src]
 
 
-def keep_rows(cache: DynamicCache, rows: torch.Tensor) -> None:
+def keep_rows(cache: Cache, rows: torch.Tensor) -> None:
     """Keep only these batch rows (sequences that finished leave the batch)."""
-    cache.batch_select_indices(rows)
+    if isinstance(cache, StaticKV):
+        cache.keys = [k[rows] for k in cache.keys]
+        cache.values = [v[rows] for v in cache.values]
+    else:
+        cache.batch_select_indices(rows)
+
+
+def repeat_rows(cache: Cache, count: int) -> None:
+    """Every batch row `count` times (a cost measurement's filled batch)."""
+    if isinstance(cache, StaticKV):
+        cache.keys = [k.repeat_interleave(count, dim=0) for k in cache.keys]
+        cache.values = [v.repeat_interleave(count, dim=0) for v in cache.values]
+    else:
+        cache.batch_repeat_interleave(count)
 
 
 def layer_cache(layer_idx: int, past: tuple[torch.Tensor, torch.Tensor] | None) -> DynamicCache:
@@ -120,6 +194,8 @@ def state_bytes(*states) -> int:
     for state in states:
         if isinstance(state, torch.Tensor):
             total += state.numel() * state.element_size()
+        elif isinstance(state, StaticKV):
+            total += state_bytes(*state.live())  # the live positions, as a DynamicCache holds them
         elif isinstance(state, DynamicCache):
             total += state_bytes(*[(layer.keys, layer.values) for layer in state.layers if layer.keys is not None])
         elif isinstance(state, (tuple, list)):

@@ -33,7 +33,7 @@ import torch
 from specbench.config import check_sizes
 from specbench.engine.batch import forward_block, generate_batch
 from specbench.engine.decode import forward, generate, prefill
-from specbench.engine.kv_cache import new_cache, per_layer_type, truncate
+from specbench.engine.kv_cache import new_cache, per_layer_type, repeat_rows, run_model, truncate
 from specbench.engine.protocol import DraftContext, StepOutcome
 from specbench.engine.sampling import Sampling, seeded
 from specbench.engine.tree import DraftTree, tree_attention_mask
@@ -168,11 +168,10 @@ def complete_tree(nodes: int, width: int = TREE_WIDTH) -> DraftTree:
 def filled_cache(model, batch: int, context: int):
     """A cache of `context` positions in each of `batch` rows: one row's prefill repeated (what the
     keys hold does not change what a forward over them costs)."""
-    cache = new_cache(model.config)
+    cache = new_cache(model)
     if context:
-        model(input_ids=torch.randint(model.config.vocab_size, (1, context), device=model.device), cache=cache,
-              use_cache=True)
-        cache.batch_repeat_interleave(batch)
+        run_model(model, cache, torch.randint(model.config.vocab_size, (1, context), device=model.device))
+        repeat_rows(cache, batch)
     return cache
 
 
@@ -188,7 +187,7 @@ def verify_forward(model, ids: torch.Tensor, cache, context: int, tree: DraftTre
         positions = (context + torch.tensor([0] + tree.depths(), device=ids.device)).expand(batch, -1)
         mask = per_layer_type(model.config, lambda window: tree_attention_mask(
             tree, context, model.dtype, ids.device, window).expand(batch, -1, -1, -1))
-        model(input_ids=ids, cache=cache, use_cache=True, position_ids=positions, attention_mask=mask)
+        run_model(model, cache, ids, positions, mask)
 
 
 @torch.inference_mode()
@@ -257,7 +256,7 @@ def time_drafter(model, strategy: Strategy, context_ids: list[int], budget: int,
     draft, so a feature drafter's proposal includes absorbing that token's target features."""
     drafter = strategy.drafter
     committed = torch.tensor(context_ids, dtype=torch.long, device=model.device)
-    hidden = prefill(model, committed, new_cache(model.config), drafter.hidden_layers)
+    hidden = prefill(model, committed, new_cache(model), drafter.hidden_layers)
     drafter.start(committed, hidden)
     last = tuple(h[-1:] for h in hidden)
     rng = seeded(0, model.device)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specbench.engine.kv_cache import new_cache, state_bytes, truncate
+from specbench.engine.kv_cache import new_cache, run_model, state_bytes, truncate
 from specbench.engine.protocol import DraftContext, StepOutcome
 from specbench.engine.tree import DraftTree
 from specbench.errors import SpecbenchError
@@ -43,7 +43,7 @@ class DraftModelDrafter:
         self.cached = torch.empty(0, dtype=torch.long)  # the tokens whose KV is in self.cache
 
     def start(self, prompt: torch.Tensor, hidden: tuple[torch.Tensor, ...]) -> None:
-        self.cache = new_cache(self.model.config)
+        self.cache = new_cache(self.model)
         self.cached = prompt[:0]
 
     def _sync(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -60,7 +60,7 @@ class DraftModelDrafter:
         drafted: list[int] = []
         qs: list[torch.Tensor | None] = []
         for depth in range(ctx.budget):
-            logits = self.model(input_ids=feed[None], cache=self.cache, use_cache=True).logits[0, -1]
+            logits = run_model(self.model, self.cache, feed[None]).logits[0, -1]
             self.cached = torch.cat([self.cached, feed])
             q = None if ctx.sampling.greedy else ctx.sampling.probs(logits)
             token = int(logits.argmax()) if q is None else ctx.rng.draw(q)

@@ -1,0 +1,179 @@
+"""The fast forward: Llama-family decoders (Llama, Mistral, Qwen2, Qwen3) run as flat functions over a
+preallocated KV cache, instead of transformers' modules over a DynamicCache.
+
+On a small model, transformers' per-call machinery (kwargs plumbing, mask construction, output
+capture, a module call per norm and projection) and the DynamicCache's concatenation of every
+layer's keys at every step cost more than the matrix products. Here a forward is the same tensor
+operations, in the same order and dtypes as transformers' modules run them (the rotary embedding is
+the model's own module), so its outputs match transformers' in float32; the cache writes in place
+into buffers that double when full, and crop and compaction are index operations on them.
+
+Only full-attention layers of those architectures with the silu MLP take this path (`supports`);
+any other target, and every target when the fast path is off, runs transformers' forward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+ARCHITECTURES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
+INITIAL_CAPACITY = 256
+
+
+def supports(model: torch.nn.Module) -> bool:
+    config = model.config
+    types = set(getattr(config, "layer_types", None) or ["full_attention"])
+    return (config.model_type in ARCHITECTURES and types == {"full_attention"}
+            and not getattr(config, "sliding_window", None) and config.hidden_act == "silu"
+            and getattr(config, "_attn_implementation", "sdpa") == "sdpa"
+            and hasattr(getattr(model, "model", None), "layers") and hasattr(model, "lm_head"))
+
+
+class StaticKV:
+    """Keys and values of every layer in buffers (batch, kv_heads, capacity, head_dim); positions
+    [0, length) are live. Writes go in place; a full buffer doubles."""
+
+    def __init__(self, layers: int):
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
+        self.layers = layers
+        self.length = 0
+
+    def _reserve(self, key: torch.Tensor, value: torch.Tensor, needed: int) -> None:
+        capacity = self.keys[0].shape[2] if self.keys else 0
+        if needed <= capacity:
+            return
+        size = max(INITIAL_CAPACITY, capacity)
+        while size < needed:
+            size *= 2
+        batch = key.shape[0]
+
+        def grown(old: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+            new = like.new_zeros(batch, like.shape[1], size, like.shape[3])
+            if old is not None and self.length:
+                new[:, :, :self.length] = old[:, :, :self.length]
+            return new
+
+        olds = list(zip(self.keys, self.values)) or [(None, None)] * self.layers
+        self.keys = [grown(k, key) for k, _ in olds]
+        self.values = [grown(v, value) for _, v in olds]
+
+    def write(self, layer: int, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store `key`/`value` (batch, kv_heads, new, head_dim) after the live positions; the live
+        keys/values with them. The length moves on once every layer has written (`advance`)."""
+        end = self.length + key.shape[2]
+        if layer == 0:
+            self._reserve(key, value, end)
+        self.keys[layer][:, :, self.length:end] = key
+        self.values[layer][:, :, self.length:end] = value
+        return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
+
+    def live(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return [(k[:, :, :self.length], v[:, :, :self.length]) for k, v in zip(self.keys, self.values)]
+
+
+@dataclass
+class FlatOutput:
+    logits: torch.Tensor
+    hidden_states: tuple[torch.Tensor, ...] | None
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    dtype = x.dtype
+    x = x.to(torch.float32)
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x.to(dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def causal_mask(cached: int, new: int, device: torch.device) -> torch.Tensor:
+    """(1, 1, new, cached + new) bool: query j sees keys up to cached + j."""
+    keys, queries = torch.arange(cached + new, device=device), cached + torch.arange(new, device=device)
+    return (keys[None] <= queries[:, None])[None, None]
+
+
+class FlatLM:
+    """A transformers Llama-family causal LM's weights, run by `forward`."""
+
+    def __init__(self, model: torch.nn.Module):
+        config = model.config
+        self.model = model
+        self.eps = config.rms_norm_eps
+        self.heads = config.num_attention_heads
+        self.kv_heads = config.num_key_value_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        self.rotary = model.model.rotary_emb
+        self.embed = model.model.embed_tokens.weight
+        self.norm = model.model.norm.weight
+        self.head = model.lm_head.weight
+        self.layers = [self._layer(layer) for layer in model.model.layers[:config.num_hidden_layers]]
+        self.scaling = model.model.layers[0].self_attn.scaling
+
+    @staticmethod
+    def _layer(layer: torch.nn.Module) -> dict:
+        attn, mlp = layer.self_attn, layer.mlp
+        q_norm, k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
+        return {"ln1": layer.input_layernorm.weight, "ln2": layer.post_attention_layernorm.weight,
+                "q": (attn.q_proj.weight, attn.q_proj.bias), "k": (attn.k_proj.weight, attn.k_proj.bias),
+                "v": (attn.v_proj.weight, attn.v_proj.bias), "o": (attn.o_proj.weight, attn.o_proj.bias),
+                "q_norm": None if q_norm is None else q_norm.weight,
+                "k_norm": None if k_norm is None else k_norm.weight,
+                "gate": mlp.gate_proj.weight, "up": mlp.up_proj.weight, "down": mlp.down_proj.weight}
+
+    def new_cache(self) -> StaticKV:
+        return StaticKV(len(self.layers))
+
+    def _attention(self, x: torch.Tensor, w: dict, index: int, cache: StaticKV, cos: torch.Tensor,
+                   sin: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        batch, new, _ = x.shape
+        q = F.linear(x, *w["q"]).view(batch, new, -1, self.head_dim)
+        k = F.linear(x, *w["k"]).view(batch, new, -1, self.head_dim)
+        if w["q_norm"] is not None:
+            q, k = rms_norm(q, w["q_norm"], self.eps), rms_norm(k, w["k_norm"], self.eps)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
+        v = F.linear(x, *w["v"]).view(batch, new, -1, self.head_dim).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        keys, values = cache.write(index, k, v)
+        groups = self.heads // self.kv_heads
+        if mask is None and groups > 1:  # as transformers' sdpa: GQA in the kernel only without a mask
+            out = F.scaled_dot_product_attention(q, keys, values, scale=self.scaling, enable_gqa=True)
+        else:
+            if groups > 1:
+                keys = keys.repeat_interleave(groups, dim=1)
+                values = values.repeat_interleave(groups, dim=1)
+            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=self.scaling)
+        return F.linear(out.transpose(1, 2).reshape(batch, new, -1), *w["o"])
+
+    def forward(self, input_ids: torch.Tensor, cache: StaticKV, position_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None, output_hidden_states: bool = False) -> FlatOutput:
+        """transformers' forward over (batch, new) tokens after the cache's live positions: the
+        logits, and with output_hidden_states transformers' hidden_states tuple (each layer's input,
+        then the final norm's output). A mask given is additive or bool, (batch, 1, new, cached + new)."""
+        cached, new = cache.length, input_ids.shape[1]
+        if position_ids is None:
+            position_ids = (cached + torch.arange(new, device=input_ids.device))[None]
+        if attention_mask is None and new > 1:
+            attention_mask = causal_mask(cached, new, input_ids.device)
+        x = F.embedding(input_ids, self.embed)
+        cos, sin = self.rotary(x, position_ids)
+        cos, sin = cos[:, None], sin[:, None]
+        hidden = []
+        for index, w in enumerate(self.layers):
+            if output_hidden_states:
+                hidden.append(x)
+            x = x + self._attention(rms_norm(x, w["ln1"], self.eps), w, index, cache, cos, sin, attention_mask)
+            h = rms_norm(x, w["ln2"], self.eps)
+            x = x + F.linear(F.silu(F.linear(h, w["gate"])) * F.linear(h, w["up"]), w["down"])
+        cache.length += new
+        x = rms_norm(x, self.norm, self.eps)
+        if output_hidden_states:
+            hidden.append(x)
+        return FlatOutput(F.linear(x, self.head), tuple(hidden) if output_hidden_states else None)
