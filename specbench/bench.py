@@ -52,13 +52,16 @@ from specbench.strategies.spec import BASELINE, StrategySpec, parse_strategies, 
 from specbench.suites import Suite, SuiteItem, load_suite, select
 
 if TYPE_CHECKING:  # imported where an engine is made: vLLM is an optional extra
-    from specbench.vllm_engine import VllmEngine
+    from specbench.vllm_engine import VllmEngine, VllmStrategy
+
+    VllmPlan = tuple[list[VllmStrategy], dict[str, Any]]  # the strategies' vLLM forms, the engine arguments
 
 Progress = Callable[[str, int, int], None]  # what, done, total
 Estimate = Callable[[dict[str, Any]], None]  # after the warm-up: the plan (seconds, prompts, strategies, ...)
 
 VERIFY_MARGIN = 64  # positions a verified draft may add beyond prompt + answer
 BATCHED_VERIFY_LENGTHS = (1, 2, 4, 8, 12, 16)  # the chains' verify blocks: the engine pads them to the longest draft
+VLLM_DRAFTERS = "vllm_drafters"  # under --out: the drafters written once in vLLM's layouts
 MAX_MODEL_LEN = 4096  # vLLM's context at most (--engine-args max_model_len overrides): its KV cache is preallocated
 
 
@@ -121,6 +124,7 @@ def prepare(config: RunConfig) -> Bench:
     profile = None
     if config.gpu:
         profile = get_profile(config.gpu, load_profiles(Path(config.profiles) if config.profiles else None))
+    vllm = check_vllm(config, specs, sources) if config.engine != SPECBENCH else None
     device = resolve_device(config.device)
     target = load_target(config.model, device, resolve_dtype(config.dtype, device))
     # with vLLM alone, specbench's own `ar` still runs: it is the reference the engines' agreement is read against
@@ -131,28 +135,45 @@ def prepare(config: RunConfig) -> Bench:
     suite, skipped = fitting_prompts(suite, target, config.max_new_tokens)
     batch_sizes, notes = fit_batch_sizes(config.batch_sizes, len(suite.items))
     bench = Bench(config, target, strategies, suite, sampling, RunMetrics(device), profile, skipped, batch_sizes, notes)
-    if config.engine != SPECBENCH:
-        start_vllm(bench, specs, sources)
+    if vllm is not None:
+        start_vllm(bench, vllm, sources)
     return bench
 
 
-def start_vllm(bench: Bench, specs: list[StrategySpec], sources: dict[str, DrafterSource]) -> None:
-    """vLLM's engines, one per strategy (`ar` included), after every strategy is checked for vLLM."""
+def check_vllm(config: RunConfig, specs: list[StrategySpec], sources: dict[str, DrafterSource]) -> VllmPlan:
+    """Every strategy's vLLM form and the engine arguments, refused before any model loads."""
+    from specbench import vllm_engine
+
+    strategies = [vllm_engine.translate(s, config.knobs, config.controller, sources) for s in specs]
+    return strategies, vllm_engine.engine_kwargs(model_path(config.model), config.dtype, config.seed,
+                                                 config.engine_args)
+
+
+def start_vllm(bench: Bench, vllm: VllmPlan, sources: dict[str, DrafterSource]) -> None:
+    """vLLM's engines, one per strategy (`ar` included), with the drafters converted to vLLM's layouts."""
     from specbench import vllm_engine
 
     config = bench.config
-    plans = [vllm_engine.plan(s, config.knobs, config.controller, sources, bench.target, Path(config.out))
-             for s in specs]
+    strategies, kwargs = vllm
+    plans = [vllm_engine.with_drafter(s, sources, bench.target, Path(config.out) / VLLM_DRAFTERS)
+             for s in strategies]
     limit = context_limit(bench.target)
-    kwargs = vllm_engine.engine_kwargs(model_path(config.model), config.dtype, config.seed,
-                                       min(limit, MAX_MODEL_LEN) if limit else MAX_MODEL_LEN, config.engine_args)
-    bench.vllm = vllm_engine.VllmEngine(plans, kwargs)
-    bench.vllm_strategies = [Strategy(p.name, None, None, engine=VLLM,
-                                      drafters={"vllm": {"speculative_config": p.speculative_config,
-                                                         "untranslated": list(p.untranslated)}} if p.speculative_config
-                                      else {}) for p in plans]
+    kwargs.setdefault("max_model_len", min(limit, MAX_MODEL_LEN) if limit else MAX_MODEL_LEN)
+    bench.vllm = vllm_engine.VllmEngine(kwargs)
+    try:
+        bench.vllm_strategies = [vllm_strategy(bench, p) for p in plans]
+    except BaseException:
+        bench.close()
+        raise
     bench.notes += [f"vLLM runs {p.name} without specbench's {', '.join(p.untranslated)} (no vLLM counterpart)"
                     for p in plans if p.untranslated]
+
+
+def vllm_strategy(bench: Bench, strategy: VllmStrategy) -> Strategy:
+    """A strategy decoded by its own vLLM engine, started now."""
+    config = strategy.speculative_config
+    described = {"vllm": {"speculative_config": config, "untranslated": list(strategy.untranslated)}} if config else {}
+    return Strategy(strategy.name, None, None, drafters=described, engine=VLLM, runner=bench.vllm.start(strategy))
 
 
 def fit_batch_sizes(batch_sizes: list[int], prompts: int) -> tuple[list[int], list[str]]:
@@ -201,8 +222,8 @@ def new_controller(bench: Bench, strategy: Strategy, batch_size: int) -> Control
 
 
 def run_one(bench: Bench, strategy: Strategy, prompt: list[int], seed: int) -> Generation:
-    if strategy.engine == VLLM:
-        return bench.vllm.generate(strategy.name, prompt, bench.config.max_new_tokens, bench.sampling, seed)
+    if strategy.runner is not None:
+        return strategy.runner(prompt, bench.config.max_new_tokens, bench.sampling, seed)
     torch.manual_seed(seed)
     return generate(bench.target.model, prompt, bench.config.max_new_tokens, bench.sampling,
                     bench.target.eos_ids, strategy.drafter, new_controller(bench, strategy, 1), seed)

@@ -12,6 +12,7 @@ made and has no side effects at import.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import math
 import os
@@ -25,12 +26,14 @@ from specbench.engine.sampling import Sampling
 from specbench.errors import SpecbenchError
 from specbench.strategies.knobs import make_options
 from specbench.strategies.published.formats import DrafterSource
+from specbench.strategies.published.to_vllm import vllm_drafter_dir
 from specbench.strategies.registry import definition
 from specbench.strategies.spec import StrategySpec
 
 DRAFTS, DRAFT_TOKENS, ACCEPTED, PER_POSITION = (f"vllm:spec_decode_num_{n}" for n in (
     "drafts", "draft_tokens", "accepted_tokens", "accepted_tokens_per_pos"))
 DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
+PARALLEL = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
 # on a CPU, vLLM reserves 4 GiB of KV cache per engine unless told: a run holds one engine per strategy
 CPU_KV_CACHE_GIB = "1"
 
@@ -44,38 +47,42 @@ class VllmStrategy:
     untranslated: tuple[str, ...] = ()  # default settings of specbench's that vLLM runs without
 
 
-def plan(spec: StrategySpec, knobs: dict[str, dict[str, Any]], controller: str | None,
-         sources: dict[str, DrafterSource], target, cache_root: Path) -> VllmStrategy:
-    """The vLLM form of a single strategy; a knob or controller the user set that vLLM has no counterpart
-    for is refused (vLLM would silently ignore it), as is a method vLLM cannot run for this target."""
+def translate(spec: StrategySpec, knobs: dict[str, dict[str, Any]], controller: str | None,
+              sources: dict[str, DrafterSource]) -> VllmStrategy:
+    """The vLLM form of a single strategy, its drafter not yet converted. A knob or controller the user
+    set that vLLM has no counterpart for is refused (vLLM would silently ignore it), as is a method vLLM
+    cannot run for this target; checked before any model loads."""
     if not spec.members:
         return VllmStrategy(spec.name, None)
     (name,) = spec.members
     method = definition(name)
-    if method.serving is None:
-        raise SpecbenchError(f"--engine vllm: {name} has no vLLM counterpart")
     set_knobs = knobs.get(name, {})
-    serving = method.serving(make_options(name, set_knobs), controller or method.default_controller, None)
-    if serving.vllm is None:
+    serving = (method.serving(make_options(name, set_knobs), controller or method.default_controller, None)
+               if method.serving else None)
+    if serving is None or serving.vllm is None:
         raise SpecbenchError(f"--engine vllm: {name} has no vLLM counterpart")
     refused = [k for k in serving.vllm_missing if k in set_knobs or (k == "controller" and controller)]
     if refused:
         raise SpecbenchError(f"--engine vllm: {name}'s {', '.join(refused)} {'has' if len(refused) == 1 else 'have'} "
                              "no vLLM counterpart (vLLM would ignore it); drop it or use --engine specbench")
-    config = dict(serving.vllm)
     source = sources.get(name)
-    if "model" in config:
-        from specbench.strategies.vllm_layout import vllm_drafter_dir  # TODO: helper's module
-
-        config["model"] = str(vllm_drafter_dir(name, source, target, cache_root))
-    elif name == "mtp" and not (source and source.published):
+    if "model" not in serving.vllm and name == "mtp" and not (source and source.published):
         raise SpecbenchError("--engine vllm: mtp runs in vLLM only from MTP layers inside the target's own "
                              "checkpoint (DeepSeek-V3, Qwen3-Next, MiMo); this target has none")
-    return VllmStrategy(spec.name, config, serving.vllm_missing)
+    return VllmStrategy(spec.name, dict(serving.vllm), serving.vllm_missing)
 
 
-def engine_kwargs(model_dir: str, dtype: str, seed: int, max_model_len: int | None,
-                  engine_args: dict[str, Any]) -> dict[str, Any]:
+def with_drafter(strategy: VllmStrategy, sources: dict[str, DrafterSource], target, cache_root: Path) -> VllmStrategy:
+    """The strategy with its drafter in the layout vLLM loads (converted once, cached under `cache_root`)."""
+    config = strategy.speculative_config
+    if not config or "model" not in config:
+        return strategy
+    source = sources.get(strategy.name)
+    model = vllm_drafter_dir(strategy.name, source.path if source else None, target, cache_root)
+    return dataclasses.replace(strategy, speculative_config={**config, "model": str(model)})
+
+
+def engine_kwargs(model_dir: str, dtype: str, seed: int, engine_args: dict[str, Any]) -> dict[str, Any]:
     """vLLM's engine arguments: specbench's defaults under the user's `--engine-args`."""
     from vllm.engine.arg_utils import EngineArgs
 
@@ -84,49 +91,68 @@ def engine_kwargs(model_dir: str, dtype: str, seed: int, max_model_len: int | No
     if unknown:
         raise SpecbenchError(f"--engine-args: vLLM has no engine argument {', '.join(unknown)}")
     defaults = {"model": model_dir, "dtype": DTYPES.get(dtype, "auto"), "seed": seed, "enforce_eager": True,
-                "disable_log_stats": False, "max_model_len": max_model_len}
+                "disable_log_stats": False}
+    if all(engine_args.get(k, 1) == 1 for k in PARALLEL):  # one device: its worker runs in the engine's process
+        defaults["distributed_executor_backend"] = "uni"
     return {**defaults, **engine_args}
 
 
 class VllmEngine:
-    """The vLLM engines of one run, one per strategy, all alive so that prompts interleave strategies."""
+    """vLLM's engines of one run or study, one `LLM` per strategy, all alive so that prompts interleave."""
 
-    def __init__(self, strategies: list[VllmStrategy], kwargs: dict[str, Any]):
+    def __init__(self, kwargs: dict[str, Any]):
+        self.kwargs = kwargs
+        self.runners: list[VllmRunner] = []
+        self.start_s: dict[str, float] = {}  # each engine's start-up, part of a user's wait
+
+    def start(self, strategy: VllmStrategy) -> VllmRunner:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", CPU_KV_CACHE_GIB)
         from vllm import LLM
 
-        self.engines: dict[str, Any] = {}
-        self.start_s: dict[str, float] = {}  # each engine's start-up, part of a user's wait
+        started = time.perf_counter()
         try:
-            for s in strategies:
-                started = time.perf_counter()
-                self.engines[s.name] = LLM(**kwargs, speculative_config=s.speculative_config)
-                self.start_s[s.name] = time.perf_counter() - started
+            llm = LLM(**self.kwargs, speculative_config=strategy.speculative_config)
         except (ValueError, TypeError, RuntimeError) as exc:
-            self.close()
-            raise SpecbenchError(f"vLLM refused {s.name}: {_first_line(exc)}") from None
+            raise SpecbenchError(f"vLLM refused {strategy.name}: {_first_line(exc)}") from None
+        self.start_s[strategy.name] = time.perf_counter() - started
+        runner = VllmRunner(strategy.name, llm)
+        self.runners.append(runner)
+        return runner
 
-    def generate(self, name: str, prompt: list[int], max_new_tokens: int, sampling: Sampling,
-                 seed: int) -> Generation:
+    def stop(self, runner: VllmRunner) -> None:
+        runner.close()
+        self.runners.remove(runner)
+
+    def close(self) -> None:
+        for runner in self.runners:
+            runner.close()
+        self.runners.clear()
+
+
+@dataclass
+class VllmRunner:
+    """One strategy's vLLM engine, called as the engine's `generate` is."""
+
+    name: str
+    llm: Any
+
+    def __call__(self, prompt: list[int], max_new_tokens: int, sampling: Sampling, seed: int) -> Generation:
         """One request, timed around the call; its counters are the difference before and after."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        llm = self.engines[name]
         params = SamplingParams(max_tokens=max_new_tokens, temperature=sampling.temperature, top_p=sampling.top_p,
                                 top_k=sampling.top_k, seed=seed)
-        before = counters(llm)
+        before = counters(self.llm)
         started = time.perf_counter()
-        (out,) = llm.generate([TokensPrompt(prompt_token_ids=prompt)], params, use_tqdm=False)
+        (out,) = self.llm.generate([TokensPrompt(prompt_token_ids=prompt)], params, use_tqdm=False)
         wall = time.perf_counter() - started
-        after = counters(llm)
+        after = counters(self.llm)
         return generation(out, wall, {k: _minus(after.get(k, 0), before.get(k, 0)) for k in after})
 
     def close(self) -> None:
-        for llm in self.engines.values():
-            with contextlib.suppress(Exception):
-                llm.llm_engine.engine_core.shutdown()
-        self.engines.clear()
+        with contextlib.suppress(Exception):
+            self.llm.llm_engine.engine_core.shutdown()
 
 
 def counters(llm) -> dict[str, Any]:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
+
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
@@ -82,3 +85,12 @@ def tiny_model_dir(tmp_path_factory):
 def tiny_draft_dir(tmp_path_factory, tiny_model_dir):
     return write_tiny_model_dir(tmp_path_factory.mktemp("tiny") / "draft", "", hidden=32, layers=1, seed=1,
                                 tokenizer_from=tiny_model_dir)
+
+
+@pytest.fixture(scope="session")
+def vllm_installed() -> None:
+    """For the tests marked `vllm`: skipped where vLLM is absent, a failure in CI, which installs it."""
+    if importlib.util.find_spec("vllm") is None:
+        if os.environ.get("CI"):
+            pytest.fail("vLLM is not installed: CI installs the vllm extra, and its tests never skip there")
+        pytest.skip("vLLM is not installed (pip install -e '.[vllm]')")

@@ -11,6 +11,7 @@ import typer
 from specbench.cli.app import app, interruptible, out, progress_bar, split_list, user_errors
 from specbench.cli.run import default
 from specbench.config import load_config_file, resolve
+from specbench.engines import parse_engine_args
 from specbench.strategies.spec import DEFAULT_STRATEGIES
 from specbench.strict_json import dumps
 from specbench.tuning.config import OBJECTIVES, TuneConfig
@@ -40,6 +41,8 @@ def tune(
     device: Annotated[Optional[str], typer.Option(help="auto, cpu or cuda.", show_default=default("device"))] = None,
     dtype: Annotated[Optional[str], typer.Option(help="auto, float32, bfloat16 or float16.", show_default=default("dtype"))] = None,
     profiles: Annotated[Optional[Path], typer.Option(help="TOML file with extra GPU profiles.", show_default="none")] = None,
+    engine: Annotated[Optional[str], typer.Option(help="specbench or vllm: the engine every trial measures in (vllm searches the knobs vLLM takes and writes the winning --speculative-config JSON).", show_default=default("engine"))] = None,
+    engine_args: Annotated[Optional[str], typer.Option(help="vLLM engine arguments as a JSON object (with --engine vllm).", show_default="none")] = None,
     out_dir: Annotated[Optional[str], typer.Option("--out", help="Results directory (default results/): tuned/ and tuning/ go there.", show_default=default("out"))] = None,
     config: Annotated[Optional[Path], typer.Option(help="Run config TOML (as `run` reads): the workload; its knobs and controller are held fixed, its strategies tuned unless --strategy is given.", show_default="none")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the summary.")] = False,
@@ -51,7 +54,8 @@ def tune(
         flags = dict(model=model, drafters=[str(d) for d in drafter or []], suite=suite,
                      categories=split_list(categories), limit=limit, max_new_tokens=max_new_tokens,
                      temperature=temperature, seed=seed, dtype=dtype, device=device, gpu=gpu, out=out_dir,
-                     profiles=str(profiles) if profiles else None)
+                     profiles=str(profiles) if profiles else None, engine=engine,
+                     engine_args=parse_engine_args(engine_args))
         strategies = (strategy,) if strategy else tuple(file_values.get("strategies", ()))
         cfg = TuneConfig(resolve(file_values, flags), strategies, trials, timeout, study, storage, workers,
                          objectives, holdout, heartbeat).validate()

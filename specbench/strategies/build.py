@@ -26,6 +26,8 @@ class Strategy:
     drafters: dict[str, dict[str, Any]] = field(default_factory=dict)  # member -> its drafter's source and knobs
     tree: bool = False  # verifies token trees (a tree drafter or a combination's merged trie): batch size 1 only
     engine: str = "specbench"  # which engine decodes it (engines.py): vLLM's strategies have no drafter here
+    # another engine's decoder, called as engine.decode.generate is: (prompt, max_new_tokens, sampling, seed)
+    runner: Callable[[list[int], int, Any, int], Any] | None = None
 
     @property
     def label(self) -> str:

@@ -15,6 +15,8 @@ from specbench.strategies.base import StrategyDef
 from specbench.strategies.serving import DRAFTER, Serving, fixed_only
 from specbench.strategies.space import Choice, IntRange, Param, SearchSpace, check_ranges, knob
 
+DEFAULT_DRAFT = DEFAULT_DIR / "draft"  # the embedded default's draft LM
+
 
 @dataclass
 class DraftOptions:
@@ -79,7 +81,7 @@ class DraftModelDrafter:
 
 
 def _build(target, options: DraftOptions, drafter_dir) -> DraftModelDrafter:
-    path = drafter_dir or DEFAULT_DIR / "draft"
+    path = drafter_dir or DEFAULT_DRAFT
     if drafter_dir is None and target.name != "default":
         raise SpecbenchError("strategy draft: give the draft model with --drafter DIR")
     model = load_lm(str(path), target.device, target.model.dtype)

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass, field
 
 from specbench.config import RunConfig
+from specbench.engines import BOTH
 from specbench.errors import SpecbenchError
 from specbench.strategies.knobs import validate_knobs
 from specbench.strategies.spec import BASELINE, DEFAULT_STRATEGIES, StrategySpec, parse_strategies
@@ -51,6 +52,8 @@ class TuneConfig:
             raise SpecbenchError(f"unknown --objectives {self.objectives!r}; known: {' or '.join(OBJECTIVES)}")
         if self.study is not None and not STUDY_NAME.fullmatch(self.study):
             raise SpecbenchError(f"--study {self.study!r}: use letters, digits and . _ + - (it names files too)")
+        if self.workload.engine == BOTH:
+            raise SpecbenchError("--engine both: a study measures one engine; tune with --engine specbench or vllm")
         if len(self.specs()) > self.trials:
             raise SpecbenchError(f"--trials {self.trials} cannot be split between {len(self.specs())} strategies")
         return self

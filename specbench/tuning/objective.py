@@ -16,13 +16,14 @@ import socket
 import time
 import zlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import optuna
 import pandas as pd
 
-from specbench.bench import Bench, make_row, run_one
+from specbench.bench import VLLM_DRAFTERS, Bench, make_row, run_one, vllm_strategy
 from specbench.engine.sampling import Sampling
 from specbench.errors import SpecbenchError
 from specbench.hardware import GpuProfile
@@ -110,7 +111,19 @@ class Evaluator:
         return make_row(self.bench.target.model, strategy, unit.item, unit.turn, 0, unit.prompt, gen, reference, 0)
 
     def build(self, spec: StrategySpec, knobs: dict[str, dict[str, Any]], controller: str | None) -> Strategy:
-        return build_strategy(spec, self.bench.target, knobs, self.dirs, controller)
+        """The configuration to measure: specbench's drafters, or (with --engine vllm) a vLLM engine of its own."""
+        if self.bench.vllm is None:
+            return build_strategy(spec, self.bench.target, knobs, self.dirs, controller)
+        from specbench import vllm_engine
+
+        translated = vllm_engine.translate(spec, knobs, controller, self.dirs)
+        return vllm_strategy(self.bench, vllm_engine.with_drafter(translated, self.dirs, self.bench.target,
+                                                                  Path(self.bench.config.out) / VLLM_DRAFTERS))
+
+    def release(self, strategy: Strategy) -> None:
+        """Stop a configuration's own vLLM engine once it is measured (specbench's drafters need nothing)."""
+        if strategy.runner is not None:
+            self.bench.vllm.stop(strategy.runner)
 
     def run(self, strategy: Strategy, unit: Unit) -> dict[str, Any]:
         """One generation of `strategy` on `unit`, its row checked against ar's greedy output."""
@@ -158,7 +171,10 @@ class Evaluator:
                 strategy = self.build(space.spec, knobs, controller)
             except SpecbenchError as exc:
                 raise TrialFailure(str(exc)) from None
-            return self._measure_trial(trial, strategy, started)
+            try:
+                return self._measure_trial(trial, strategy, started)
+            finally:
+                self.release(strategy)
         except TrialFailure as exc:
             trial.set_user_attr(FAIL_REASON, str(exc))
             raise

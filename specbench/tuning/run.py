@@ -27,6 +27,7 @@ import torch
 from optuna.trial import TrialState
 
 from specbench.bench import Bench, prepare
+from specbench.engines import VLLM
 from specbench.errors import SpecbenchError
 from specbench.hardware import GpuProfile
 from specbench.models import fingerprint
@@ -96,7 +97,7 @@ class StudyPlan:
 
 def plan_study(config: TuneConfig, spec: StrategySpec, bench: Bench) -> StudyPlan:
     workload = config.workload
-    space = study_space(spec, bench.strategies[1], workload.knobs, workload.controller)
+    space = study_space(spec, bench.strategies[1], workload.knobs, workload.controller, workload.engine)
     tuning, holdout = split_items(bench.suite.items, config.holdout, workload.seed)
     identity = {
         **question(config, spec), "space": space.space.fingerprint(), "space_text": space.space.describe(),
@@ -124,14 +125,24 @@ def tune(config: TuneConfig, progress: Progress | None = None) -> TuneReport:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     specs = config.specs()
     url, _ = open_checked(config)
-    bench = prepare(dataclasses.replace(config.workload, strategies=[s.name for s in specs]))
+    bench = measured_engine(prepare(dataclasses.replace(config.workload, strategies=[s.name for s in specs])))
     records = []
-    for index, spec in enumerate(specs):
-        one = dataclasses.replace(bench, strategies=[bench.strategies[0], bench.strategies[index + 1]])
-        plan = plan_study(config, spec, one)
-        records.append(tune_study(config, plan, study_name(config, plan), url,
-                                  config.share(index), progress))
+    try:
+        for index, spec in enumerate(specs):
+            one = dataclasses.replace(bench, strategies=[bench.strategies[0], bench.strategies[index + 1]])
+            plan = plan_study(config, spec, one)
+            records.append(tune_study(config, plan, study_name(config, plan), url,
+                                      config.share(index), progress))
+    finally:
+        bench.close()
     return TuneReport(records, rank(records) if len(records) > 1 else [])
+
+
+def measured_engine(bench: Bench) -> Bench:
+    """The bench a study measures on: with --engine vllm, vLLM's `ar` and strategies in place of specbench's."""
+    if bench.config.engine != VLLM:
+        return bench
+    return dataclasses.replace(bench, strategies=bench.vllm_strategies, vllm_strategies=[])
 
 
 def tune_study(config: TuneConfig, plan: StudyPlan, name: str, url: str, trials: int,
@@ -206,14 +217,18 @@ def _spawned_worker(config: TuneConfig, spec_name: str, identity: dict[str, Any]
         spec = parse_strategy(spec_name)
         # this strategy's drafters only: a run's --drafter values must all be used by its strategies
         drafters = [d for d in config.workload.drafters if open_source(d).strategy in spec.members]
-        plan = plan_study(config, spec, prepare(dataclasses.replace(config.workload, strategies=[spec_name],
-                                                                    drafters=drafters)))
+        bench = measured_engine(prepare(dataclasses.replace(config.workload, strategies=[spec_name],
+                                                            drafters=drafters)))
+        plan = plan_study(config, spec, bench)
         study = optuna.load_study(study_name=name, storage=open_storage(url, config.heartbeat_s),
                                   sampler=make_sampler(config.workload.seed + index, trials),
                                   pruner=make_pruner(config.directions))
         check_identity(study, identity, display_url(url))
-        _optimize(study, Evaluator(plan.bench, plan.tuning, plan.profile), plan.space, quota, trials,
-                  config.timeout, None)
+        try:
+            _optimize(study, Evaluator(plan.bench, plan.tuning, plan.profile), plan.space, quota, trials,
+                      config.timeout, None)
+        finally:
+            bench.close()
     except SpecbenchError as exc:
         print(f"error: worker {index}: {exc}", file=sys.stderr)
         sys.exit(2)
@@ -289,13 +304,19 @@ def finish_study(config: TuneConfig, plan: StudyPlan, study: optuna.Study, url: 
         record["pareto"] = [{"trial": t.number, "params": t.params, "speedup": t.values[0], "memory_bytes": t.values[1]}
                             for t in sorted(study.best_trials, key=lambda t: -t.values[0])]
     holdout = Evaluator(plan.bench, plan.holdout, plan.profile)
-    record["holdout"] = holdout_check(holdout, holdout.build(plan.spec, knobs, controller), plan.bench.strategies[1],
-                                      workload.seed)
+    tuned = holdout.build(plan.spec, knobs, controller)
+    try:
+        record["holdout"] = holdout_check(holdout, tuned, plan.bench.strategies[1], workload.seed)
+    finally:
+        holdout.release(tuned)
     record["gain"] = {"holdout": record["holdout"].pop("gain"),
                       "tuning": paired_gain(best.user_attrs[PER_PROMPT], defaults.user_attrs[PER_PROMPT],
                                             workload.seed) if defaults is not None else None}
     record["toml"] = str(tuned_dir / f"{name}.toml")
     write_atomic(Path(record["toml"]), tuned_toml(record, knobs, controller, workload))
+    if workload.engine == VLLM:  # what was measured, as `vllm serve --speculative-config` takes it
+        record["vllm_config"] = str(tuned_dir / f"{name}.vllm.json")
+        write_json(Path(record["vllm_config"]), tuned.drafters["vllm"]["speculative_config"])
     engines = _engines(plan, knobs, controller)
     if engines is not None:
         record["engines"] = engines

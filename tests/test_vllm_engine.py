@@ -1,0 +1,170 @@
+"""`--engine vllm` and `--engine both` against real vLLM on the embedded model (head size 64, which
+vLLM's CPU attention takes) and its drafters, converted to vLLM's layouts.
+
+One `--engine both` run serves most tests: every strategy vLLM runs here, in both engines. vLLM's
+engine core runs in-process here (VLLM_ENABLE_V1_MULTIPROCESSING=0, vLLM's own switch): the same
+model code, without the process start-ups that would take most of the test time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from specbench import engines
+from specbench.bench import make_row, prepare
+from specbench.cli import app
+from specbench.config import RunConfig
+from specbench.engines import VLLM
+from specbench.errors import SpecbenchError
+from specbench.strategies.registry import definitions
+
+pytestmark = [pytest.mark.vllm, pytest.mark.usefixtures("vllm_installed")]
+STRATEGIES = ["ngram", "draft", "eagle", "dflash", "dspark"]  # everything vLLM runs for this target
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def in_process_vllm():
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        patch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
+        yield
+
+
+@pytest.fixture(scope="module")
+def both(in_process_vllm, tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("both")
+    result = runner.invoke(app, ["run", "--engine", "both", "--strategy", ",".join(STRATEGIES), "--limit", "2",
+                                 "--max-new-tokens", "24", "--warmup", "0", "--no-cost-model", "--out", str(out),
+                                 "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    rows = [json.loads(line) for line in (Path(report["run_dir"]) / "rows.jsonl").read_text().splitlines()]
+    return {"report": report, "rows": rows, "out": out}
+
+
+def summary_of(report: dict, strategy: str, engine: str) -> dict:
+    return next(r for r in report["results"] if r["strategy"] == strategy and r["engine"] == engine)
+
+
+def test_every_strategy_runs_in_both_engines_losslessly(both):
+    report = both["report"]
+    for strategy in ["ar", *STRATEGIES]:
+        for engine in ("specbench", VLLM):
+            summary = summary_of(report, strategy, engine)
+            assert summary["prompts"] == 2
+            if strategy != "ar":
+                assert summary["mismatches"] == 0, (strategy, engine)  # greedy, against the same engine's ar
+    assert {r["engine"] for r in both["rows"]} == {"specbench", VLLM}
+
+
+def test_vllm_figures_come_from_its_own_counters(both):
+    report = both["report"]
+    for strategy in ("eagle", "dflash"):  # the trained drafters accept in vLLM as they do here
+        assert summary_of(report, strategy, VLLM)["tau"] > 1.5
+    for row in both["rows"]:
+        if row["engine"] != VLLM:
+            continue
+        if row["strategy"] == "ar":
+            assert row["drafted"] == 0 and row["steps"] == row["new_tokens"]
+            continue
+        # per request: accepted per position is a non-increasing count of steps, summing to the accepted drafts
+        counts = row["accept_by_position"]
+        assert counts == sorted(counts, reverse=True) and sum(counts) == row["accepted"] <= row["drafted"]
+        assert row["steps"] > 1 and row["wall_s"] > 0 and row["ttft_s"] > 0
+
+
+def test_transfer_and_engine_agreement(both):
+    report = both["report"]
+    for strategy in STRATEGIES:
+        vllm, own = summary_of(report, strategy, VLLM), summary_of(report, strategy, "specbench")
+        assert vllm["transfer"] == pytest.approx(vllm["speedup"] / own["speedup"])
+    agreement = summary_of(report, "ar", VLLM)["engine_agreement"]
+    assert agreement["prompts"] == 2 and 0 <= agreement["agreeing"] <= 2
+    assert len(agreement["first_divergence"]) == 2 - agreement["agreeing"]
+
+
+def test_the_table_shows_each_engine_and_the_transfer(both):
+    run_dir = both["report"]["run_dir"]
+    result = runner.invoke(app, ["report", run_dir, "--format", "markdown"])
+    assert result.exit_code == 0, result.output
+    assert "| ngram@vllm |" in result.stdout and "| ngram |" in result.stdout and "transfer" in result.stdout
+
+
+def test_the_lossless_check_catches_a_planted_mismatch(in_process_vllm, tmp_path):
+    config = RunConfig(strategies=["ngram"], engine=VLLM, limit=1, max_new_tokens=12, warmup=0, out=str(tmp_path))
+    bench = prepare(config)
+    try:
+        ar, ngram = bench.vllm_strategies
+        prompt = [int(t) for t in bench.target.tokenizer.encode("def add(a, b):\n    return")]
+        reference = ar.runner(prompt, 12, bench.sampling, 0).tokens
+        gen = ngram.runner(prompt, 12, bench.sampling, 0)
+        assert gen.tokens == reference
+        planted = dataclasses.replace(gen, tokens=gen.tokens[:5] + [(gen.tokens[5] + 1) % 4096] + gen.tokens[6:])
+        item = bench.suite.items[0]
+        row = make_row(bench.target.model, ngram, item, 0, 0, prompt, planted, reference, 0)
+        assert row["mismatch"] is True and row["first_divergence"] == 5 and row["engine"] == VLLM
+        assert make_row(bench.target.model, ngram, item, 0, 0, prompt, gen, reference, 0)["mismatch"] is False
+    finally:
+        bench.close()
+
+
+def test_each_method_translates_to_fields_vllm_takes():
+    from vllm.config import SpeculativeConfig
+
+    fields = {f.name for f in dataclasses.fields(SpeculativeConfig)}
+    for name, method in definitions().items():
+        serving = method.serving(method.options(), method.default_controller, None)
+        assert set(serving.vllm) <= fields, name
+        assert set(serving.vllm_missing) <= {f.name for f in dataclasses.fields(method.options)} | {"controller"}
+
+
+BAD = [
+    (["--engine", "nosuch"], "--engine nosuch: expected specbench, vllm, both"),
+    (["--engine", "vllm", "--strategy", "eagle+dflash"], "eagle+dflash combine drafters, which vLLM cannot run"),
+    (["--engine", "vllm", "--strategy", "eagle", "--set", "eagle.top_k=4"], "eagle's top_k has no vLLM counterpart"),
+    (["--engine", "vllm", "--strategy", "ngram", "--controller", "heuristic"], "ngram's controller has no vLLM"),
+    (["--engine", "vllm", "--strategy", "mtp"], "mtp runs in vLLM only from MTP layers inside the target"),
+    (["--engine", "vllm", "--engine-args", "{not json"], "--engine-args is not JSON"),
+    (["--engine", "vllm", "--engine-args", "[1, 2]"], "--engine-args must be a JSON object"),
+    (["--engine", "vllm", "--engine-args", '{"no_such_argument": 1}'], "vLLM has no engine argument no_such_argument"),
+    (["--engine-args", '{"max_model_len": 512}'], "they need --engine vllm or both"),
+    (["--engine", "vllm", "--batch-size", "4"], "measures batch size 1 only"),
+]
+
+
+@pytest.mark.parametrize("args, message", BAD, ids=[m for _, m in BAD])
+def test_bad_engine_input_is_one_line_exit_2_nothing_written(args, message, tmp_path):
+    result = runner.invoke(app, ["run", *args, "--out", str(tmp_path / "results")])
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr and "Traceback" not in result.output
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert not (tmp_path / "results").exists()
+
+
+def test_without_vllm_the_engine_says_how_to_install_it(monkeypatch):
+    monkeypatch.setattr(engines.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(SpecbenchError, match=r'pip install -e "\.\[vllm\]"'):
+        engines.check_engine(VLLM, {}, [], [1])
+
+
+def test_tune_on_vllm_writes_a_speculative_config_vllm_accepts(in_process_vllm, tmp_path):
+    from vllm import LLM
+
+    result = runner.invoke(app, ["tune", "--engine", "vllm", "--strategy", "ngram", "--trials", "3", "--limit", "3",
+                                 "--max-new-tokens", "16", "--out", str(tmp_path), "--json"])
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.stdout)
+    assert record["trials"]["counted"] == 3 and record["best_value"] > 0
+    config = json.loads(Path(record["vllm_config"]).read_text())
+    assert config["method"] == "ngram"
+    assert config["num_speculative_tokens"] == record["knobs"]["ngram"].get("num_pred_tokens", 8)
+    assert "controller" not in record["best_params"]  # vLLM drafts a fixed length: the controller is not searched
+    llm = LLM(model=str(Path(__file__).resolve().parents[1] / "specbench/assets/default/target"), dtype="float32",
+              enforce_eager=True, max_model_len=512, speculative_config=config)
+    llm.llm_engine.engine_core.shutdown()
