@@ -1,9 +1,10 @@
 """`--engine vllm` and `--engine both` against real vLLM on the embedded model (head size 64, which
 vLLM's CPU attention takes) and its drafters, converted to vLLM's layouts.
 
-One `--engine both` run serves most tests: every strategy vLLM runs here, in both engines. vLLM's
-engine core runs in-process here (VLLM_ENABLE_V1_MULTIPROCESSING=0, vLLM's own switch): the same
-model code, without the process start-ups that would take most of the test time.
+One `--engine both` run serves most tests: every strategy vLLM runs here, in both engines. vLLM
+starts its engine core in a process of its own, as users run it (in-process engines of one
+interpreter interfere: each new one rebinds kernels across every module loaded, including the
+numba that vLLM's ngram proposer loads), so each engine costs a process start: tests share them.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ import pytest
 from typer.testing import CliRunner
 
 from specbench import engines
-from specbench.bench import make_row, prepare
+from specbench.bench import make_row, measure_run, prepare
 from specbench.cli import app
 from specbench.config import RunConfig
 from specbench.engines import VLLM
 from specbench.errors import SpecbenchError
+from specbench.results import RunDir
 from specbench.strategies.registry import definitions
 
 pytestmark = [pytest.mark.vllm, pytest.mark.usefixtures("vllm_installed")]
@@ -29,23 +31,19 @@ runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
-def in_process_vllm():
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        patch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
-        yield
-
-
-@pytest.fixture(scope="module")
-def both(in_process_vllm, tmp_path_factory) -> dict:
+def both(tmp_path_factory):
     out = tmp_path_factory.mktemp("both")
-    result = runner.invoke(app, ["run", "--engine", "both", "--strategy", ",".join(STRATEGIES), "--limit", "2",
-                                 "--max-new-tokens", "24", "--warmup", "0", "--no-cost-model", "--out", str(out),
-                                 "--json"])
-    assert result.exit_code == 0, result.output
-    report = json.loads(result.stdout)
-    rows = [json.loads(line) for line in (Path(report["run_dir"]) / "rows.jsonl").read_text().splitlines()]
-    return {"report": report, "rows": rows, "out": out}
+    config = RunConfig(strategies=STRATEGIES, engine="both", limit=2, max_new_tokens=24, warmup=0,
+                       cost_model=False, out=str(out))
+    bench = prepare(config.validate())
+    try:
+        run = RunDir.create(config.out, bench.config, bench.target.name, bench.suite.name,
+                            [s.label for s in bench.runs])
+        report = measure_run(bench, run, None, None).as_json()
+        rows = [json.loads(line) for line in (run.path / "rows.jsonl").read_text().splitlines()]
+        yield {"report": report, "rows": rows, "bench": bench}
+    finally:
+        bench.close()
 
 
 def summary_of(report: dict, strategy: str, engine: str) -> dict:
@@ -96,22 +94,18 @@ def test_the_table_shows_each_engine_and_the_transfer(both):
     assert "| ngram@vllm |" in result.stdout and "| ngram |" in result.stdout and "transfer" in result.stdout
 
 
-def test_the_lossless_check_catches_a_planted_mismatch(in_process_vllm, tmp_path):
-    config = RunConfig(strategies=["ngram"], engine=VLLM, limit=1, max_new_tokens=12, warmup=0, out=str(tmp_path))
-    bench = prepare(config)
-    try:
-        ar, ngram = bench.vllm_strategies
-        prompt = [int(t) for t in bench.target.tokenizer.encode("def add(a, b):\n    return")]
-        reference = ar.runner(prompt, 12, bench.sampling, 0).tokens
-        gen = ngram.runner(prompt, 12, bench.sampling, 0)
-        assert gen.tokens == reference
-        planted = dataclasses.replace(gen, tokens=gen.tokens[:5] + [(gen.tokens[5] + 1) % 4096] + gen.tokens[6:])
-        item = bench.suite.items[0]
-        row = make_row(bench.target.model, ngram, item, 0, 0, prompt, planted, reference, 0)
-        assert row["mismatch"] is True and row["first_divergence"] == 5 and row["engine"] == VLLM
-        assert make_row(bench.target.model, ngram, item, 0, 0, prompt, gen, reference, 0)["mismatch"] is False
-    finally:
-        bench.close()
+def test_the_lossless_check_catches_a_planted_mismatch(both):
+    bench = both["bench"]
+    ar, ngram = (next(s for s in bench.vllm_strategies if s.name == name) for name in ("ar", "ngram"))
+    prompt = [int(t) for t in bench.target.tokenizer.encode("def add(a, b):\n    return")]
+    reference = ar.runner(prompt, 12, bench.sampling, 0).tokens
+    gen = ngram.runner(prompt, 12, bench.sampling, 0)
+    assert gen.tokens == reference
+    planted = dataclasses.replace(gen, tokens=gen.tokens[:5] + [(gen.tokens[5] + 1) % 4096] + gen.tokens[6:])
+    item = bench.suite.items[0]
+    row = make_row(bench.target.model, ngram, item, 0, 0, prompt, planted, reference, 0)
+    assert row["mismatch"] is True and row["first_divergence"] == 5 and row["engine"] == VLLM
+    assert make_row(bench.target.model, ngram, item, 0, 0, prompt, gen, reference, 0)["mismatch"] is False
 
 
 def test_each_method_translates_to_fields_vllm_takes():
@@ -153,14 +147,14 @@ def test_without_vllm_the_engine_says_how_to_install_it(monkeypatch):
         engines.check_engine(VLLM, {}, [], [1])
 
 
-def test_tune_on_vllm_writes_a_speculative_config_vllm_accepts(in_process_vllm, tmp_path):
+def test_tune_on_vllm_writes_a_speculative_config_vllm_accepts(tmp_path):
     from vllm import LLM
 
-    result = runner.invoke(app, ["tune", "--engine", "vllm", "--strategy", "ngram", "--trials", "3", "--limit", "3",
+    result = runner.invoke(app, ["tune", "--engine", "vllm", "--strategy", "ngram", "--trials", "2", "--limit", "3",
                                  "--max-new-tokens", "16", "--out", str(tmp_path), "--json"])
     assert result.exit_code == 0, result.output
     record = json.loads(result.stdout)
-    assert record["trials"]["counted"] == 3 and record["best_value"] > 0
+    assert record["trials"]["counted"] == 2 and record["best_value"] > 0
     config = json.loads(Path(record["vllm_config"]).read_text())
     assert config["method"] == "ngram"
     assert config["num_speculative_tokens"] == record["knobs"]["ngram"].get("num_pred_tokens", 8)
