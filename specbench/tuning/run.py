@@ -50,6 +50,7 @@ from specbench.tuning.study import (
     best_trial,
     check_identity,
     counted_trials,
+    create_storage,
     defaults_trial,
     enqueue_defaults,
     make_pruner,
@@ -123,7 +124,7 @@ def tune(config: TuneConfig, progress: Progress | None = None) -> TuneReport:
     config.validate()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     specs = config.specs()
-    url, _ = open_checked(config)
+    url = open_checked(config)
     bench = prepare(dataclasses.replace(config.workload, strategies=[s.name for s in specs]))
     records = []
     for index, spec in enumerate(specs):
@@ -137,7 +138,7 @@ def tune(config: TuneConfig, progress: Progress | None = None) -> TuneReport:
 def tune_study(config: TuneConfig, plan: StudyPlan, name: str, url: str, trials: int,
                progress: Progress | None) -> dict[str, Any]:
     """Create or resume the study, run its workers until it has `trials`, then check and record the best."""
-    storage = open_storage(url, config.heartbeat_s)
+    storage = create_storage(url, config.heartbeat_s)
     study, _ = open_study(storage, name, plan.identity, display_url(url),
                           make_sampler(config.workload.seed, trials),
                           make_pruner(config.directions))
