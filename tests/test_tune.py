@@ -199,7 +199,11 @@ def test_several_strategies_each_in_their_own_study_ranked(tiny_model_dir, tiny_
     result = invoke("tune", "--model", tiny_model_dir, "--strategy", "ngram",
                     "--trials", 2, "--limit", 3, "--max-new-tokens", 6, "--out", tmp_path, "--study", "one")
     assert result.exit_code == 0, result.output
-    assert "best trial" in result.output and "| parameter" in result.output  # the summary, Markdown when piped
+    assert "best trial" in result.stdout and "| parameter" in result.stdout  # the summary, Markdown when piped
+    # no progress bar when stderr is not a terminal: a line per finished trial instead
+    lines = [line for line in result.stderr.splitlines() if line.startswith("one: trial ")]
+    assert len(lines) == 2 and lines[0].startswith("one: trial 0 ") and ", best " in lines[0]
+    assert lines[-1].endswith("(2 of 2 trials)")
     config = tmp_path / "two.toml"
     config.write_text(f'model = "{tiny_model_dir}"\ndrafters = ["{tiny_draft_dir}"]\nstrategy = ["ngram", "draft"]\n')
     result = invoke("tune", "--config", config, "--trials", 4, "--limit", 3, "--max-new-tokens", 6,

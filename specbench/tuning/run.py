@@ -61,7 +61,8 @@ from specbench.tuning.study import (
     study_names,
 )
 
-Progress = Callable[[str, int, int, "float | None"], None]  # study, trials with an outcome, the study's total, best
+# study, trials with an outcome, the study's total, the best value so far, the trial that just finished
+Progress = Callable[[str, int, int, "float | None", optuna.trial.FrozenTrial], None]
 
 
 @dataclass
@@ -156,7 +157,7 @@ def _optimize(study: optuna.Study, evaluator: Evaluator, space: StudySpace, quot
         done = len(counted_trials(study))
         if progress:
             best = best_trial(study)
-            progress(study.study_name, done, trials, best.values[0] if best else None)
+            progress(study.study_name, done, trials, best.values[0] if best else None, trial)
         if done >= trials:
             study.stop()
 
