@@ -30,7 +30,8 @@ from specbench.batch_tables import batch_frames, render_frame, stop_text
 from specbench.bench import prepare, run_benchmark
 from specbench.config import RunConfig
 from specbench.hardware import BUILTIN_PROFILES
-from specbench.measure.costs import BATCH_GRID, measure_target_costs
+from specbench.measure.cost_table import BATCH_GRID
+from specbench.measure.costs import measure_target_costs
 from specbench.models import load_target
 from specbench.projection import by_batch, workload_shape
 from specbench.strict_json import dumps

@@ -30,8 +30,8 @@ from specbench.engines import SPECBENCH, VLLM, label
 from specbench.errors import Interrupted, SpecbenchError
 from specbench.hardware import GpuProfile, get_profile, is_local_gpu, load_profiles
 from specbench.load_axis import load_axis
-from specbench.measure.cost_table import CostTable, load_table
-from specbench.measure.costs import CHAIN, TREE, Grid, drafter_context, drafter_key, measure_costs
+from specbench.measure.cost_table import CHAIN, TREE, CostTable, Grid, load_table
+from specbench.measure.costs import drafter_context, drafter_key, measure_costs
 from specbench.measure.device_metrics import RunMetrics
 from specbench.measure.host import peak_rss_bytes
 from specbench.measure.lossless import divergence_margin, first_divergence

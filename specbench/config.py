@@ -22,6 +22,7 @@ from specbench.errors import SpecbenchError
 from specbench.hardware import get_profile, load_profiles
 from specbench.model_source import model_path
 from specbench.paths import check_output_dir
+from specbench.ranges import check_ranges
 from specbench.strategies.controllers import CONTROLLERS
 from specbench.strategies.knobs import check_knobs_apply
 from specbench.strategies.published.formats import drafter_dirs_by_strategy
@@ -35,6 +36,11 @@ DEVICE_CHOICES = ("auto", "cpu", "cuda")
 def check_device(device: str) -> None:
     if device not in DEVICE_CHOICES:
         raise SpecbenchError(f"--device {device}: expected {', '.join(DEVICE_CHOICES)}")
+
+
+def check_dtype(dtype: str) -> None:
+    if dtype not in DTYPE_CHOICES:
+        raise SpecbenchError(f"--dtype {dtype}: expected {', '.join(DTYPE_CHOICES)}")
 
 
 @dataclass
@@ -77,22 +83,12 @@ class RunConfig:
         return config
 
     def _check_values(self) -> None:
-        if self.max_new_tokens < 1:
-            raise SpecbenchError(f"--max-new-tokens must be at least 1, got {self.max_new_tokens}")
-        if self.temperature < 0:
-            raise SpecbenchError(f"--temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise SpecbenchError(f"--top-p must be in (0, 1], got {self.top_p}")
-        if self.top_k < 0:
-            raise SpecbenchError(f"--top-k must be >= 0, got {self.top_k}")
-        if self.limit is not None and self.limit < 0:
-            raise SpecbenchError(f"--limit must be 0 (the whole suite) or more, got {self.limit}")
+        check_ranges({"--max-new-tokens": self.max_new_tokens, "--temperature": self.temperature,
+                      "--top-p": self.top_p, "--top-k": self.top_k, "--limit": self.limit, "--seed": self.seed,
+                      "--warmup": self.warmup, "--repeats": self.repeats})
         if self.limit == 0:
             self.limit = None
-        if self.warmup < 0 or self.repeats < 1:
-            raise SpecbenchError("--warmup must be >= 0 and --repeats at least 1")
-        if self.dtype not in DTYPE_CHOICES:
-            raise SpecbenchError(f"--dtype {self.dtype}: expected {', '.join(DTYPE_CHOICES)}")
+        check_dtype(self.dtype)
         check_device(self.device)
         if self.controller is not None and self.controller not in CONTROLLERS:
             raise SpecbenchError(f"unknown controller {self.controller!r}; known: {', '.join(CONTROLLERS)}")

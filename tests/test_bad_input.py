@@ -16,9 +16,11 @@ from pathlib import Path
 
 import huggingface_hub.constants
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from specbench.cli import app
+from specbench.ranges import RANGES
 
 runner = CliRunner()
 REPO = Path(__file__).resolve().parents[1]  # subprocesses import this checkout, whatever is installed
@@ -128,8 +130,6 @@ CASES = [
     ("--controller unknown", lambda w: ["run", "--controller", "nope"], "fixed, heuristic, entropy, dspark"),
     ("--dtype unknown", lambda w: ["run", "--dtype", "int8"], "--dtype int8"),
     ("report --out a directory", lambda w: ["report", w.complete, "--out", w.root], "is a directory"),
-    ("train --lr -1", lambda w: ["train", "--strategy", "eagle", "--prompts", w.prompts, "--out", w.root / "d",
-                                 "--model", w.model, "--lr", "-1"], "--lr must be a positive number"),
     ("train --out a file", lambda w: ["train", "--strategy", "eagle", "--prompts", w.prompts,
                                       "--out", w.write("taken", "x"), "--model", w.model], "is a file"),
     ("train --out holding another drafter", lambda w: ["train", "--strategy", "eagle", "--prompts", w.prompts,
@@ -138,9 +138,78 @@ CASES = [
     ("train --out holding other files", lambda w: ["train", "--strategy", "eagle", "--prompts", w.prompts,
                                                    "--out", w.write("mine/notes.txt", "x").parent],
      "not a specbench drafter"),
-    ("train --steps 0", lambda w: ["train", "--strategy", "eagle", "--prompts", w.prompts, "--out", w.root / "d",
-                                   "--steps", 0], "--steps must be at least 1"),
+    # tune: the study settings, its storage, and a selection too small to hold prompts out
+    ("tune --strategy nope", lambda w: ["tune", "--strategy", "nope"], "unknown strategy"),
+    ("tune the baseline", lambda w: ["tune", "--strategy", "ar"], "the baseline has no knobs to tune"),
+    ("tune --gpu unknown", lambda w: ["tune", "--gpu", "nope"], "unknown GPU profile"),
+    ("tune --objectives unknown", lambda w: ["tune", "--objectives", "latency"], "unknown --objectives"),
+    ("tune --storage unknown dialect", lambda w: ["tune", "--storage", "nosuchdialect://x/y"], "cannot open storage"),
+    ("tune --storage unreachable server", lambda w: ["tune", "--storage",
+                                                     "postgresql+psycopg://someone:secret@127.0.0.1:1/none"],
+     "cannot open storage postgresql+psycopg://someone:***@127.0.0.1:1/none"),  # the password is hidden
+    ("tune --storage in no directory", lambda w: ["tune", "--storage", "/no/such/dir/journal.log"],
+     "cannot open storage /no/such/dir/journal.log"),
+    ("tune --study with a slash", lambda w: ["tune", "--study", "a/b"], "--study 'a/b'"),
+    ("tune --trials fewer than strategies", lambda w: ["tune", "--trials", 3], "cannot be split between 4"),
+    ("tune one prompt", lambda w: ["tune", "--strategy", "dspark", "--trials", 2, "--limit", 1],
+     "--holdout needs at least 2 prompts to split, the selection has 1"),
+    # recommend: what is not a range
+    ("recommend --gpu unknown", lambda w: ["recommend", "--gpu", "nope"],
+     "unknown GPU profile 'nope'; known: a100-40g"),
+    ("recommend --task unknown", lambda w: ["recommend", "--gpu", "cpu", "--task", "poetry"],
+     "unknown task 'poetry'; valid: chat, code"),
+    ("recommend --vram-used beyond the GPU", lambda w: ["recommend", "--gpu", "rtx4090", "--vram-used", 30],
+     "exceeds the 24 GB of rtx4090"),
+    ("recommend --cuda-experience unknown", lambda w: ["recommend", "--gpu", "cpu", "--cuda-experience", "lots"],
+     "--cuda-experience must be one of none, some, expert"),
+    ("recommend --results missing", lambda w: ["recommend", "--gpu", "cpu", "--results", "/nonexistent/results"],
+     "results directory /nonexistent/results does not exist"),
+    ("costs --dtype unknown", lambda w: ["costs", "--dtype", "int8"], "--dtype int8"),
+    ("costs --verify-lengths unsorted", lambda w: ["costs", "--verify-lengths", "4,2"], "increasing order"),
+    ("costs --out a file", lambda w: ["costs", "--out", w.write("taken", "x")], "is a file, not a directory"),
 ]
+# Every numeric option of these commands is checked against its range in specbench/ranges.py: one case
+# below and one above each bound (the bound itself where it is open), and NaN for a float (which run's and
+# tune's type check of the whole configuration refuses first).
+COMMANDS = {
+    "run": lambda w: ["run"],
+    "tune": lambda w: ["tune"],
+    "recommend": lambda w: ["recommend", "--gpu", "rtx4090"],
+    "costs": lambda w: ["costs"],
+    "convert": lambda w: ["convert", w.complete, "--out", w.root / "converted"],
+    "train": lambda w: ["train", "--strategy", "eagle", "--prompts", w.prompts, "--out", w.root / "d"],
+}
+
+
+def numeric_options(command: str) -> list[tuple[str, bool]]:
+    """(flag, takes a float) for every int or float option of `command`."""
+    params = typer.main.get_command(app).commands[command].params
+    types = [(p.opts[0], getattr(p, "type_descriptor", None)) for p in params if p.param_type_name == "option"]
+    return [(flag, kind.annotation is float) for flag, kind in types if kind and kind.annotation in (int, float)]
+
+
+def outside(option: str, is_float: bool) -> list:
+    bounds = RANGES[option]
+    values = []
+    if bounds.low is not None:
+        values.append(bounds.low if bounds.open_low else bounds.low - 1)
+    if bounds.high is not None:
+        values.append(bounds.high if bounds.open_high else bounds.high + 1)
+    return [v if is_float else int(v) for v in values] + (["nan"] if is_float else [])
+
+
+RANGE_CASES = [(f"{command} {option} {value}", lambda w, b=base, o=option, v=value: [*b(w), o, v],
+                "must be" if value == "nan" else f"{option} must be ")
+               for command, base in COMMANDS.items() for option, is_float in numeric_options(command)
+               for value in outside(option, is_float)]
+CASES += RANGE_CASES
+
+
+def test_every_numeric_option_has_a_range():
+    assert {option for command in COMMANDS for option, _ in numeric_options(command)} == set(RANGES)
+    assert "recommend --bw-util 2" in [case for case, _, _ in RANGE_CASES]  # a utilisation is a fraction
+
+
 # knob values are checked by the method modules (torch), still before any model loads
 AFTER_TORCH = [
     ("TOML knob of the wrong type", lambda w: toml(w, 'strategy = "ngram"\n[knobs.ngram]\nmax_ngram = [1]\n'),

@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 
 from specbench.cli import app
 from specbench.config import load_config_file
-from specbench.measure.costs import Grid, measure_costs, table_key, table_path
+from specbench.measure.cost_table import Grid, table_path
+from specbench.measure.costs import measure_costs, table_key
 from specbench.models import load_target
 from specbench.strategies.build import build_strategy
 from specbench.strategies.spec import parse_strategy
@@ -141,7 +142,7 @@ def test_draft_schedule_caps_the_drafts(tiny_model_dir, tiny_draft_dir, tmp_path
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--batch-size", 0], "--batch-sizes 0: every size must be an integer of at least 1"),
+    (["--batch-sizes", "0,1"], "--batch-sizes 0,1: every size must be an integer of at least 1"),
     (["--batch-sizes", ""], "--batch-sizes names no size"),
     (["--batch-sizes", "4,2"], "increasing order"),
     (["--batch-sizes", "1,x"], "comma list of integers"),

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 
 from specbench.measure import cost_table, costs
-from specbench.measure.costs import Grid, drafter_key, measure_costs
+from specbench.measure.cost_table import Grid
+from specbench.measure.costs import drafter_key, measure_costs
 from specbench.strategies.build import Strategy
 from specbench.strategies.controllers import FixedController
 from specbench.strategies.ngram import NgramDrafter, NgramOptions

@@ -22,9 +22,11 @@ def convert(
 ) -> None:
     """Convert a drafter exactly: z-lab DFlash or DeepSpec DSpark -> specbench, specbench dspark -> DeepSpec."""
     from specbench.model_source import model_path
+    from specbench.ranges import check_range
     from specbench.strategies.published.formats import open_source
 
     with user_errors():
+        check_range("--mask-token-id", mask_token_id)
         checkpoint = open_source(source)  # a bad checkpoint or --model is refused before torch is imported
         model_path(model)
 

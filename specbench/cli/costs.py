@@ -30,18 +30,27 @@ def costs(
     """
     from dataclasses import replace
 
-    from specbench.batch_tables import cost_frames, render_frame
-    from specbench.measure.costs import BATCH_GRID, measure_target_costs
-    from specbench.models import load_target, resolve_device, resolve_dtype
-    from specbench.strict_json import dumps
+    from specbench.config import check_device, check_dtype
+    from specbench.measure.cost_table import BATCH_GRID
+    from specbench.paths import check_output_dir
 
     with user_errors():
+        # every check that needs no torch comes first: a bad input is refused at once
         grid = replace(BATCH_GRID, **{k: v for k, v in {
             "batch_sizes": size_list(batch_sizes, "--batch-sizes"),
             "verify_lengths": size_list(verify_lengths, "--verify-lengths"),
             "context_lens": size_list(context_lens, "--context-lens"),
             "repeats": repeats}.items() if v is not None})
         grid.check()
+        check_dtype(dtype)
+        check_device(device)
+        check_output_dir(out_dir, "--out")
+
+        from specbench.batch_tables import cost_frames, render_frame
+        from specbench.measure.costs import measure_target_costs
+        from specbench.models import load_target, resolve_device, resolve_dtype
+        from specbench.strict_json import dumps
+
         torch_device = resolve_device(device)
         target = load_target(model, torch_device, resolve_dtype(dtype, torch_device))
         if context_lens is None:

@@ -20,7 +20,7 @@ def recommend(
     temperature: Annotated[float, typer.Option(help="Sampling temperature of the workload (0 = greedy).")] = 0.0,
     vram_used: Annotated[Optional[float], typer.Option(help="GB of GPU memory the deployment uses with plain decoding.")] = None,
     pcie: Annotated[Optional[int], typer.Option(help="PCIe generation, 3-6 (default: the profile's).")] = None,
-    bw_util: Annotated[Optional[float], typer.Option(help="Memory-bandwidth utilisation of the deployment, percent.")] = None,
+    bw_util: Annotated[Optional[float], typer.Option(help="Memory-bandwidth utilisation of the deployment, a fraction in (0, 1]: 0.8 for 80%.")] = None,
     cuda_experience: Annotated[Optional[str], typer.Option(help="The team's CUDA experience: none, some or expert.")] = None,
     score_variance: Annotated[Optional[float], typer.Option(help="Variance of the output scores (source article 1's signal).")] = None,
     model: Annotated[Optional[str], typer.Option(help="Only evidence of this model (as run.json names it; default: any).")] = None,

@@ -24,6 +24,7 @@ from specbench.cli.app import (
 from specbench.config import DEVICE_CHOICES, DTYPE_CHOICES, RunConfig, check_sizes, load_config_file, resolve
 from specbench.engines import ENGINES, parse_engine_args
 from specbench.errors import SpecbenchError
+from specbench.ranges import check_range
 from specbench.results import RunDir
 from specbench.strategies.controllers import CONTROLLERS
 from specbench.strategies.knobs import parse_sets
@@ -75,6 +76,7 @@ def run(
         # every check that needs no torch comes first: a bad input is refused in well under a second
         if batch_size is not None and batch_sizes is not None:
             raise SpecbenchError("give --batch-size or --batch-sizes, not both")
+        check_range("--batch-size", batch_size)
         sizes = (batch_size,) if batch_size is not None else size_list(batch_sizes, "--batch-sizes")
         if sizes is not None:
             check_sizes(sizes, "--batch-sizes")

@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from optuna.trial import FrozenTrial
 
-from specbench.cli.app import app, interruptible, out, progress_bar, split_list, user_errors
+from specbench.cli.app import app, err, interruptible, out, progress_bar, split_list, user_errors
 from specbench.cli.run import default
 from specbench.config import load_config_file, resolve
 from specbench.engines import parse_engine_args
@@ -69,12 +70,19 @@ def tune(
             tasks: dict[str, int] = {}
             loading = bar.add_task("tune", total=None, detail="loading the model and measuring ar")
 
-            def advance(name: str, done: int, total: int, best: float | None) -> None:
+            def advance(name: str, done: int, total: int, best: float | None, trial: FrozenTrial) -> None:
                 bar.update(loading, visible=False)
                 if name not in tasks:
                     tasks[name] = bar.add_task(name, total=total, detail="")
                 bar.update(tasks[name], completed=done, detail=f"best {best:.3f}" if best is not None else "")
+                if not err.is_terminal:  # no bar there (CI logs, `| tee`): one line per finished trial
+                    value = f"{trial.values[0]:.3f}" if trial.values else "-"
+                    so_far = f"{best:.3f}" if best is not None else "none yet"
+                    err.print(f"{name}: trial {trial.number} {trial.state.name.lower()}, value {value}, "
+                              f"best {so_far} ({done} of {total} trials)", highlight=False, soft_wrap=True)
 
+            if not err.is_terminal:
+                err.print("tune: loading the model and measuring ar", highlight=False)
             report = run_tune(cfg, advance)
     if as_json:
         sys.stdout.write(dumps(report.as_json(), indent=2) + "\n")

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
+
+from specbench.config import check_sizes
+from specbench.errors import SpecbenchError
+from specbench.ranges import check_ranges
 
 CHAIN, TREE = "chain", "tree"
 MAX_SPREAD = 0.25  # interquartile range over median of an entry's repeats
@@ -98,3 +102,43 @@ def load_table(out_dir: str | Path, key: dict[str, str]) -> CostTable:
                          [r for r in data.get("overhead", []) if trusted(r)])
     except (OSError, ValueError, KeyError, TypeError):
         return CostTable(key)  # a damaged table is measured again, not trusted
+
+
+@dataclass(frozen=True)
+class Grid:
+    """What to time: target shapes and drafter budgets."""
+
+    batch_sizes: tuple[int, ...] = (1,)
+    verify_lengths: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 49)
+    context_lens: tuple[int, ...] = (64, 256)
+    masks: tuple[str, ...] = (CHAIN, TREE)
+    budgets: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16)
+    repeats: int = 7
+    warmup: int = 2
+    overhead_steps: int = 3  # batched decode steps timed for the step overhead at each batch and block length
+
+    def check(self, max_positions: int | None = None) -> Grid:
+        """Bad input as one clear line: empty or unsorted lists, sizes below 1, contexts beyond the model."""
+        check_sizes(self.batch_sizes, "--batch-sizes")
+        check_sizes(self.verify_lengths, "--verify-lengths")
+        check_sizes(self.context_lens, "--context-lens", low=0)
+        check_sizes(self.budgets, "draft budgets")
+        if max_positions is not None and self.context_lens[-1] + self.verify_lengths[-1] > max_positions:
+            raise SpecbenchError(f"--context-lens {self.context_lens[-1]} plus a verify length of "
+                                 f"{self.verify_lengths[-1]} is beyond the model's maximum of {max_positions} "
+                                 "positions")
+        check_ranges({"--repeats": self.repeats, "--warmup": self.warmup})
+        return self
+
+    def within(self, max_positions: int | None) -> Grid:
+        """This grid with contexts too long for the model replaced by the longest that fits (for a
+        default grid: a user's own contexts are checked, not changed)."""
+        if max_positions is None:
+            return self
+        room = max(0, max_positions - self.verify_lengths[-1])
+        return replace(self, context_lens=tuple(sorted({min(c, room) for c in self.context_lens})))
+
+
+# `specbench costs`' default: the load axis of issue 12, about two minutes on 2 CPU cores for the embedded model
+BATCH_GRID = Grid(batch_sizes=(1, 2, 4, 8, 16, 32), verify_lengths=(1, 2, 4, 8, 16), context_lens=(128, 1024),
+                  budgets=(1, 3, 7, 15), repeats=5, warmup=1)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Callable, Iterator
@@ -30,16 +29,14 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
-from specbench.config import check_sizes
 from specbench.engine.batch import forward_block, generate_batch
 from specbench.engine.decode import forward, generate, prefill
 from specbench.engine.kv_cache import new_cache, per_layer_type, repeat_rows, run_model, truncate
 from specbench.engine.protocol import DraftContext, StepOutcome
 from specbench.engine.sampling import Sampling, seeded
 from specbench.engine.tree import DraftTree, tree_attention_mask
-from specbench.errors import SpecbenchError
 from specbench.measure import noise
-from specbench.measure.cost_table import CHAIN, TREE, CostTable, load_table, table_path
+from specbench.measure.cost_table import BATCH_GRID, TREE, CostTable, Grid, load_table, table_path
 from specbench.measure.host import cpu_name
 from specbench.models import DEFAULT_MODEL, encode_turns, fingerprint
 from specbench.results import write_json
@@ -55,48 +52,7 @@ Progress = Callable[[str, int, int], None]  # what, done, total
 TREE_WIDTH = 4  # the test trees are complete 4-ary trees: the mask's shape, not its content, sets the cost
 
 
-@dataclass(frozen=True)
-class Grid:
-    """What to time: target shapes and drafter budgets."""
-
-    batch_sizes: tuple[int, ...] = (1,)
-    verify_lengths: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 49)
-    context_lens: tuple[int, ...] = (64, 256)
-    masks: tuple[str, ...] = (CHAIN, TREE)
-    budgets: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16)
-    repeats: int = 7
-    warmup: int = 2
-    overhead_steps: int = 3  # batched decode steps timed for the step overhead at each batch and block length
-
-    def check(self, max_positions: int | None = None) -> Grid:
-        """Bad input as one clear line: empty or unsorted lists, sizes below 1, contexts beyond the model."""
-        check_sizes(self.batch_sizes, "--batch-sizes")
-        check_sizes(self.verify_lengths, "--verify-lengths")
-        check_sizes(self.context_lens, "--context-lens", low=0)
-        check_sizes(self.budgets, "draft budgets")
-        if max_positions is not None and self.context_lens[-1] + self.verify_lengths[-1] > max_positions:
-            raise SpecbenchError(f"--context-lens {self.context_lens[-1]} plus a verify length of "
-                                 f"{self.verify_lengths[-1]} is beyond the model's maximum of {max_positions} "
-                                 "positions")
-        if self.repeats < 1 or self.warmup < 0:
-            raise SpecbenchError("cost timing needs at least 1 repeat and no negative warm-up")
-        return self
-
-    def within(self, max_positions: int | None) -> Grid:
-        """This grid with contexts too long for the model replaced by the longest that fits (for a
-        default grid: a user's own contexts are checked, not changed)."""
-        if max_positions is None:
-            return self
-        room = max(0, max_positions - self.verify_lengths[-1])
-        return replace(self, context_lens=tuple(sorted({min(c, room) for c in self.context_lens})))
-
-
 DRAFTER_CONTEXT = 128  # tokens a drafter has absorbed when its proposals are timed (drafter_context)
-
-# `specbench costs`' default: the load axis of issue 12, about two minutes on 2 CPU cores for the embedded model
-BATCH_GRID = Grid(batch_sizes=(1, 2, 4, 8, 16, 32), verify_lengths=(1, 2, 4, 8, 16), context_lens=(128, 1024),
-                  budgets=(1, 3, 7, 15), repeats=5, warmup=1)
-
 
 def device_name(device: torch.device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()

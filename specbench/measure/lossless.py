@@ -9,7 +9,6 @@ rounding tie, a large one is a real error).
 from __future__ import annotations
 
 import pandas as pd
-import torch
 
 
 def first_divergence(tokens: list[int], reference: list[int]) -> int | None:
@@ -19,14 +18,16 @@ def first_divergence(tokens: list[int], reference: list[int]) -> int | None:
     return next((i for i, (a, b) in enumerate(zip(tokens, reference)) if a != b), min(len(tokens), len(reference)))
 
 
-@torch.inference_mode()
 def divergence_margin(model, prompt: list[int], tokens: list[int], reference: list[int], position: int) -> float | None:
     """logit(ar's token) - logit(the strategy's token) at `position`, from one plain forward over the prompt
     and `ar`'s first `position` tokens; None when either output simply ended there."""
+    import torch  # here: reading runs' divergences (stats, recommend) needs no torch
+
     if position >= min(len(tokens), len(reference)):
         return None
     ids = torch.tensor([prompt + reference[:position]], dtype=torch.long, device=model.device)
-    logits = model(input_ids=ids).logits[0, -1].float()
+    with torch.inference_mode():
+        logits = model(input_ids=ids).logits[0, -1].float()
     return float(logits[reference[position]] - logits[tokens[position]])
 
 

@@ -108,10 +108,10 @@ PRIOR: tuple[Rule, ...] = (
         Branch(Test("task", "in", CREATIVE_TASKS), "choose", "eagle", "{task}: creative or chat work, EAGLE"),
         Branch(None, "pass", None, "{task}: neither high-precision nor creative work, the rule says nothing"),
     )),
-    Rule("bandwidth", "bw_util_pct", "How busy is the memory bus?", f"{ARTICLE}, further signals", (
-        Branch(Test("bw_util_pct", ">", 75), "choose", "dflash", "{bw_util_pct:g}% bandwidth in use (> 75): DFlash"),
-        Branch(Test("bw_util_pct", "<", 60), "choose", "eagle", "{bw_util_pct:g}% bandwidth in use (< 60): EAGLE"),
-        Branch(None, "pass", None, "{bw_util_pct:g}% bandwidth in use (60-75): the rule says nothing"),
+    Rule("bandwidth", "bw_util", "How busy is the memory bus?", f"{ARTICLE}, further signals", (
+        Branch(Test("bw_util", ">", 0.75), "choose", "dflash", "{bw_util:.0%} bandwidth in use (> 75%): DFlash"),
+        Branch(Test("bw_util", "<", 0.6), "choose", "eagle", "{bw_util:.0%} bandwidth in use (< 60%): EAGLE"),
+        Branch(None, "pass", None, "{bw_util:.0%} bandwidth in use (60-75%): the rule says nothing"),
     )),
     Rule("score_variance", "score_variance", "How much do the output scores vary?", f"{ARTICLE}, further signals", (
         Branch(Test("score_variance", "<", 0.05), "choose", "eagle", "output-score variance {score_variance:g}: EAGLE"),

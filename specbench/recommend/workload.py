@@ -12,9 +12,9 @@ from pathlib import Path
 
 from specbench.errors import SpecbenchError
 from specbench.hardware import GpuProfile, detect_local_gpu, get_profile, load_profiles
+from specbench.ranges import check_ranges
 
 CUDA_EXPERIENCE = ("none", "some", "expert")
-PCIE_GENERATIONS = (3, 4, 5, 6)
 HIGH_PRECISION_TASKS = ("high_precision", "legal", "medical")
 """Tasks source article 1 calls high-precision work (the built-in suite's category and the article's words)."""
 CREATIVE_TASKS = ("creative", "chat")
@@ -32,7 +32,7 @@ class Workload:
     temperature: float = 0.0
     vram_used_gb: float | None = None  # what the deployment already uses with plain decoding
     pcie_gen: int | None = None  # given, else the profile's
-    bw_util_pct: float | None = None  # memory-bandwidth utilisation of the current deployment
+    bw_util: float | None = None  # memory-bandwidth utilisation of the current deployment, a fraction
     cuda_experience: str | None = None
     score_variance: float | None = None  # variance of the output scores (source article 1's signal)
     model: str | None = None  # None: evidence of any model
@@ -55,7 +55,7 @@ class Workload:
         parts = [f"gpu {self.gpu.name} ({self.gpu_origin})", f"task {self.task or 'any'}",
                  f"batch {self.batch_size}", f"temperature {self.temperature:g}"]
         optional = [("context", self.context_len, "{} tokens"), ("vram used", self.vram_used_gb, "{:g} GB"),
-                    ("pcie", self.pcie_gen, "{}.0"), ("bandwidth util", self.bw_util_pct, "{:g}%"),
+                    ("pcie", self.pcie_gen, "{}.0"), ("bandwidth util", self.bw_util, "{:.0%}"),
                     ("cuda experience", self.cuda_experience, "{}"), ("score variance", self.score_variance, "{:g}"),
                     ("model", self.model, "{}")]
         parts += [f"{label} {fmt.format(value)}" for label, value, fmt in optional if value is not None]
@@ -64,40 +64,25 @@ class Workload:
 
 def make_workload(gpu: str | None = None, task: str | None = None, batch_size: int = 1,
                   context_len: int | None = None, temperature: float = 0.0, vram_used_gb: float | None = None,
-                  pcie: int | None = None, bw_util_pct: float | None = None, cuda_experience: str | None = None,
+                  pcie: int | None = None, bw_util: float | None = None, cuda_experience: str | None = None,
                   score_variance: float | None = None, model: str | None = None,
                   profiles: Path | None = None) -> Workload:
     """Check every input and resolve the GPU: the named profile, else the local GPU, else `cpu`.
 
     The task's name is checked later, against the categories the prior and the evidence know.
     """
-    known = load_profiles(profiles)
-    profile, origin = _resolve_gpu(gpu, known)
-    if batch_size < 1:
-        raise SpecbenchError(f"--batch-size must be at least 1, got {batch_size}")
-    if context_len is not None and context_len < 1:
-        raise SpecbenchError(f"--context-len must be at least 1, got {context_len}")
-    if not temperature >= 0:
-        raise SpecbenchError(f"--temperature must be >= 0, got {temperature}")
-    if vram_used_gb is not None:
-        if not vram_used_gb >= 0:
-            raise SpecbenchError(f"--vram-used must be >= 0 GB, got {vram_used_gb}")
-        if vram_used_gb > profile.memory_gb:
-            raise SpecbenchError(f"--vram-used {vram_used_gb:g} GB exceeds the {profile.memory_gb:g} GB "
-                                 f"of {profile.name}")
-    if pcie is not None and pcie not in PCIE_GENERATIONS:
-        raise SpecbenchError(f"--pcie must be a PCIe generation in {PCIE_GENERATIONS[0]}-{PCIE_GENERATIONS[-1]}, "
-                             f"got {pcie}")
-    if bw_util_pct is not None and not 0 <= bw_util_pct <= 100:
-        raise SpecbenchError(f"--bw-util must be a percentage in 0-100, got {bw_util_pct}")
+    check_ranges({"--batch-size": batch_size, "--context-len": context_len, "--temperature": temperature,
+                  "--vram-used": vram_used_gb, "--pcie": pcie, "--bw-util": bw_util,
+                  "--score-variance": score_variance})
     if cuda_experience is not None and cuda_experience not in CUDA_EXPERIENCE:
         raise SpecbenchError(f"--cuda-experience must be one of {', '.join(CUDA_EXPERIENCE)}, got {cuda_experience!r}")
-    if score_variance is not None and not score_variance >= 0:
-        raise SpecbenchError(f"--score-variance must be >= 0, got {score_variance}")
+    profile, origin = _resolve_gpu(gpu, load_profiles(profiles))
+    if vram_used_gb is not None and vram_used_gb > profile.memory_gb:
+        raise SpecbenchError(f"--vram-used {vram_used_gb:g} GB exceeds the {profile.memory_gb:g} GB of {profile.name}")
     return Workload(gpu=profile, gpu_origin=origin, task=task.strip().lower() if task else None,
                     batch_size=batch_size, context_len=context_len, temperature=temperature,
                     vram_used_gb=vram_used_gb, pcie_gen=pcie if pcie is not None else profile.pcie_gen,
-                    bw_util_pct=bw_util_pct, cuda_experience=cuda_experience, score_variance=score_variance,
+                    bw_util=bw_util, cuda_experience=cuda_experience, score_variance=score_variance,
                     model=model)
 
 

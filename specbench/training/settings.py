@@ -8,7 +8,6 @@ are refused (they would not match the checkpoint) unless `--force` discards it.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from specbench.config import check_device
 from specbench.errors import SpecbenchError
 from specbench.model_source import model_path
 from specbench.paths import check_output_dir
+from specbench.ranges import check_ranges
 from specbench.strategies.registry import DRAFTER_NAMES
 from specbench.suites import Suite, load_suite, select
 
@@ -48,16 +48,13 @@ class TrainSettings:
         """Every check that needs no torch; the selected training prompts."""
         if self.strategy not in DRAFTER_NAMES:
             raise SpecbenchError(f"unknown strategy {self.strategy!r}; known: {', '.join(DRAFTER_NAMES)}")
-        for name in ("steps", "batch_size", "max_new_tokens"):
-            if getattr(self, name) < 1:
-                raise SpecbenchError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
-        if not (math.isfinite(self.lr) and self.lr > 0):
-            raise SpecbenchError(f"--lr must be a positive number, got {self.lr}")
+        check_ranges({"--steps": self.steps, "--batch-size": self.batch_size, "--lr": self.lr,
+                      "--max-new-tokens": self.max_new_tokens, "--limit": self.limit, "--seed": self.seed})
         check_device(self.device)
         other = sorted(set(self.knobs) - {self.strategy})
         if other:
             raise SpecbenchError(f"--set for {', '.join(other)} does not apply to training {self.strategy}")
-        suite = select(load_suite(self.prompts), limit=self.limit)
+        suite = select(load_suite(self.prompts), limit=self.limit or None)  # 0: every prompt, as in run
         model_path(self.model)
         self._check_out_dir()
         self._check_unfinished()

@@ -9,11 +9,20 @@ from dataclasses import dataclass, field
 from specbench.config import RunConfig
 from specbench.engines import BOTH
 from specbench.errors import SpecbenchError
+from specbench.ranges import check_ranges
 from specbench.strategies.knobs import validate_knobs
 from specbench.strategies.spec import BASELINE, DEFAULT_STRATEGIES, StrategySpec, parse_strategies
+from specbench.suites import load_suite, select
 
 OBJECTIVES = {"speedup": ("maximize",), "speedup,memory": ("maximize", "minimize")}
 STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+
+
+def check_splittable(prompts: int) -> None:
+    """The held-out check needs a prompt on each side of the split."""
+    if prompts < 2:
+        raise SpecbenchError(f"--holdout needs at least 2 prompts to split, the selection has {prompts} "
+                             "(raise --limit or choose more categories)")
 
 
 @dataclass
@@ -36,18 +45,11 @@ class TuneConfig:
     def validate(self) -> TuneConfig:
         """Refuse bad input in one line before anything is loaded or any study is touched."""
         # the workload checked as a run of the strategies tuned (its knobs and drafters must be for them)
-        dataclasses.replace(self.workload, strategies=[spec.name for spec in self.specs()]).validate()
+        workload = dataclasses.replace(self.workload, strategies=[spec.name for spec in self.specs()]).validate()
         validate_knobs(self.workload.knobs)
-        if self.trials < 1:
-            raise SpecbenchError(f"--trials must be at least 1, got {self.trials}")
-        if self.workers < 1:
-            raise SpecbenchError(f"--workers must be at least 1, got {self.workers}")
-        if not 0 < self.holdout < 1:
-            raise SpecbenchError(f"--holdout must be a fraction in (0, 1), got {self.holdout}")
-        if self.timeout is not None and not self.timeout > 0:
-            raise SpecbenchError(f"--timeout must be positive seconds, got {self.timeout}")
-        if self.heartbeat_s < 1:
-            raise SpecbenchError(f"--heartbeat must be at least 1 second, got {self.heartbeat_s}")
+        check_splittable(len(select(load_suite(workload.suite), workload.categories or None, workload.limit).items))
+        check_ranges({"--trials": self.trials, "--workers": self.workers, "--holdout": self.holdout,
+                      "--timeout": self.timeout, "--heartbeat": self.heartbeat_s})
         if self.objectives not in OBJECTIVES:
             raise SpecbenchError(f"unknown --objectives {self.objectives!r}; known: {' or '.join(OBJECTIVES)}")
         if self.study is not None and not STUDY_NAME.fullmatch(self.study):

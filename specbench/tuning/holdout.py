@@ -13,18 +13,16 @@ from typing import Any
 
 import numpy as np
 
-from specbench.errors import SpecbenchError
 from specbench.measure.stats import geometric_mean_ci
 from specbench.strategies.build import Strategy
 from specbench.suites import SuiteItem
+from specbench.tuning.config import check_splittable
 from specbench.tuning.objective import Evaluator, TrialFailure
 
 
 def split_items(items: tuple[SuiteItem, ...], fraction: float, seed: int) -> tuple[list[SuiteItem], list[SuiteItem]]:
     """(tuning, held-out) suite items, chosen by the seed; each part keeps the suite's order."""
-    if len(items) < 2:
-        raise SpecbenchError(f"--holdout needs at least 2 prompts to split, the selection has {len(items)} "
-                             "(raise --limit or choose more categories)")
+    check_splittable(len(items))  # prepare may have dropped prompts that do not fit the context
     count = min(len(items) - 1, max(1, round(fraction * len(items))))
     held = set(random.Random(seed).sample(range(len(items)), count))
     return ([item for i, item in enumerate(items) if i not in held],

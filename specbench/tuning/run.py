@@ -51,6 +51,7 @@ from specbench.tuning.study import (
     best_trial,
     check_identity,
     counted_trials,
+    create_storage,
     defaults_trial,
     enqueue_defaults,
     make_pruner,
@@ -61,7 +62,8 @@ from specbench.tuning.study import (
     study_names,
 )
 
-Progress = Callable[[str, int, int, "float | None"], None]  # study, trials with an outcome, the study's total, best
+# study, trials with an outcome, the study's total, the best value so far, the trial that just finished
+Progress = Callable[[str, int, int, "float | None", optuna.trial.FrozenTrial], None]
 
 
 @dataclass
@@ -124,7 +126,7 @@ def tune(config: TuneConfig, progress: Progress | None = None) -> TuneReport:
     config.validate()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     specs = config.specs()
-    url, _ = open_checked(config)
+    url = open_checked(config)
     bench = measured_engine(prepare(dataclasses.replace(config.workload, strategies=[s.name for s in specs])))
     records = []
     try:
@@ -148,7 +150,7 @@ def measured_engine(bench: Bench) -> Bench:
 def tune_study(config: TuneConfig, plan: StudyPlan, name: str, url: str, trials: int,
                progress: Progress | None) -> dict[str, Any]:
     """Create or resume the study, run its workers until it has `trials`, then check and record the best."""
-    storage = open_storage(url, config.heartbeat_s)
+    storage = create_storage(url, config.heartbeat_s)
     study, _ = open_study(storage, name, plan.identity, display_url(url),
                           make_sampler(config.workload.seed, trials),
                           make_pruner(config.directions))
@@ -166,7 +168,7 @@ def _optimize(study: optuna.Study, evaluator: Evaluator, space: StudySpace, quot
         done = len(counted_trials(study))
         if progress:
             best = best_trial(study)
-            progress(study.study_name, done, trials, best.values[0] if best else None)
+            progress(study.study_name, done, trials, best.values[0] if best else None, trial)
         if done >= trials:
             study.stop()
 

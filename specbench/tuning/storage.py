@@ -23,14 +23,26 @@ MAX_RETRY = 3  # a trial whose workers keep dying is not retried forever
 
 
 def default_storage(out: str | Path) -> str:
-    """The SQLite file under <out>/tuning/ that holds every study unless --storage says otherwise."""
-    path = Path(out) / "tuning" / "studies.db"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{path}"
+    """The SQLite file under <out>/tuning/ that holds every study unless --storage says otherwise (created
+    with the first study: see local_file)."""
+    return f"sqlite:///{Path(out) / 'tuning' / 'studies.db'}"
 
 
 def is_rdb(url: str) -> bool:
     return "://" in url
+
+
+def local_file(url: str) -> Path | None:
+    """The file a journal path or a SQLite URL names, which opening the storage creates; None for a server."""
+    if not is_rdb(url):
+        return Path(url)
+    try:
+        parsed = sqlalchemy.engine.make_url(url)
+    except sqlalchemy.exc.ArgumentError:
+        return None  # open_storage says what is wrong with it
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database)
 
 
 def display_url(url: str) -> str:

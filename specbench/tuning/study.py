@@ -22,7 +22,7 @@ from specbench.errors import SpecbenchError
 from specbench.hardware import is_local_gpu
 from specbench.strategies.spec import StrategySpec
 from specbench.tuning.config import TuneConfig
-from specbench.tuning.storage import default_storage, display_url, open_storage
+from specbench.tuning.storage import default_storage, display_url, local_file, open_storage
 
 IDENTITY = "specbench"  # study attribute: what the study measures
 DEFAULTS = "defaults"  # trial attribute: the defaults' trial
@@ -77,10 +77,17 @@ def study_names(config: TuneConfig) -> dict[str, str] | None:
     return {s.name: f"{config.study}-{s.name}" if len(specs) > 1 else config.study for s in specs}
 
 
-def open_checked(config: TuneConfig) -> tuple[str, BaseStorage]:
-    """The storage's URL and the storage, opened, with every named study that was created for another
-    question refused: the checks that need no model, done before any is loaded."""
+def open_checked(config: TuneConfig) -> str:
+    """The storage's URL, with every named study in it that was created for another question refused: the
+    checks that need no model, done before any is loaded. A storage file that does not exist yet holds no
+    study and is not created here (a refused command writes nothing)."""
     url = config.storage or default_storage(config.workload.out)
+    file = local_file(url)
+    if file is not None and not file.exists():
+        if config.storage is not None and not file.parent.is_dir():
+            raise SpecbenchError(f"cannot open storage {display_url(url)}: its directory {file.parent} does not "
+                                 "exist")
+        return url
     storage = open_storage(url, config.heartbeat_s)
     names = study_names(config) or {}
     existing = {s.study_name for s in storage.get_all_studies()}
@@ -88,7 +95,15 @@ def open_checked(config: TuneConfig) -> tuple[str, BaseStorage]:
         if names.get(spec.name) in existing:
             study = optuna.load_study(study_name=names[spec.name], storage=storage)
             check_identity(study, question(config, spec), display_url(url))
-    return url, storage
+    return url
+
+
+def create_storage(url: str, heartbeat_s: int) -> BaseStorage:
+    """open_storage, with the directory of a local storage file made first (the default's OUT/tuning/)."""
+    file = local_file(url)
+    if file is not None:
+        file.parent.mkdir(parents=True, exist_ok=True)
+    return open_storage(url, heartbeat_s)
 
 
 def _stored_identity(study: optuna.Study) -> dict[str, Any] | None:
