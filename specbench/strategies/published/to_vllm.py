@@ -94,7 +94,7 @@ def eagle3_state(config: dict, state: dict[str, torch.Tensor], target: Target) -
         "layers.0.input_layernorm.weight": state["layer.embed_norm.weight"],
         "layers.0.hidden_norm.weight": state["layer.feature_norm.weight"],
         "layers.0.self_attn.q_proj.weight": zero(width, 2 * h), "layers.0.self_attn.q_proj.bias": bias,
-        "layers.0.self_attn.k_proj.weight": zero(width, 2 * h), "layers.0.self_attn.k_proj.bias": bias,
+        "layers.0.self_attn.k_proj.weight": zero(width, 2 * h), "layers.0.self_attn.k_proj.bias": bias.clone(),
         "layers.0.self_attn.v_proj.weight": values, "layers.0.self_attn.v_proj.bias": zero(width),
         "layers.0.self_attn.o_proj.weight": torch.eye(h, width), "layers.0.self_attn.o_proj.bias": zero(h),
         "layers.0.post_attention_layernorm.weight": torch.ones(h),
