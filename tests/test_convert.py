@@ -126,3 +126,67 @@ def test_the_embedded_dspark_drafter_in_deepspec_layout_drafts_the_same(tmp_path
         assert propose(published, target.model, prompt, 7).tokens == tokens
         drafted += len(tokens)
     assert drafted > 3
+
+
+@pytest.fixture(scope="module")
+def default_target() -> Target:
+    from specbench.models import load_target
+
+    return load_target(None, torch.device("cpu"), torch.float32)
+
+
+@pytest.mark.parametrize("strategy,knobs", [
+    ("eagle", {}),
+    ("dflash", {"context_window": 0}),  # vLLM's DFlash sees the whole context
+    ("dspark", {"confidence_threshold": 0.2, "confidence_rule": "token"}),
+])
+def test_the_embedded_drafters_in_vllm_layouts_draft_the_same(default_target, tmp_path, strategy, knobs):
+    """Written for vLLM (eagle as a two-layer EAGLE-3, dflash as z-lab's with mask_embedding.pt, dspark as
+    DeepSpec's) and read back by the published readers, each embedded drafter drafts exactly what specbench's
+    own does; the written directory is cached and re-used."""
+    from specbench.strategies.published.to_vllm import vllm_drafter_dir
+
+    target = default_target
+    written = vllm_drafter_dir(strategy, None, target, tmp_path)
+    stamp = (written / "model.safetensors").stat().st_mtime_ns
+    assert vllm_drafter_dir(strategy, None, target, tmp_path) == written
+    assert (written / "model.safetensors").stat().st_mtime_ns == stamp
+    own = build_strategy(parse_strategy(strategy), target, {strategy: knobs}, {}).drafter
+    published = build_strategy(parse_strategy(strategy), target, {strategy: knobs},
+                               {strategy: open_source(written)}).drafter
+    drafted = 0
+    for text in ("def parse(text):\n    ", "import os\n", "class Config:\n    def __init__(self"):
+        prompt = target.tokenizer(text)["input_ids"]
+        tree = propose(own, target.model, prompt, 7)
+        again = propose(published, target.model, prompt, 7)
+        assert (again.tokens, again.parents) == (tree.tokens, tree.parents)
+        drafted += len(tree.tokens)
+    assert drafted > 3
+
+
+def test_convert_to_vllm_command(tmp_path):
+    from specbench.models import ASSETS
+
+    drafters = ASSETS / "default" / "drafters"
+    runner = CliRunner()
+    result = runner.invoke(app, ["convert", str(drafters / "eagle"), "--to", "vllm", "--out", str(tmp_path / "eagle3"),
+                                 "--json"])
+    assert result.exit_code == 0, result.output
+    assert open_source(tmp_path / "eagle3").format == "eagle3"
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "keep").write_text("")
+    published = eagle3_checkpoint(tmp_path / "published", tiny_lm("llama-mha", layers=8), 64)
+    cases = [
+        (["--to", "sglang"], drafters / "eagle", "the one target layout is 'vllm'"),
+        (["--to", "vllm"], drafters / "mtp", "no vLLM counterpart"),
+        (["--to", "vllm"], published, "which vLLM loads as it is"),
+        (["--to", "vllm"], tmp_path / "nowhere", "no such drafter directory"),
+    ]
+    for args, source, message in cases:
+        out = tmp_path / "out"
+        result = runner.invoke(app, ["convert", str(source), "--out", str(out), *args])
+        assert result.exit_code == 2 and message in result.output, (args, source, result.output)
+        assert len(result.output.strip().splitlines()) == 1 and not out.exists()
+    result = runner.invoke(app, ["convert", str(drafters / "dflash"), "--to", "vllm", "--out", str(busy)])
+    assert result.exit_code == 2 and "is not empty" in result.output and sorted(busy.iterdir()) == [busy / "keep"]

@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from specbench.cli.app import app, out, user_errors
+from specbench.errors import SpecbenchError
 
 
 @app.command()
@@ -17,16 +18,24 @@ def convert(
     source: Annotated[str, typer.Argument(help="Drafter checkpoint: a local directory or a hub id.")],
     out_dir: Annotated[Path, typer.Option("--out", help="Directory to write the converted drafter to.")],
     model: Annotated[Optional[str], typer.Option(help="The target it drafts for: HF id or local directory (default: the embedded model).")] = None,
-    mask_token_id: Annotated[Optional[int], typer.Option(help="specbench dspark -> DeepSpec: the vocabulary row that holds the mask vector (default: a row the tokenizer never produces).")] = None,
+    to: Annotated[Optional[str], typer.Option("--to", help="'vllm': a specbench drafter into the layout vLLM's method for it loads (eagle -> eagle3, dflash -> dflash, dspark -> dspark).")] = None,
+    mask_token_id: Annotated[Optional[int], typer.Option(help="specbench dflash/dspark -> z-lab/DeepSpec/vLLM: the vocabulary row that holds the mask vector (default: a row the tokenizer never produces).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a line.")] = False,
 ) -> None:
-    """Convert a drafter exactly: z-lab DFlash or DeepSpec DSpark -> specbench, specbench dspark -> DeepSpec."""
+    """Convert a drafter exactly: z-lab DFlash or DeepSpec DSpark -> specbench, specbench dspark -> DeepSpec,
+    and with --to vllm a specbench drafter -> the layout vLLM loads."""
     from specbench.model_source import model_path
     from specbench.ranges import check_range
     from specbench.strategies.published.formats import open_source
 
     with user_errors():
         check_range("--mask-token-id", mask_token_id)
+        if to not in (None, "vllm"):
+            raise SpecbenchError(f"--to {to}: the one target layout is 'vllm' (without --to, the direction follows "
+                                 "from the drafter's format)")
+        if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+            raise SpecbenchError(f"--out {out_dir} exists and is not empty; give a new directory for the converted "
+                                 "drafter")
         checkpoint = open_source(source)  # a bad checkpoint or --model is refused before torch is imported
         model_path(model)
 
@@ -34,9 +43,11 @@ def convert(
 
         from specbench.models import load_target
         from specbench.strategies.published.convert import convert as convert_drafter
+        from specbench.strategies.published.to_vllm import to_vllm
 
         target = load_target(model, torch.device("cpu"), torch.float32)
-        done = convert_drafter(checkpoint, target, out_dir, mask_token_id)
+        write = to_vllm if to == "vllm" else convert_drafter
+        done = write(checkpoint, target, out_dir, mask_token_id)
     if as_json:
         sys.stdout.write(json.dumps(done.as_json(), indent=2) + "\n")
         return
