@@ -28,6 +28,7 @@ def supports(model: torch.nn.Module) -> bool:
     types = set(getattr(config, "layer_types", None) or ["full_attention"])
     return (config.model_type in ARCHITECTURES and types == {"full_attention"}
             and not getattr(config, "sliding_window", None) and config.hidden_act == "silu"
+            and not getattr(config, "mlp_bias", False)
             and getattr(config, "_attn_implementation", "sdpa") == "sdpa"
             and hasattr(getattr(model, "model", None), "layers") and hasattr(model, "lm_head"))
 
@@ -81,6 +82,24 @@ class FlatOutput:
     hidden_states: tuple[torch.Tensor, ...] | None
 
 
+def fuse(*linears: torch.nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One weight (and bias) for linears that read the same input: one matrix product instead of
+    several, with the same outputs. The linears' own parameters become views into it (no second copy)."""
+    weight = torch.cat([linear.weight.detach() for linear in linears])
+    biases = [linear.bias for linear in linears]
+    if any(b is None for b in biases) != all(b is None for b in biases):
+        raise ValueError("fuse: either every linear has a bias or none has")
+    bias = None if biases[0] is None else torch.cat([b.detach() for b in biases])
+    start = 0
+    for linear in linears:
+        end = start + linear.out_features
+        linear.weight.data = weight[start:end]
+        if bias is not None:
+            linear.bias.data = bias[start:end]
+        start = end
+    return weight, bias
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     dtype = x.dtype
     x = x.to(torch.float32)
@@ -121,11 +140,11 @@ class FlatLM:
         attn, mlp = layer.self_attn, layer.mlp
         q_norm, k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
         return {"ln1": layer.input_layernorm.weight, "ln2": layer.post_attention_layernorm.weight,
-                "q": (attn.q_proj.weight, attn.q_proj.bias), "k": (attn.k_proj.weight, attn.k_proj.bias),
-                "v": (attn.v_proj.weight, attn.v_proj.bias), "o": (attn.o_proj.weight, attn.o_proj.bias),
+                "qkv": fuse(attn.q_proj, attn.k_proj, attn.v_proj), "o": (attn.o_proj.weight, attn.o_proj.bias),
+                "split": (attn.q_proj.out_features, attn.k_proj.out_features, attn.v_proj.out_features),
                 "q_norm": None if q_norm is None else q_norm.weight,
                 "k_norm": None if k_norm is None else k_norm.weight,
-                "gate": mlp.gate_proj.weight, "up": mlp.up_proj.weight, "down": mlp.down_proj.weight}
+                "gate_up": fuse(mlp.gate_proj, mlp.up_proj)[0], "down": mlp.down_proj.weight}
 
     def new_cache(self) -> StaticKV:
         return StaticKV(len(self.layers))
@@ -133,12 +152,10 @@ class FlatLM:
     def _attention(self, x: torch.Tensor, w: dict, index: int, cache: StaticKV, cos: torch.Tensor,
                    sin: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         batch, new, _ = x.shape
-        q = F.linear(x, *w["q"]).view(batch, new, -1, self.head_dim)
-        k = F.linear(x, *w["k"]).view(batch, new, -1, self.head_dim)
+        q, k, v = (part.view(batch, new, -1, self.head_dim) for part in F.linear(x, *w["qkv"]).split(w["split"], -1))
         if w["q_norm"] is not None:
             q, k = rms_norm(q, w["q_norm"], self.eps), rms_norm(k, w["k_norm"], self.eps)
-        q, k = q.transpose(1, 2), k.transpose(1, 2)
-        v = F.linear(x, *w["v"]).view(batch, new, -1, self.head_dim).transpose(1, 2)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         keys, values = cache.write(index, k, v)
@@ -171,7 +188,8 @@ class FlatLM:
                 hidden.append(x)
             x = x + self._attention(rms_norm(x, w["ln1"], self.eps), w, index, cache, cos, sin, attention_mask)
             h = rms_norm(x, w["ln2"], self.eps)
-            x = x + F.linear(F.silu(F.linear(h, w["gate"])) * F.linear(h, w["up"]), w["down"])
+            gate, up = F.linear(h, w["gate_up"]).chunk(2, -1)
+            x = x + F.linear(F.silu(gate) * up, w["down"])
         cache.length += new
         x = rms_norm(x, self.norm, self.eps)
         if output_hidden_states:
