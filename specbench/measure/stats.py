@@ -153,12 +153,12 @@ def summarize(rows: pd.DataFrame, seed: int = 0, by: str | None = None,
     `by="category"` one per strategy and category (the category named in each)."""
     if "speedup" not in rows or rows.speedup.isna().all():
         rows = rows.assign(speedup=paired_speedups(rows))
-    engine = rows.engine.fillna(ENGINE) if "engine" in rows else pd.Series(ENGINE, index=rows.index)
-    keys = list(dict.fromkeys(zip(engine, rows.strategy)))  # (engine, strategy) in order of appearance
+    rows = rows.assign(engine=rows.engine.fillna(ENGINE) if "engine" in rows else ENGINE)
+    keys = list(dict.fromkeys(zip(rows.engine, rows.strategy)))  # (engine, strategy) in order of appearance
     keys = sorted(keys, key=lambda k: (k[0] != ENGINE, k[1] != BASELINE))  # each engine's `ar` first, specbench's first
 
     def part_of(frame: pd.DataFrame, key: tuple[str, str]) -> pd.DataFrame:
-        return frame[(engine.loc[frame.index] == key[0]) & (frame.strategy == key[1])]
+        return frame[(frame.engine == key[0]) & (frame.strategy == key[1])]
 
     if by is None:
         return [summarize_strategy(part_of(rows, key), seed, costs) for key in keys]
