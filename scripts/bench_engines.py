@@ -1,7 +1,7 @@
 """specbench's engine beside vLLM's on the embedded default model: one `--engine both` run.
 
-Every strategy vLLM runs for this target (ngram, draft, eagle, dflash, dspark; the drafters converted
-once to vLLM's layouts) decoded by both engines on the same prompts, interleaved and shuffled per
+Every strategy vLLM runs for this target on a CPU (ngram, draft, eagle, dflash: vLLM's V1 model
+runner, the CPU's, refuses dspark; the drafters converted once to vLLM's layouts) decoded by both engines on the same prompts, interleaved and shuffled per
 prompt, each engine's strategies paired with its own `ar`. Per strategy: tokens/s, tau and the
 speedup with its 95% interval in each engine, and the transfer (vLLM's speedup over specbench's);
 then `ar` against `ar` (the ratio issue 19 targets) and the engines' greedy agreement. vLLM runs as
@@ -21,7 +21,7 @@ from specbench.measure.stats import geometric_mean
 from specbench.strict_json import dumps
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "benchmarks"
-STRATEGIES = ["ngram", "draft", "eagle", "dflash", "dspark"]
+STRATEGIES = ["ngram", "draft", "eagle", "dflash"]  # dspark: vLLM's V1 runner (a CPU's) has none
 
 
 def fmt(value: float | None, spec: str = ".2f") -> str:

@@ -160,6 +160,8 @@ def start_vllm(bench: Bench, vllm: VllmPlan, sources: dict[str, DrafterSource]) 
     limit = context_limit(bench.target)
     kwargs.setdefault("max_model_len", min(limit, MAX_MODEL_LEN) if limit else MAX_MODEL_LEN)
     bench.vllm = vllm_engine.VllmEngine(kwargs)
+    for plan in plans:
+        bench.vllm.check(plan)
     try:
         bench.vllm_strategies = [vllm_strategy(bench, p) for p in plans]
     except BaseException:

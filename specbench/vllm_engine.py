@@ -105,6 +105,16 @@ class VllmEngine:
         self.runners: list[VllmRunner] = []
         self.start_s: dict[str, float] = {}  # each engine's start-up, part of a user's wait
 
+    def check(self, strategy: VllmStrategy) -> None:
+        """vLLM's own validation of the configuration (this device's model runner included), before any
+        engine process starts: a method the runner rejects is refused in one line, not after minutes."""
+        from vllm.engine.arg_utils import EngineArgs
+
+        try:
+            EngineArgs(**self.kwargs, speculative_config=strategy.speculative_config).create_engine_config()
+        except (ValueError, TypeError, RuntimeError) as exc:
+            raise SpecbenchError(f"vLLM refused {strategy.name}: {_reason(exc)}") from None
+
     def start(self, strategy: VllmStrategy) -> VllmRunner:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", CPU_KV_CACHE_GIB)
         from vllm import LLM
@@ -113,7 +123,7 @@ class VllmEngine:
         try:
             llm = LLM(**self.kwargs, speculative_config=strategy.speculative_config)
         except (ValueError, TypeError, RuntimeError) as exc:
-            raise SpecbenchError(f"vLLM refused {strategy.name}: {_first_line(exc)}") from None
+            raise SpecbenchError(f"vLLM refused {strategy.name}: {_reason(exc)}") from None
         self.start_s[strategy.name] = time.perf_counter() - started
         runner = VllmRunner(strategy.name, llm)
         self.runners.append(runner)
@@ -195,6 +205,11 @@ def generation(out, wall_s: float, delta: dict[str, Any]) -> Generation:
                       stop_reason="eos" if completion.finish_reason == "stop" else "length")
 
 
-def _first_line(exc: BaseException) -> str:
+def _reason(exc: BaseException) -> str:
+    """One line of why: a pydantic validation error's own message, else the first line."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        with contextlib.suppress(Exception):
+            return str(errors()[0]["msg"]).removeprefix("Value error, ")
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0]

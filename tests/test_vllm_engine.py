@@ -26,7 +26,8 @@ from specbench.results import RunDir
 from specbench.strategies.registry import definitions
 
 pytestmark = [pytest.mark.vllm, pytest.mark.usefixtures("vllm_installed")]
-STRATEGIES = ["ngram", "draft", "eagle", "dflash", "dspark"]  # everything vLLM runs for this target
+# everything vLLM runs for this target on a CPU: vLLM's V1 model runner (the CPU's, without Triton) has no dspark
+STRATEGIES = ["ngram", "draft", "eagle", "dflash"]
 runner = CliRunner()
 
 
@@ -129,6 +130,7 @@ BAD = [
     (["--engine", "vllm", "--engine-args", '{"no_such_argument": 1}'], "vLLM has no engine argument no_such_argument"),
     (["--engine-args", '{"max_model_len": 512}'], "they need --engine vllm or both"),
     (["--engine", "vllm", "--batch-size", "4"], "measures batch size 1 only"),
+    (["--engine", "vllm", "--strategy", "dspark"], "vLLM refused dspark: Model Runner V1 does not support"),
 ]
 
 

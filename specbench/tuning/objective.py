@@ -116,9 +116,10 @@ class Evaluator:
             return build_strategy(spec, self.bench.target, knobs, self.dirs, controller)
         from specbench import vllm_engine
 
-        translated = vllm_engine.translate(spec, knobs, controller, self.dirs)
-        return vllm_strategy(self.bench, vllm_engine.with_drafter(translated, self.dirs, self.bench.target,
-                                                                  Path(self.bench.config.out) / VLLM_DRAFTERS))
+        translated = vllm_engine.with_drafter(vllm_engine.translate(spec, knobs, controller, self.dirs), self.dirs,
+                                              self.bench.target, Path(self.bench.config.out) / VLLM_DRAFTERS)
+        self.bench.vllm.check(translated)
+        return vllm_strategy(self.bench, translated)
 
     def release(self, strategy: Strategy) -> None:
         """Stop a configuration's own vLLM engine once it is measured (specbench's drafters need nothing)."""
