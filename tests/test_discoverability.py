@@ -4,9 +4,11 @@ quiet model loading, hub ids from the local cache only, and run directories that
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from dataclasses import replace
 from pathlib import Path
 
@@ -97,3 +99,30 @@ def test_resume_accepts_the_flags_it_was_started_with():
     saved = RunConfig(strategies=["ngram", "draft"], max_new_tokens=8, knobs={"draft": {"k": 4}})
     flags = {"strategies": ["ngram,draft"], "max_new_tokens": 8, "knobs": {"draft": {"k": "4"}}, "limit": None}
     assert resolve({}, flags, saved) == saved.validate()
+
+
+def test_the_readme_test_command_runs_what_ci_runs():
+    """CI installs what the README's test command installs and runs the same pytest, and that install
+    carries every driver the tests use (the PostgreSQL tune tests fail rather than skip without it)."""
+    command = next(line.strip() for line in (REPO / "README.md").read_text().splitlines()
+                   if line.strip().startswith("pip install -e") and line.strip().endswith("&& pytest"))
+    install, *between = [step.strip() for step in command.removesuffix("&& pytest").split("&&") if step.strip()]
+    install = install.removeprefix("pip install -e ")
+    ci = (REPO / ".ci" / "run").read_text()
+    assert re.search(r"pip install .*-e " + re.escape(install) + "$", ci, re.M), ci
+    for step in between:  # e.g. the uninstall of what does not load: CI does the same
+        program, verb, *args = step.split()
+        assert re.search(rf"{program} {verb} .*{re.escape(' '.join(args))}$", ci, re.M), (step, ci)
+    assert ci.rstrip().splitlines()[-1] == "python3 -m pytest"
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+
+    def requirements(names: list[str]) -> list[str]:
+        """The extras' requirements, an extra that names specbench's own extras expanded."""
+        found = []
+        for req in (req for name in names for req in extras[name]):
+            own = re.fullmatch(r"specbench\[(.*)\]", req)
+            found += requirements(own.group(1).split(",")) if own else [req]
+        return found
+
+    needs = requirements(re.fullmatch(r'"\.\[(.*)\]"', install).group(1).split(","))
+    assert any(req.startswith("psycopg") for req in needs), needs

@@ -144,6 +144,11 @@ def test_the_source_follows_the_evidence(tmp_path):
     rec = recommend(make_workload("rtx4090"), tmp_path)
     assert (rec.strategy, rec.source) == ("dflash", "measured")  # measured ranks before a higher projection
     assert rec.alternatives[0].strategy == "eagle" and "measured evidence ranks first" in rec.alternatives[0].reason
+    # but the measurement covers dflash alone: what the projection and the prior rank higher is unmeasured
+    assert [(u.strategy, u.expected) for u in rec.unmeasured] == [
+        ("eagle", "projected 2.60x, above dflash's 1.70x, but no measured evidence"),
+        ("dspark", "projected 2.10x, above dflash's 1.70x, but no measured evidence")]
+    assert rec.measure == "specbench run --strategy dflash,eagle,dspark --gpu rtx4090" and not rec.incomplete
 
     rec = recommend(make_workload("rtx4090", temperature=0.7), tmp_path)
     assert rec.source == "prior" and all("temperature 0, not 0.7" in note for note in rec.unmatched)

@@ -262,3 +262,45 @@ def test_recommend_reads_the_tuned_study(projected):
     assert rec.speedup == record["holdout"]["tuned"]["speedup"]
     assert rec.config.command() == f"specbench run --config {out / 'tuned' / f'{STUDY}.toml'}"
     assert rec.config.knobs == {"dspark": {k: v for k, v in record["best_params"].items() if k != "controller"}}
+
+
+def test_recommend_after_an_interrupted_tune_names_what_it_did_not_measure(tiny_model_dir, tiny_draft_dir, tmp_path):
+    """The case of issue 20: `tune --gpu rtx4090` of two strategies, interrupted in the second one's study,
+    its first study stopped short of its trials (--timeout) with 2 held-out prompts. The answer is the one
+    strategy measured, but it says which candidates the evidence cannot rank and how to measure them."""
+    from specbench.config import RunConfig
+    from specbench.recommend import make_workload, recommend
+    from specbench.tuning.config import TuneConfig
+    from specbench.tuning.run import tune as run_tune
+
+    def interrupt_the_second_study(name: str, done: int, total: int, best, trial) -> None:
+        if name.startswith("draft-"):
+            raise KeyboardInterrupt
+
+    workload = RunConfig(model=str(tiny_model_dir), drafters=[str(tiny_draft_dir)], limit=8, max_new_tokens=6,
+                         gpu="rtx4090", out=str(tmp_path))
+    with pytest.raises(KeyboardInterrupt):
+        run_tune(TuneConfig(workload, ("ngram", "draft"), trials=6, timeout=0.01), interrupt_the_second_study)
+    [record] = [json.loads(p.read_text()) for p in (tmp_path / "tuned").glob("*.json")]
+    assert record["strategy"] == "ngram" and record["projected"] and record["prompts"]["holdout"] == 2
+
+    rec = recommend(make_workload("rtx4090", "code"), tmp_path)
+    assert (rec.strategy, rec.source, rec.prior.strategy) == ("ngram", "projected", "dspark")
+    assert [u.strategy for u in rec.unmeasured] == ["dspark", "draft"]
+    assert "the prior's choice; no evidence" in rec.unmeasured[0].expected
+    assert "planned by the interrupted tune" in rec.unmeasured[1].expected
+    assert rec.measure == "specbench tune --strategy dspark,draft --gpu rtx4090 --category code"
+    assert rec.incomplete[0] == f"study short of its trials: {record['trials']['counted']} of 3"
+    assert "was also asked for draft and stopped first" in rec.incomplete[1]
+    result = invoke("recommend", "--gpu", "rtx4090", "--task", "code", "--results", tmp_path, "--explain")
+    assert result.exit_code == 0, result.output
+    assert "recommend: ngram (projected)" in result.stdout and "over 2 prompts" in result.stdout
+    assert "incomplete evidence: study short of its trials" in result.stdout
+    assert "unmeasured: the evidence cannot rank dspark, draft against ngram" in result.stdout
+    assert "measure them: specbench tune --strategy dspark,draft --gpu rtx4090 --category code" in result.stdout
+    assert "| dspark | unmeasured | no figure |" in result.stdout and "unmeasured candidates" in result.stdout
+    answer = json.loads(invoke("recommend", "--gpu", "rtx4090", "--task", "code", "--results", tmp_path,
+                               "--json").stdout)
+    assert [u["strategy"] for u in answer["unmeasured"]["candidates"]] == ["dspark", "draft"]
+    assert answer["unmeasured"]["command"] == rec.measure and answer["incomplete"] == rec.incomplete
+    assert answer["evidence"]["candidates"][0]["incomplete"] == rec.incomplete[0]

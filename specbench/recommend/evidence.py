@@ -75,6 +75,7 @@ class Candidate:
     need_bytes: float | None  # target + drafter weights + KV (+ drafter state) at the workload's context
     baseline_bytes: float | None  # the same for `ar` in the same evidence
     note: str = ""
+    incomplete: str = ""  # why the evidence behind it is incomplete: an interrupted run, a study short of trials
 
     @property
     def strategy(self) -> str:
@@ -263,6 +264,11 @@ class _Pool:
     config: StrategyConfig
     frames: list[pd.DataFrame] = field(default_factory=list)
     paths: set[str] = field(default_factory=set)
+    interrupted: set[str] = field(default_factory=set)  # the paths of runs that did not finish
+
+
+def _interrupted(paths: set[str] | list[str]) -> str:
+    return f"interrupted run{'s' if len(paths) > 1 else ''} {', '.join(sorted(paths))}" if paths else ""
 
 
 def run_candidates(evidence: Evidence, workload: Workload) -> tuple[list[Candidate], list[str]]:
@@ -304,6 +310,8 @@ def run_candidates(evidence: Evidence, workload: Workload) -> tuple[list[Candida
             pool = pools.setdefault((record.model, config.key()), _Pool(config))
             pool.frames.append(rows[rows["strategy"] == strategy])
             pool.paths.add(record.path)
+            if not record.run.complete:
+                pool.interrupted.add(record.path)
     measured = [_pooled_candidate(pool, pd.concat(baselines[model], ignore_index=True), workload)
                 for (model, _key), pool in pools.items()]
     return measured + modelled + projected, notes
@@ -338,7 +346,7 @@ def _modelled_candidates(record: RunRecord, workload: Workload, lossless: list[s
     return [Candidate(_config_of(record, strategy), "modelled", speedup, None, (record.path,),
                       int(rows[rows["strategy"] == strategy]["prompt_id"].nunique()), need(strategy), need(BASELINE),
                       f"modelled at batch {workload.batch_size} from batch {measured_at}'s acceptance and the cost "
-                      "table timed on this device")
+                      "table timed on this device", _interrupted([] if record.run.complete else [record.path]))
             for strategy, speedup in speedups.items() if strategy in lossless]
 
 
@@ -350,7 +358,8 @@ def _pooled_candidate(pool: _Pool, ar_rows: pd.DataFrame, workload: Workload) ->
     ci = (float(low), float(high)) if summary["prompts"] > 1 else None  # one prompt has no interval
     return Candidate(pool.config, "measured", float(summary["speedup"]), ci,
                      tuple(sorted(pool.paths)), int(summary["prompts"]),
-                     _need_bytes(rows, kv, workload.context_len), _need_bytes(ar_rows, kv, workload.context_len))
+                     _need_bytes(rows, kv, workload.context_len), _need_bytes(ar_rows, kv, workload.context_len),
+                     incomplete=_interrupted(pool.interrupted))
 
 
 def _projections(record: RunRecord, workload: Workload) -> dict[str, dict[str, Any]]:
@@ -378,7 +387,8 @@ def _projected_candidates(record: RunRecord, workload: Workload, rows: pd.DataFr
 
     return [Candidate(_config_of(record, strategy), "projected", float(p["speedup"]), None, (record.path,),
                       int(rows[rows["strategy"] == strategy]["prompt_id"].nunique()), need(strategy), need(BASELINE),
-                      f"roofline projection of what {record.device or 'an unprofiled device'} measured")
+                      f"roofline projection of what {record.device or 'an unprofiled device'} measured",
+                      _interrupted([] if record.run.complete else [record.path]))
             for strategy, p in projections.items() if strategy in lossless]
 
 
@@ -419,11 +429,27 @@ def study_candidates(evidence: Evidence, workload: Workload) -> tuple[list[Candi
         categories = meta.get("categories") or []
         note = f"tuned; speedup on {'held-out' if held_out else 'the tuning'} prompts" + \
             ("" if categories else " of every category")
+        counted, target = (meta.get("trials") or {}).get("counted"), meta.get("target_trials")
+        short = f"study short of its trials: {counted} of {target}" if None not in (counted, target) \
+            and counted < target else ""
         candidates.append(Candidate(study.config, "projected" if meta.get("projected") else "measured",
                                     float(figures["speedup"]),
                                     (float(ci[0]), float(ci[1])) if None not in ci else None, (str(study.path),),
-                                    figures.get("prompts"), meta.get("memory_bytes"), None, note))
+                                    figures.get("prompts"), meta.get("memory_bytes"), None, note, short))
     return candidates, notes
+
+
+def planned_strategies(evidence: Evidence, workload: Workload) -> dict[str, str]:
+    """strategy -> a study record of the tune that was also asked for it but left no record of it (interrupted
+    first), over the tunes matching the workload: every record names the strategies its tune was asked for."""
+    matching = [study for study in evidence.studies if _study_mismatch(study, workload) is None]
+    recorded = {study.meta["strategy"] for study in matching}
+    planned: dict[str, str] = {}
+    for study in matching:
+        for strategy in study.meta.get("session") or []:
+            if strategy not in recorded:
+                planned.setdefault(str(strategy), str(study.path))
+    return planned
 
 
 def candidates_for(evidence: Evidence, workload: Workload) -> tuple[list[Candidate], list[str]]:

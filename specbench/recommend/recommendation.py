@@ -8,13 +8,22 @@ output can say where the evidence and the source article's rules part ways.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+import shlex
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from specbench.errors import SpecbenchError
 from specbench.measure.stats import BASELINE
-from specbench.recommend.evidence import Candidate, Evidence, StrategyConfig, candidates_for, load_evidence
+from specbench.recommend.evidence import (
+    SOURCES,
+    Candidate,
+    Evidence,
+    StrategyConfig,
+    candidates_for,
+    load_evidence,
+    planned_strategies,
+)
 from specbench.recommend.prior import PriorOutcome, Step, evaluate
 from specbench.recommend.rank import Assessed, rank, speedup_text, why_lost
 from specbench.recommend.workload import CREATIVE_TASKS, HIGH_PRECISION_TASKS, Workload, check_task
@@ -37,6 +46,18 @@ class Runner:
                 "reason": self.reason}
 
 
+@dataclass(frozen=True)
+class Unmeasured:
+    """A strategy the evidence behind the recommendation does not cover, though the prior or weaker
+    evidence ranks it higher (or an interrupted tune meant to measure it): what they expect of it."""
+
+    strategy: str
+    expected: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {"strategy": self.strategy, "expected": self.expected}
+
+
 @dataclass
 class Recommendation:
     workload: Workload
@@ -52,6 +73,9 @@ class Recommendation:
     ranking: list[Assessed]  # every candidate the evidence offered, best first
     unmatched: list[str]  # evidence that did not describe the workload, and why
     skipped: list[str]  # evidence that could not be read, and why
+    unmeasured: list[Unmeasured] = field(default_factory=list)  # candidates the evidence cannot rank
+    measure: str | None = None  # the command that would measure them beside the recommendation
+    incomplete: list[str] = field(default_factory=list)  # why the evidence behind the answer is incomplete
 
     @property
     def prior_agrees(self) -> bool:
@@ -64,6 +88,8 @@ class Recommendation:
             "config": self.config.as_json(),
             "expected_speedup": _speedup_json(self.speedup, self.ci),
             "alternatives": [a.as_json() for a in self.alternatives],
+            "unmeasured": {"candidates": [u.as_json() for u in self.unmeasured], "command": self.measure},
+            "incomplete": self.incomplete,
             "path": [s.as_json() for s in self.path],
             "evidence": {
                 "rests_on": list(self.rests_on),
@@ -93,7 +119,7 @@ def _assessed_json(a: Assessed) -> dict[str, Any]:
     return {"strategy": c.strategy, "source": c.source, "expected_speedup": _speedup_json(c.speedup, c.ci),
             "config": c.config.as_json(), "prompts": c.prompts, "rests_on": list(c.rests_on),
             "need_gb": a.need_bytes / 1e9 if a.need_bytes is not None else None, "excluded": a.excluded,
-            "note": c.note or None}
+            "note": c.note or None, "incomplete": c.incomplete or None}
 
 
 def known_tasks(evidence: Evidence) -> set[str]:
@@ -128,9 +154,69 @@ def recommend(workload: Workload, results: Path = Path("results"), evidence: Evi
     others = sorted((a for a in ranking if a.candidate is not winner), key=lambda a: -a.candidate.speedup)
     alternatives = [Runner(a.candidate.strategy, a.candidate.source, a.candidate.speedup, a.candidate.ci,
                            why_lost(a, winner)) for a in others[:2]]
+    planned = planned_strategies(evidence, workload)
+    unmeasured = unmeasured_candidates(winner, ranking, prior, planned)
+    measure = measure_command([u.strategy for u in unmeasured], winner, workload) if unmeasured else None
+    incomplete = [winner.incomplete] if winner.incomplete else []
+    for record in dict.fromkeys(planned.values()):
+        left = [s for s, path in planned.items() if path == record]
+        incomplete.append(f"the tune that wrote {record} was also asked for {', '.join(left)} and stopped first")
     path = [found, *_evidence_steps(ranking, winner, workload, prior)]
+    if unmeasured:
+        path.append(Step("coverage", "Does the evidence cover what the prior or weaker evidence ranks higher?",
+                         "; ".join(f"{u.strategy}: {u.expected}" for u in unmeasured),
+                         f"no: {winner.strategy} is the best measured so far; measure the rest with: {measure}"))
     return Recommendation(workload, winner.strategy, winner.source, winner.config, winner.speedup, winner.ci,
-                          alternatives, path, winner.rests_on, prior, ranking, unmatched, evidence.skipped)
+                          alternatives, path, winner.rests_on, prior, ranking, unmatched, evidence.skipped,
+                          unmeasured, measure, incomplete)
+
+
+def unmeasured_candidates(winner: Candidate, ranking: list[Assessed], prior: PriorOutcome,
+                          planned: dict[str, str]) -> list[Unmeasured]:
+    """What the evidence behind `winner` leaves out: the prior's choices above it with no evidence at all,
+    strategies weaker evidence puts above it, and strategies an interrupted tune planned but did not tune.
+    Evidence outranks the prior only among the strategies it covers."""
+    evidenced = {a.candidate.strategy for a in ranking}
+    found: dict[str, str] = {}
+    ranked = [(prior.strategy, "the prior's choice"),
+              *((a.strategy, f"the prior's alternative: {a.reason}") for a in prior.alternatives)]
+    names = [s for s, _ in ranked]
+    # above the winner: what the prior puts before it; its choice alone when the prior does not name it
+    for strategy, why in ranked[:names.index(winner.strategy) if winner.strategy in names else 1]:
+        if strategy == BASELINE:
+            continue
+        if strategy not in evidenced:
+            found[strategy] = f"{why}; no evidence"
+    for a in ranking:
+        c = a.candidate
+        if a.excluded is None and SOURCES.index(c.source) > SOURCES.index(winner.source) \
+                and c.speedup > winner.speedup and c.strategy != winner.strategy:
+            found.setdefault(c.strategy, f"{c.source} {speedup_text(c.speedup, c.ci)}, above {winner.strategy}'s "
+                                         f"{winner.speedup:.2f}x, but no {winner.source} evidence")
+    for strategy in planned:
+        if strategy not in evidenced:
+            reason = "planned by the interrupted tune; no evidence"
+            found[strategy] = f"{found[strategy]}; {reason}" if strategy in found else reason
+    return [Unmeasured(s, why) for s, why in found.items()]
+
+
+def measure_command(strategies: list[str], winner: Candidate, workload: Workload) -> str:
+    """The command that gives `strategies` evidence of the kind behind `winner`, for this workload: a tune
+    beside a tuned study, a run (with the winner, on the same prompts) beside runs."""
+    tuned = any(path.endswith(".json") for path in winner.rests_on)
+    names = strategies if tuned else [winner.strategy, *strategies]
+    words = ["specbench", "tune" if tuned else "run", "--strategy", ",".join(names)]
+    if workload.gpu.name != "cpu":
+        words += ["--gpu", workload.gpu.name]
+    if workload.task:
+        words += ["--category", workload.task]
+    if workload.model:
+        words += ["--model", workload.model]
+    if workload.temperature:
+        words += ["--temperature", f"{workload.temperature:g}"]
+    if workload.batch_size != 1 and not tuned:
+        words += ["--batch-size", str(workload.batch_size)]
+    return shlex.join(words)
 
 
 def _evidence_steps(ranking: list[Assessed], winner: Candidate, workload: Workload, prior: PriorOutcome) -> list[Step]:

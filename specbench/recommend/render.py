@@ -26,6 +26,11 @@ def summary_lines(rec: Recommendation) -> list[str]:
              f"workload: {rec.workload.describe()}"]
     if rec.rests_on:
         lines.append("rests on: " + ", ".join(rec.rests_on))
+    lines += [f"incomplete evidence: {note}" for note in rec.incomplete]
+    if rec.unmeasured:
+        lines.append(f"unmeasured: the evidence cannot rank {', '.join(u.strategy for u in rec.unmeasured)} against "
+                     f"{rec.strategy} (below: what the prior or weaker evidence expects)")
+        lines.append(f"measure them: {rec.measure}")
     if rec.source != "prior":
         verdict = "agrees" if rec.prior_agrees else "differs: the evidence decides"
         lines.append(f"prior: {rec.prior.strategy} ({verdict})")
@@ -34,9 +39,11 @@ def summary_lines(rec: Recommendation) -> list[str]:
 
 
 def alternatives_table(rec: Recommendation, markdown: bool) -> Table | str:
-    """The recommendation and its two alternatives: a rich table on a terminal, Markdown when piped."""
+    """The recommendation, its two alternatives and the candidates the evidence leaves out: a rich table on a
+    terminal, Markdown when piped."""
     rows = [(rec.strategy, rec.source, speedup_text(rec.speedup, rec.ci), "recommended")]
     rows += [(a.strategy, a.source, speedup_text(a.speedup, a.ci), a.reason) for a in rec.alternatives]
+    rows += [(u.strategy, "unmeasured", "no figure", u.expected) for u in rec.unmeasured]
     headers = ("strategy", "source", "speedup [95% CI]", "why not")
     if markdown:
         lines = ["| " + " | ".join(headers) + " |", "|---|---|---|---|"]
@@ -63,8 +70,12 @@ def explain_nodes(rec: Recommendation) -> Node:
              + (f", needs {a.need_bytes / 1e9:.2f} GB" if a.need_bytes is not None else "")
              + (f"; {a.excluded}" if a.excluded else "")
              + (f"; {a.candidate.note}" if a.candidate.note else "")
+             + (f"; incomplete evidence: {a.candidate.incomplete}" if a.candidate.incomplete else "")
              + " (from " + ", ".join(f"[{sources.index(p) + 1}]" for p in a.candidate.rests_on) + ")", [])
             for a in rec.ranking] + [(f"[{i}] {path}", []) for i, path in enumerate(sources, start=1)]))
+    if rec.unmeasured:
+        children.append((f"unmeasured candidates (measure them: {rec.measure})",
+                         [(f"{u.strategy}: {u.expected}", []) for u in rec.unmeasured]))
     if rec.source != "prior":
         children.append((f"the prior says {rec.prior.strategy}", [(_step(s), []) for s in rec.prior.path]))
     if rec.unmatched:

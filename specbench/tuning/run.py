@@ -286,6 +286,7 @@ def finish_study(config: TuneConfig, plan: StudyPlan, study: optuna.Study, url: 
         "prompts": {"tuning": len(plan.identity["prompts"]),
                     "holdout": sum(len(item.turns) for item in plan.holdout)},
         "trials": _trial_counts(study, len(plan.identity["prompts"])), "target_trials": trials,
+        "session": [spec.name for spec in config.specs()],  # every strategy this tune was asked for
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "best_params": None, "best_value": None, "toml": None, "plots": [],
     }
