@@ -296,7 +296,8 @@ def test_json_shape(tmp_path):
     assert set(answer["expected_speedup"]) == {"value", "ci"} and len(answer["expected_speedup"]["ci"]) == 2
     assert answer["config"]["command"] == "specbench run --strategy dspark"
     assert [a["strategy"] for a in answer["alternatives"]] == ["ngram", "eagle"]
-    assert all(set(a) == {"strategy", "source", "expected_speedup", "reason"} for a in answer["alternatives"])
+    assert all(set(a) == {"strategy", "engine", "source", "expected_speedup", "reason"} for a in answer["alternatives"])
+    assert answer["engine"] == "specbench" and {a["engine"] for a in answer["alternatives"]} == {"specbench"}
     assert all(set(step) == {"node", "question", "answer", "outcome"} for step in answer["path"])
     assert answer["evidence"]["rests_on"] == [str(tmp_path / "runs" / "a")]
     assert answer["prior"]["strategy"] == "dspark" and answer["learned"]["fitted"] in (True, False)
@@ -309,3 +310,20 @@ def test_explain_prints_the_path_as_plain_text_when_piped(tmp_path):
     assert "| eagle | prior | no figure |" in result.stdout
     assert "\n  path\n    evidence: " in result.stdout and "    pcie: " in result.stdout
     assert "─" not in result.stdout  # no box drawing when piped
+
+
+def test_a_vllm_deployment_ranks_vllm_figures_first_and_names_each_figures_engine(tmp_path):
+    write_run(tmp_path, "own", {"ngram": 1.6, "dspark": 2.2}, prompts=8)
+    served = write_run(tmp_path, "served", {"ngram": 1.25}, prompts=8, seed=1)
+    rows = [json.loads(line) for line in (served / "rows.jsonl").read_text().splitlines()]
+    (served / "rows.jsonl").write_text("".join(json.dumps({**r, "engine": "vllm"}) + "\n" for r in rows))
+    vllm = json.loads(invoke("--gpu", "cpu", "--task", "code", "--results", tmp_path, "--engine", "vllm",
+                             "--json").stdout)
+    assert (vllm["strategy"], vllm["engine"], vllm["source"]) == ("ngram", "vllm", "measured")
+    assert vllm["config"]["command"] == "specbench run --strategy ngram --engine vllm"
+    assert vllm["expected_speedup"]["value"] == pytest.approx(1.25, rel=0.05)
+    dspark = next(a for a in vllm["alternatives"] if a["strategy"] == "dspark")
+    assert dspark["engine"] == "specbench" and "the deployment's engine (vllm) ranks first" in dspark["reason"]
+    anywhere = json.loads(invoke("--gpu", "cpu", "--task", "code", "--results", tmp_path, "--json").stdout)
+    assert (anywhere["strategy"], anywhere["engine"]) == ("dspark", "specbench")
+    assert invoke("--gpu", "cpu", "--engine", "sglang", "--results", tmp_path).exit_code == 2

@@ -24,6 +24,7 @@ def recommend(
     cuda_experience: Annotated[Optional[str], typer.Option(help="The team's CUDA experience: none, some or expert.")] = None,
     score_variance: Annotated[Optional[float], typer.Option(help="Variance of the output scores (source article 1's signal).")] = None,
     model: Annotated[Optional[str], typer.Option(help="Only evidence of this model (as run.json names it; default: any).")] = None,
+    engine: Annotated[Optional[str], typer.Option(help="The deployment's engine, specbench or vllm: its measured figures rank first (default: any engine's).")] = None,
     results: Annotated[Optional[Path], typer.Option(help="Results directory with runs and tuned studies (default results/).")] = None,
     profiles: Annotated[Optional[Path], typer.Option(help="TOML file with extra GPU profiles.")] = None,
     learn: Annotated[bool, typer.Option("--learn", help="Also fit a decision tree to every readable result and compare it with the prior (writes RESULTS/decision_tree/).")] = False,
@@ -52,7 +53,7 @@ def recommend(
             raise SpecbenchError(f"results directory {results} does not exist")
         results_dir = results or Path("results")
         workload = make_workload(gpu, task, batch_size, context_len, temperature, vram_used, pcie, bw_util,
-                                 cuda_experience, score_variance, model, profiles)
+                                 cuda_experience, score_variance, model, profiles, engine)
         evidence = load_evidence(results_dir)
         rec = choose(workload, results_dir, evidence)
         report = fit_tree(evidence, load_profiles(profiles), results_dir / "decision_tree") if learn else None

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from specbench.engines import SPECBENCH, label
 from specbench.errors import SpecbenchError
 from specbench.hardware import match_profile
 from specbench.measure.stats import BASELINE, paired_speedups, summarize_strategy
@@ -46,20 +47,22 @@ class StrategyConfig:
     knobs: dict[str, dict[str, Any]] = field(default_factory=dict)
     controller: str | None = None
     toml: str | None = None  # a tuned configuration file `specbench run --config` reads
+    engine: str = SPECBENCH  # the engine its figures were measured in (engines.py)
 
     def key(self) -> str:
-        return json.dumps([self.strategy, self.knobs, self.controller], sort_keys=True, default=str)
+        return json.dumps([self.strategy, self.knobs, self.controller, self.engine], sort_keys=True, default=str)
 
     def command(self) -> str:
         if self.toml:
             return f"specbench run --config {self.toml}"
         sets = [f" --set {m}.{k}={v}" for m, values in sorted(self.knobs.items()) for k, v in sorted(values.items())]
         controller = f" --controller {self.controller}" if self.controller else ""
-        return f"specbench run --strategy {self.strategy}{controller}{''.join(sets)}"
+        engine = f" --engine {self.engine}" if self.engine != SPECBENCH else ""
+        return f"specbench run --strategy {self.strategy}{engine}{controller}{''.join(sets)}"
 
     def as_json(self) -> dict[str, Any]:
-        return {"strategy": self.strategy, "knobs": self.knobs, "controller": self.controller, "toml": self.toml,
-                "command": self.command()}
+        return {"strategy": self.strategy, "engine": self.engine, "knobs": self.knobs, "controller": self.controller,
+                "toml": self.toml, "command": self.command()}
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,10 @@ class Candidate:
     @property
     def strategy(self) -> str:
         return self.config.strategy
+
+    @property
+    def engine(self) -> str:
+        return self.config.engine
 
 
 @dataclass
@@ -159,6 +166,7 @@ def _run_record(path: Path) -> RunRecord:
             rows["speedup"] = paired_speedups(rows)
     if "batch_size" not in rows:
         rows["batch_size"] = int(config.get("batch_size") or 1)
+    rows["engine"] = rows["engine"].fillna(SPECBENCH) if "engine" in rows else SPECBENCH
     return RunRecord(run=run, device=run_device(run), model=str(run.meta.get("model")),
                      temperature=float(config.get("temperature", 0.0)), rows=rows)
 
@@ -194,7 +202,7 @@ def _study(path: Path) -> Study:
         raise SpecbenchError(f"{toml_path}: [knobs] must hold one table per strategy")
     strategy = meta["strategy"]
     return Study(path, meta, StrategyConfig(strategy, _own_knobs(knobs, strategy), toml.get("controller"),
-                                            str(toml_path)))
+                                            str(toml_path), toml.get("engine", SPECBENCH)))
 
 
 READERS: tuple[Callable[[Path, Evidence], None], ...] = (read_runs, read_studies)
@@ -238,9 +246,10 @@ def _own_knobs(knobs: dict[str, dict], strategy: str) -> dict[str, dict]:
     return {m: dict(v) for m, v in knobs.items() if m in members(strategy)}
 
 
-def _config_of(record: RunRecord, strategy: str) -> StrategyConfig:
+def _config_of(record: RunRecord, strategy: str, engine: str = SPECBENCH) -> StrategyConfig:
     own = _own_knobs(record.run.config.get("knobs") or {}, strategy)
-    return StrategyConfig(strategy, own, record.run.config.get("controller") if strategy != BASELINE else None)
+    return StrategyConfig(strategy, own, record.run.config.get("controller") if strategy != BASELINE else None,
+                          engine=engine)
 
 
 def _kv_bytes_per_token(ar_rows: pd.DataFrame) -> float | None:
@@ -292,23 +301,27 @@ def run_candidates(evidence: Evidence, workload: Workload) -> tuple[list[Candida
         rows = record.rows[record.rows["batch_size"] == workload.batch_size]
         rows = rows if workload.task is None else rows[rows["category"] == workload.task]
         rows = rows.assign(prompt_id=record.path + "/" + rows["prompt_id"].astype(str))
-        lossless = []
-        for strategy, part in (rows if len(rows) else record.rows).groupby("strategy", sort=False):
+        lossless: list[tuple[str, str]] = []  # (engine, strategy)
+        for (engine, strategy), part in (rows if len(rows) else record.rows).groupby(["engine", "strategy"],
+                                                                                      sort=False):
             if _mismatched(part):
-                notes.append(f"{record.path}: {strategy} left out: its greedy output differed from ar")
+                notes.append(f"{record.path}: {label(strategy, engine)} left out: its greedy output differed from ar")
             else:
-                lossless.append(str(strategy))
+                lossless.append((str(engine), str(strategy)))
+        # the projection and the load axis model specbench's own engine
+        own = [strategy for engine, strategy in lossless if engine == SPECBENCH]
         if not on_gpu:
-            projected += _projected_candidates(record, workload, rows, lossless, notes)
+            projected += _projected_candidates(record, workload, rows[rows["engine"] == SPECBENCH], own, notes)
             continue
         if not len(rows):  # measured at other batch sizes only: what its load axis models at this one
-            modelled += _modelled_candidates(record, workload, lossless, notes)
+            modelled += _modelled_candidates(record, workload, own, notes)
             continue
-        baselines.setdefault(record.model, []).append(rows[rows["strategy"] == BASELINE])
-        for strategy in lossless:
-            config = _config_of(record, strategy)
+        baselines.setdefault(record.model, []).append(rows[(rows["strategy"] == BASELINE)
+                                                           & (rows["engine"] == SPECBENCH)])
+        for engine, strategy in lossless:
+            config = _config_of(record, strategy, engine)
             pool = pools.setdefault((record.model, config.key()), _Pool(config))
-            pool.frames.append(rows[rows["strategy"] == strategy])
+            pool.frames.append(rows[(rows["strategy"] == strategy) & (rows["engine"] == engine)])
             pool.paths.add(record.path)
             if not record.run.complete:
                 pool.interrupted.add(record.path)

@@ -46,8 +46,11 @@ def assess(candidate: Candidate, workload: Workload, avoid: dict[frozenset[str],
 
 def rank(candidates: list[Candidate], workload: Workload, avoid: dict[frozenset[str], str]) -> list[Assessed]:
     """Best first: recommendable before excluded, then by source, then by speedup; one per strategy."""
+    # for a deployment on one engine, that engine's figures first: vLLM's speedups are not specbench's
     assessed = sorted((assess(c, workload, avoid) for c in candidates),
-                      key=lambda a: (a.excluded is not None, SOURCES.index(a.candidate.source), -a.candidate.speedup))
+                      key=lambda a: (a.excluded is not None,
+                                     workload.engine is not None and a.candidate.engine != workload.engine,
+                                     SOURCES.index(a.candidate.source), -a.candidate.speedup))
     best: dict[str, Assessed] = {}
     for a in assessed:
         best.setdefault(a.candidate.strategy, a)
@@ -60,6 +63,8 @@ def why_lost(loser: Assessed, winner: Candidate) -> str:
     figure = f"{c.source} {speedup_text(c.speedup, c.ci)}"
     if loser.excluded:
         return f"{figure}, but {loser.excluded}"
+    if c.engine != winner.engine:
+        return f"{figure} in {c.engine}; the deployment's engine ({winner.engine}) ranks first"
     if SOURCES.index(c.source) > SOURCES.index(winner.source):
         return f"{figure}; {winner.source} evidence ranks first"
     text = f"{figure}, below {winner.strategy}'s {winner.speedup:.2f}x"

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specbench.engines import SPECBENCH
 from specbench.errors import SpecbenchError
 from specbench.measure.stats import BASELINE
 from specbench.recommend.evidence import (
@@ -39,11 +40,11 @@ class Runner:
     speedup: float | None
     ci: tuple[float, float] | None
     reason: str
+    engine: str = SPECBENCH  # where its figure was measured
 
     def as_json(self) -> dict[str, Any]:
-        return {"strategy": self.strategy, "source": self.source, "expected_speedup": _speedup_json(self.speedup,
-                                                                                                     self.ci),
-                "reason": self.reason}
+        return {"strategy": self.strategy, "engine": self.engine, "source": self.source,
+                "expected_speedup": _speedup_json(self.speedup, self.ci), "reason": self.reason}
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,7 @@ class Recommendation:
     def as_json(self) -> dict[str, Any]:
         return {
             "strategy": self.strategy,
+            "engine": self.config.engine,
             "source": self.source,
             "config": self.config.as_json(),
             "expected_speedup": _speedup_json(self.speedup, self.ci),
@@ -116,7 +118,8 @@ def _speedup_json(speedup: float | None, ci: tuple[float, float] | None) -> dict
 
 def _assessed_json(a: Assessed) -> dict[str, Any]:
     c = a.candidate
-    return {"strategy": c.strategy, "source": c.source, "expected_speedup": _speedup_json(c.speedup, c.ci),
+    return {"strategy": c.strategy, "engine": c.engine, "source": c.source,
+            "expected_speedup": _speedup_json(c.speedup, c.ci),
             "config": c.config.as_json(), "prompts": c.prompts, "rests_on": list(c.rests_on),
             "need_gb": a.need_bytes / 1e9 if a.need_bytes is not None else None, "excluded": a.excluded,
             "note": c.note or None, "incomplete": c.incomplete or None}
@@ -153,7 +156,7 @@ def recommend(workload: Workload, results: Path = Path("results"), evidence: Evi
     winner = usable[0].candidate
     others = sorted((a for a in ranking if a.candidate is not winner), key=lambda a: -a.candidate.speedup)
     alternatives = [Runner(a.candidate.strategy, a.candidate.source, a.candidate.speedup, a.candidate.ci,
-                           why_lost(a, winner)) for a in others[:2]]
+                           why_lost(a, winner), a.candidate.engine) for a in others[:2]]
     planned = planned_strategies(evidence, workload)
     unmeasured = unmeasured_candidates(winner, ranking, prior, planned)
     measure = measure_command([u.strategy for u in unmeasured], winner, workload) if unmeasured else None

@@ -6,6 +6,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from specbench.engines import SPECBENCH, label
 from specbench.recommend.learn import LearnReport
 from specbench.recommend.prior import Step
 from specbench.recommend.rank import speedup_text
@@ -19,7 +20,8 @@ def summary_lines(rec: Recommendation) -> list[str]:
     knobs = ", ".join(f"{m}.{k}={v}" for m, values in sorted(config.knobs.items()) for k, v in sorted(values.items()))
     figure = speedup_text(rec.speedup, rec.ci) if rec.speedup is not None else \
         "none: the prior has no measured figure (measure it with the command below)"
-    lines = [f"recommend: {rec.strategy} ({rec.source})",
+    engine = "" if rec.config.engine == SPECBENCH else f", in {rec.config.engine}"
+    lines = [f"recommend: {rec.strategy} ({rec.source}{engine})",
              f"expected speedup over ar: {figure}",
              f"configuration: {config.toml or knobs or 'defaults'}",
              f"run it: {config.command()}",
@@ -41,8 +43,8 @@ def summary_lines(rec: Recommendation) -> list[str]:
 def alternatives_table(rec: Recommendation, markdown: bool) -> Table | str:
     """The recommendation, its two alternatives and the candidates the evidence leaves out: a rich table on a
     terminal, Markdown when piped."""
-    rows = [(rec.strategy, rec.source, speedup_text(rec.speedup, rec.ci), "recommended")]
-    rows += [(a.strategy, a.source, speedup_text(a.speedup, a.ci), a.reason) for a in rec.alternatives]
+    rows = [(label(rec.strategy, rec.config.engine), rec.source, speedup_text(rec.speedup, rec.ci), "recommended")]
+    rows += [(label(a.strategy, a.engine), a.source, speedup_text(a.speedup, a.ci), a.reason) for a in rec.alternatives]
     rows += [(u.strategy, "unmeasured", "no figure", u.expected) for u in rec.unmeasured]
     headers = ("strategy", "source", "speedup [95% CI]", "why not")
     if markdown:
@@ -65,7 +67,8 @@ def explain_nodes(rec: Recommendation) -> Node:
     if rec.ranking:
         sources = list(dict.fromkeys(path for a in rec.ranking for path in a.candidate.rests_on))
         children.append(("evidence, best first", [
-            (f"{a.candidate.strategy}: {a.candidate.source} {speedup_text(a.candidate.speedup, a.candidate.ci)}"
+            (f"{label(a.candidate.strategy, a.candidate.engine)}: {a.candidate.source} "
+             f"{speedup_text(a.candidate.speedup, a.candidate.ci)}"
              + (f" over {a.candidate.prompts} prompts" if a.candidate.prompts else "")
              + (f", needs {a.need_bytes / 1e9:.2f} GB" if a.need_bytes is not None else "")
              + (f"; {a.excluded}" if a.excluded else "")

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from specbench.engines import SPECBENCH, VLLM
 from specbench.errors import SpecbenchError
 from specbench.hardware import GpuProfile, detect_local_gpu, get_profile, load_profiles
 from specbench.ranges import check_ranges
@@ -36,6 +37,7 @@ class Workload:
     cuda_experience: str | None = None
     score_variance: float | None = None  # variance of the output scores (source article 1's signal)
     model: str | None = None  # None: evidence of any model
+    engine: str | None = None  # the deployment's engine (specbench or vllm): its figures first; None: any
 
     @property
     def ridge_tokens(self) -> float:
@@ -57,7 +59,7 @@ class Workload:
         optional = [("context", self.context_len, "{} tokens"), ("vram used", self.vram_used_gb, "{:g} GB"),
                     ("pcie", self.pcie_gen, "{}.0"), ("bandwidth util", self.bw_util, "{:.0%}"),
                     ("cuda experience", self.cuda_experience, "{}"), ("score variance", self.score_variance, "{:g}"),
-                    ("model", self.model, "{}")]
+                    ("model", self.model, "{}"), ("engine", self.engine, "{}")]
         parts += [f"{label} {fmt.format(value)}" for label, value, fmt in optional if value is not None]
         return ", ".join(parts)
 
@@ -66,7 +68,7 @@ def make_workload(gpu: str | None = None, task: str | None = None, batch_size: i
                   context_len: int | None = None, temperature: float = 0.0, vram_used_gb: float | None = None,
                   pcie: int | None = None, bw_util: float | None = None, cuda_experience: str | None = None,
                   score_variance: float | None = None, model: str | None = None,
-                  profiles: Path | None = None) -> Workload:
+                  profiles: Path | None = None, engine: str | None = None) -> Workload:
     """Check every input and resolve the GPU: the named profile, else the local GPU, else `cpu`.
 
     The task's name is checked later, against the categories the prior and the evidence know.
@@ -76,6 +78,8 @@ def make_workload(gpu: str | None = None, task: str | None = None, batch_size: i
                   "--score-variance": score_variance})
     if cuda_experience is not None and cuda_experience not in CUDA_EXPERIENCE:
         raise SpecbenchError(f"--cuda-experience must be one of {', '.join(CUDA_EXPERIENCE)}, got {cuda_experience!r}")
+    if engine is not None and engine not in (SPECBENCH, VLLM):
+        raise SpecbenchError(f"--engine {engine}: the deployment's engine is {SPECBENCH} or {VLLM}")
     profile, origin = _resolve_gpu(gpu, load_profiles(profiles))
     if vram_used_gb is not None and vram_used_gb > profile.memory_gb:
         raise SpecbenchError(f"--vram-used {vram_used_gb:g} GB exceeds the {profile.memory_gb:g} GB of {profile.name}")
@@ -83,7 +87,7 @@ def make_workload(gpu: str | None = None, task: str | None = None, batch_size: i
                     batch_size=batch_size, context_len=context_len, temperature=temperature,
                     vram_used_gb=vram_used_gb, pcie_gen=pcie if pcie is not None else profile.pcie_gen,
                     bw_util=bw_util, cuda_experience=cuda_experience, score_variance=score_variance,
-                    model=model)
+                    model=model, engine=engine)
 
 
 def _resolve_gpu(name: str | None, known: dict[str, GpuProfile]) -> tuple[GpuProfile, str]:

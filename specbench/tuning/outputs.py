@@ -41,6 +41,10 @@ def tuned_toml(record: dict[str, Any], knobs: dict[str, dict[str, Any]], control
         data["top_k"] = workload.top_k
     if workload.dtype != "auto":
         data["dtype"] = workload.dtype
+    if workload.engine != "specbench":  # measured in vLLM: the config reruns it there
+        data["engine"] = workload.engine
+        if workload.engine_args:
+            data["engine_args"] = workload.engine_args
     data["knobs"] = {name: dict(values) for name, values in knobs.items() if values}
     holdout = record.get("holdout") or {}
     tuned, defaults = ((holdout.get(k) or {}).get("speedup") for k in ("tuned", "defaults"))
