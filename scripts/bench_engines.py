@@ -1,11 +1,12 @@
 """specbench's engine beside vLLM's on the embedded default model: one `--engine both` run.
 
 Every strategy vLLM runs for this target on a CPU (ngram, draft, eagle, dflash: vLLM's V1 model
-runner, the CPU's, refuses dspark; the drafters converted once to vLLM's layouts) decoded by both engines on the same prompts, interleaved and shuffled per
-prompt, each engine's strategies paired with its own `ar`. Per strategy: tokens/s, tau and the
-speedup with its 95% interval in each engine, and the transfer (vLLM's speedup over specbench's);
-then `ar` against `ar` (the ratio issue 19 targets) and the engines' greedy agreement. vLLM runs as
-users start it (its engine core in its own process). Writes results/benchmarks/engines.{json,md}.
+runner, the CPU's, refuses dspark; the drafters converted once to vLLM's layouts) decoded by both
+engines on the same prompts, interleaved and shuffled per prompt, each engine's strategies paired
+with its own `ar`. Per strategy: tokens/s, tau and the speedup with its 95% interval in each engine,
+and the transfer (vLLM's speedup over specbench's); then `ar` against `ar` (the ratio issue 19
+targets) and the engines' greedy agreement. vLLM runs as users start it (its engine core in its own
+process). Writes results/benchmarks/engines.{json,md}.
 
     python scripts/bench_engines.py --limit 16 --max-new-tokens 64
 """
