@@ -86,6 +86,11 @@ def test_a_draining_batch_is_priced_at_the_rows_still_active():
     # a batch that never empties (continuous batching): tau tokens per row per step at 4 rows
     assert modelled(table, DraftShape.measured([0.8, 0.5], [0, 0, 10], 100, "d:1", 2), 4)["speedup"] == \
         pytest.approx(2.2 * 10.4 / 17.4)
+    # a table of batch 4 alone prices fewer rows at its costs
+    four = CostTable(table.key, [r for r in table.target if r["batch"] == 4], table.drafters,
+                     [r for r in table.overhead if r["batch"] == 4])
+    spec = 2 * (13 + 1 + 0.4) + (13 + 3 + 0.4) + (13 + 4 + 0.4)
+    assert modelled(four, shape, 4)["speedup"] == pytest.approx(8 * 10.4 / spec)
     # no drafts: the same steps as plain decoding, the same cost
     assert modelled(table, shape, 4, cap=0)["speedup"] == pytest.approx(1.0)
 

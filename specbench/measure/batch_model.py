@@ -13,8 +13,19 @@ sizes the run measured. Drafters run per sequence, hence B proposals, each price
 draft budget (as cost_model prices it: a drafter that cuts its draft short by confidence has
 computed the budget's block all the same). Plain decoding costs
 T_target(B, 1, c) + T_overhead(B, 1) per step for one token per sequence, so the modelled speedup
-is tau x T_ar(B) / T(B). Tree strategies get the tree mask's costs; the engine verifies them at
-batch 1 only, so above it their figures are modelled, never measured.
+is tau x T_ar(B) / T(B) while every row is busy. Tree strategies get the tree mask's costs; the
+engine verifies them at batch 1 only, so above it their figures are modelled, never measured.
+
+A batch does not stay full: the engine runs static batches, and a sequence leaves when it is done.
+Under speculation sequences finish at different steps (each at its own acceptance), so the batch
+drains: its last steps run a few rows, each priced at T(r) for the r rows still active (the table
+interpolated between its batch sizes), which costs more per row than T(B) / B. Plain decoding's
+sequences finish together unless one stops at an EOS. A sequence's steps and tokens do not depend
+on the batch it runs in (it decodes what it decodes alone), so the run's batch-1 rows give, at any
+B, the steps by active rows of both (`drain`, in groups of B in the run's order), and the modelled
+speedup is the ratio of the two summed costs for the same tokens. A shape without its sequences
+prices a batch that never empties, as a serving engine's continuous batching at a fixed
+concurrency keeps it: the load axis reports that figure beside the drained one.
 
 measure/cost_model.py predicts batch size 1 from the forwards alone, leaving the engine's overhead
 out on purpose (its measured / predicted shows that overhead); this model is the batch axis, and

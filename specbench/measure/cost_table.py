@@ -55,7 +55,7 @@ class CostTable:
         (between the measured batch sizes too: a batch that sequences leave runs at every size below its own)."""
         mask = TREE if tree and tokens > 1 else CHAIN
         sizes = sorted({r["batch"] for r in self.target if r["mask"] == mask})
-        if batch not in sizes and len(sizes) > 1:
+        if batch not in sizes and sizes:  # below the smallest measured batch size: its cost
             return _interpolate(batch, sizes, [self.target_s(tokens, context, b, tree) for b in sizes])
         rows = self._target_rows(int(batch), mask)
         contexts = sorted({r["context"] for r in rows})
@@ -74,7 +74,7 @@ class CostTable:
         """The batched engine's step overhead at `batch` rows and a verify block of `tokens` (interpolated
         between measured batch sizes); 0 where the table has none (a table measured before it was recorded)."""
         sizes = sorted({r["batch"] for r in self.overhead})
-        if batch not in sizes and len(sizes) > 1:
+        if batch not in sizes and sizes:
             return _interpolate(batch, sizes, [self.overhead_s(tokens, b) for b in sizes])
         line = sorted((r["tokens"], r["median_s"]) for r in self.overhead if r["batch"] == batch)
         return _interpolate(tokens, [t for t, _ in line], [s for _, s in line]) if line else 0.0
