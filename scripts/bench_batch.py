@@ -105,10 +105,17 @@ def markdown(figures: dict, report) -> str:
         lines += [f"**The machine was noisy** ({'; '.join(noise['reasons'])}): rerun on a quiet machine.", ""]
     for title, frame in batch_frames(report.results, load).items():
         lines.append(render_frame(frame, f"## {title}", markdown=True))
-    lines += ["## Measured / modelled", "", "| strategy | batch | measured | modelled | measured / modelled |",
-              "|---|---|---|---|---|"]
+    lines += ["## Measured / modelled", "",
+              "Rows: the mean sequences still active per batched step (measured; modelled from the sequences' "
+              "step counts at batch 1). Continuous: the modelled speedup of a batch refilled from the queue "
+              "(a fixed concurrency), which this engine does not run.", "",
+              "| strategy | batch | measured | modelled | measured / modelled | rows | modelled rows | continuous |",
+              "|---|---|---|---|---|---|---|---|"]
     lines += [f"| {p['strategy']} | {p['batch_size']} | {p['measured_speedup']:.2f}x | {p['modelled_speedup']:.2f}x | "
-              f"{p['measured_over_modelled']:.2f} |" for p in figures["measured_beside_modelled"]]
+              f"{p['measured_over_modelled']:.2f} | {p['measured_rows']:.1f} | {p['modelled_rows']:.1f} | "
+              f"{p['continuous_speedup']:.2f}x |" for p in figures["measured_beside_modelled"]]
+    within = sum(abs(p["measured_over_modelled"] - 1) <= 0.15 for p in figures["measured_beside_modelled"])
+    lines += ["", f"Within 15%: {within} of {len(figures['measured_beside_modelled'])} cells.", ""]
     lines += ["", "## Where speculation stops paying on a GPU (modelled: roofline projection of the measured shape)",
               "", "| strategy | " + " | ".join(GPUS) + " |", "|---|" + "---|" * len(GPUS)]
     for name, by_gpu in figures["gpu_crossover_modelled"].items():

@@ -9,6 +9,7 @@ batch size). Costs come from the stored cost table (`specbench costs`); a drafte
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -25,15 +26,20 @@ from specbench.strategies.registry import vllm_method
 
 NO_TABLE = ("no cost table for this model and device: `specbench costs` measures one, and the modelled "
             "speedup at each batch size comes from it")
-MODEL_KEYS = ("speedup", "tokens_per_s", "tau", "block", "step_s", "verify_s", "draft_s", "overhead_s", "ar_step_s")
+MODEL_KEYS = ("speedup", "tokens_per_s", "tau", "rows", "block", "step_s", "verify_s", "draft_s", "overhead_s",
+              "ar_step_s")
 
 
 def draft_shape(strategy: Strategy, rows: pd.DataFrame, result: dict[str, Any]) -> DraftShape:
-    """What the rows of one strategy at one batch size measured, independent of the batch size."""
+    """What the rows of one strategy at one batch size measured, independent of the batch size: a
+    sequence's steps and tokens are too (each decodes what it decodes alone), in the order the run
+    batches them (turn by turn, in suite order)."""
     context = float((rows.prompt_tokens + rows.new_tokens / 2).mean())
     steps_by_drafted = position_sums(rows.steps_by_drafted)
+    ordered = rows.sort_values(["turn", "repeat"], kind="stable")
     return DraftShape.measured(result["acceptance_by_position"], steps_by_drafted, context, drafter_key(strategy),
-                               rows.budget.sum() / rows.steps.sum(), strategy.tree)
+                               rows.budget.sum() / rows.steps.sum(), strategy.tree,
+                               list(zip(ordered.steps, ordered.new_tokens)))
 
 
 def load_axis(target, strategies: list[Strategy], rows: pd.DataFrame, summary: list[dict[str, Any]],
@@ -52,11 +58,15 @@ def load_axis(target, strategies: list[Strategy], rows: pd.DataFrame, summary: l
         part = rows[(rows.strategy == strategy.name) & (rows.batch_size == first)]
         shape = draft_shape(strategy, part, measured[first])
         sweep = [modelled(table, shape, b) for b in sizes]
+        full = replace(shape, sequences=())
         for point in sweep:
             result = measured.get(point["batch_size"])
             if result is not None:
                 result["modelled"] = {k: point[k] for k in MODEL_KEYS}
-            points.append(point_row(strategy.name, point, result))
+            points.append({**point_row(strategy.name, point, result),
+                           "continuous_speedup": modelled(table, full, point["batch_size"])["speedup"],
+                           "measured_rows": active_rows(rows[(rows.strategy == strategy.name)
+                                                             & (rows.batch_size == point["batch_size"])])})
         measured_points = [{"batch_size": b, "speedup": r["speedup"]} for b, r in sorted(measured.items())]
         stops[strategy.name] = {"measured": stops_paying(measured_points), "modelled": stops_paying(sweep),
                                 "measured_up_to": max(measured), "modelled_up_to": sizes[-1]}
@@ -72,4 +82,14 @@ def point_row(strategy: str, point: dict[str, Any], measured: dict[str, Any] | N
     speedup = measured.get("speedup") if measured else None
     return {"strategy": strategy, "batch_size": point["batch_size"], "modelled_speedup": point["speedup"],
             "measured_speedup": speedup, "measured_over_modelled": speedup / point["speedup"] if speedup else None,
-            "modelled_tokens_per_s": point["tokens_per_s"], "block": point["block"]}
+            "modelled_tokens_per_s": point["tokens_per_s"], "block": point["block"], "modelled_rows": point["rows"]}
+
+
+def active_rows(rows: pd.DataFrame) -> float | None:
+    """The mean sequences active per batched step the rows of one batch size ran (None: it did not run):
+    a sequence is active in each of its steps, and each of a batch's `batch_rows` rows holds its steps."""
+    if rows.empty:
+        return None
+    if int(rows.batch_size.iloc[0]) == 1:
+        return 1.0
+    return float(rows.steps.sum() / (rows.batch_steps / rows.batch_rows).sum())

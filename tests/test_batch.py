@@ -4,6 +4,7 @@ exactly from the target (temperature > 0), and trees are refused."""
 from __future__ import annotations
 
 import random
+from collections import Counter
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ from specbench.engine.decode import generate
 from specbench.engine.sampling import Sampling, seeded
 from specbench.engine.tree import DraftTree
 from specbench.errors import SpecbenchError
+from specbench.measure.batch_model import drain
 from specbench.models import DEFAULT_DIR, encode_turns, load_target
 from specbench.strategies.build import build_strategy
 from specbench.strategies.controllers import FixedController
@@ -55,6 +57,19 @@ def assert_same(batched, singles) -> None:
         assert got.accept_by_position == want.accept_by_position
 
 
+def assert_trace(batched, singles) -> None:
+    """The per-step trace: the rows active never above the batch nor growing, at each step the sequences
+    with steps left (the load axis's drain of their step counts), and its committed tokens the output's."""
+    rows = batched.step_rows
+    assert len(rows) == len(batched.step_tokens) == len(batched.block_lengths) == batched.steps
+    assert rows[0] <= len(singles) and all(a >= b for a, b in zip(rows, rows[1:]))
+    assert rows == [sum(s.steps > k for s in singles) for k in range(batched.steps)]
+    assert Counter(rows) == drain([s.steps for s in singles], len(singles)) and sum(rows) == batched.rows
+    assert sum(batched.step_tokens) == sum(len(s.tokens) for s in singles)
+    assert all(rows <= tokens <= rows * block for rows, tokens, block in zip(rows, batched.step_tokens,
+                                                                             batched.block_lengths))
+
+
 def oracle_chain(model, rng: random.Random, vocab: int, depth: int = 5):
     """The target's true continuation, corrupted at a random position: acceptance differs per step and sequence."""
 
@@ -82,6 +97,7 @@ def test_ragged_batch_matches_batch_one(shape):
         batched = together(target.model, prompts, limits, eos, drafter)
         assert singles[2].stop_reason == "eos" and len(singles[2].tokens) <= 6
         assert_same(batched, singles)
+        assert_trace(batched, singles)
         assert batched.steps == max(s.steps for s in singles)
     assert len({tuple(s.accept_by_position) for s in singles}) > 1  # ragged: sequences accepted differently
 
@@ -125,6 +141,7 @@ def test_every_chain_strategy_on_the_default_model(default_target, name):
     batched = together(default_target.model, prompts, limits, eos, make)
     assert singles[1].stop_reason == "eos"
     assert_same(batched, singles)
+    assert_trace(batched, singles)
     if name != "ar":
         assert len({s.steps for s in singles}) > 1  # sequences needed different numbers of steps
 

@@ -12,6 +12,7 @@ from specbench.config import load_config_file, resolve
 from specbench.draft_schedule import cap_at, schedule_entry, schedule_toml, vllm_config
 from specbench.errors import SpecbenchError
 from specbench.hardware import BUILTIN_PROFILES
+from specbench.measure import batch_model
 from specbench.measure.batch_model import DraftShape, best_caps, expected_block, modelled, stops_paying, sweep, tau
 from specbench.measure.costs import CostTable
 from specbench.projection import WorkloadShape, by_batch, project
@@ -64,6 +65,35 @@ def test_modelled_speedup_by_hand():
     # context 200 interpolates halfway between the two measured contexts
     wide = modelled(table, DraftShape.measured([0.8, 0.5], [0, 0, 10], 200, "d:1", 2), 1)
     assert wide["verify_s"] == pytest.approx(20 * MS)
+
+
+def test_a_draining_batch_is_priced_at_the_rows_still_active():
+    # four sequences of 4, 2, 2 and 1 steps in one batch of 4: 1 step at 4 rows, 1 at 3, 2 at 1
+    assert batch_model.drain([4, 2, 2, 1], 4) == {4: 1, 3: 1, 1: 2}
+    assert batch_model.drain([4, 2, 2, 1], 2) == {2: 3, 1: 3}  # two batches: [4, 2] and [2, 1]
+    assert batch_model.drain([3, 3], 4) == {2: 3}  # a short one
+    # plain decoding runs their 8, 4, 4 and 2 tokens: 2 steps at 4 rows, 2 at 3, 4 at 1
+    shape = DraftShape.measured([0.8, 0.5], [0, 0, 10], 100, "d:1", 2, sequences=[(4, 8), (2, 4), (2, 4), (1, 2)])
+    table = hand_table()
+    # a step at r rows: verify 3 tokens (10 ms at batch 1; 13 at batch 4, halfway from 2 tokens' 10 to 4
+    # tokens' 16; 12 at r = 3, two thirds of the way from batch 1 to 4), r proposals of 1 ms and 0.1 r ms
+    # of overhead; plain decoding 10 + 0.1 r ms
+    spec = 2 * (10 + 1 + 0.1) + (12 + 3 + 0.3) + (13 + 4 + 0.4)
+    ar = 4 * 10.1 + 2 * 10.3 + 2 * 10.4
+    point = modelled(table, shape, 4)
+    assert point["speedup"] == pytest.approx(ar / spec)
+    assert point["tokens_per_s"] == pytest.approx(18 / (spec * MS))
+    assert point["rows"] == pytest.approx(9 / 4) and point["ar_step_s"] == pytest.approx(ar / 8 * MS)
+    # a batch that never empties (continuous batching): tau tokens per row per step at 4 rows
+    assert modelled(table, DraftShape.measured([0.8, 0.5], [0, 0, 10], 100, "d:1", 2), 4)["speedup"] == \
+        pytest.approx(2.2 * 10.4 / 17.4)
+    # a table of batch 4 alone prices fewer rows at its costs
+    four = CostTable(table.key, [r for r in table.target if r["batch"] == 4], table.drafters,
+                     [r for r in table.overhead if r["batch"] == 4])
+    spec = 2 * (13 + 1 + 0.4) + (13 + 3 + 0.4) + (13 + 4 + 0.4)
+    assert modelled(four, shape, 4)["speedup"] == pytest.approx(8 * 10.4 / spec)
+    # no drafts: the same steps as plain decoding, the same cost
+    assert modelled(table, shape, 4, cap=0)["speedup"] == pytest.approx(1.0)
 
 
 def test_best_draft_tokens_per_batch_size():

@@ -52,6 +52,8 @@ class BatchGeneration:
     prefill_s: float = 0.0
     wall_s: float = 0.0
     block_lengths: list[int] = field(default_factory=list)  # the verify block length of each step
+    step_rows: list[int] = field(default_factory=list)  # per step: the sequences still in the batch
+    step_tokens: list[int] = field(default_factory=list)  # per step: the tokens it committed over those rows
     step_times: list[tuple[float, float, float]] = field(default_factory=list)  # per step: draft, verify, other s
 
     @property
@@ -168,11 +170,12 @@ def generate_batch(target, prompts: Sequence[list[int]], max_new_tokens: int | S
                  for row, (i, tree) in enumerate(zip(active, trees))]
         kept = torch.tensor([len(path) + 1 for path, _ in paths], device=device)
         lengths = compact(cache, lengths, cached, kept)
-        staying = []
+        staying, step_tokens = [], 0
         for row, (i, tree, budget, (path, bonus)) in enumerate(zip(active, trees, budgets, paths)):
             gen = result.sequences[i]
             new, eos = commit(tree, path, bonus, limits[i] - len(gen.tokens), eos_ids)
             gen.tokens.extend(new)
+            step_tokens += len(new)
             gen.record(tree, len(path), budget)
             committed[i] = torch.cat([committed[i], torch.tensor(new, dtype=torch.long, device=device)])
             if drafters:
@@ -193,6 +196,8 @@ def generate_batch(target, prompts: Sequence[list[int]], max_new_tokens: int | S
         result.rows += len(active)
         result.verified += len(active) * logits.shape[1]
         result.block_lengths.append(logits.shape[1])
+        result.step_rows.append(len(active))
+        result.step_tokens.append(step_tokens)
         result.step_times.append((t1 - t0, t2 - t1, t3 - t2))
         if len(staying) < len(active):
             keep = torch.tensor(staying, dtype=torch.long, device=device)

@@ -13,8 +13,19 @@ sizes the run measured. Drafters run per sequence, hence B proposals, each price
 draft budget (as cost_model prices it: a drafter that cuts its draft short by confidence has
 computed the budget's block all the same). Plain decoding costs
 T_target(B, 1, c) + T_overhead(B, 1) per step for one token per sequence, so the modelled speedup
-is tau x T_ar(B) / T(B). Tree strategies get the tree mask's costs; the engine verifies them at
-batch 1 only, so above it their figures are modelled, never measured.
+is tau x T_ar(B) / T(B) while every row is busy. Tree strategies get the tree mask's costs; the
+engine verifies them at batch 1 only, so above it their figures are modelled, never measured.
+
+A batch does not stay full: the engine runs static batches, and a sequence leaves when it is done.
+Under speculation sequences finish at different steps (each at its own acceptance), so the batch
+drains: its last steps run a few rows, each priced at T(r) for the r rows still active (the table
+interpolated between its batch sizes), which costs more per row than T(B) / B. Plain decoding's
+sequences finish together unless one stops at an EOS. A sequence's steps and tokens do not depend
+on the batch it runs in (it decodes what it decodes alone), so the run's batch-1 rows give, at any
+B, the steps by active rows of both (`drain`, in groups of B in the run's order), and the modelled
+speedup is the ratio of the two summed costs for the same tokens. A shape without its sequences
+prices a batch that never empties, as a serving engine's continuous batching at a fixed
+concurrency keeps it: the load axis reports that figure beside the drained one.
 
 measure/cost_model.py predicts batch size 1 from the forwards alone, leaving the engine's overhead
 out on purpose (its measured / predicted shows that overhead); this model is the batch axis, and
@@ -48,15 +59,18 @@ class DraftShape:
     drafter: str | None  # the drafter's key in the cost table; None for plain decoding
     budget: float  # the controller's mean draft budget per step: what a proposal's cost depends on
     tree: bool = False  # verified as a token tree
+    # per sequence, in the run's order: (its steps, its tokens); () prices a batch that never empties
+    sequences: tuple[tuple[int, int], ...] = ()
 
     @classmethod
     def measured(cls, acceptance: Sequence[float], steps_by_drafted: Sequence[float], context: float,
-                 drafter: str | None, budget: float, tree: bool = False) -> DraftShape:
+                 drafter: str | None, budget: float, tree: bool = False,
+                 sequences: Sequence[tuple[int, int]] = ()) -> DraftShape:
         counts = np.asarray(steps_by_drafted, dtype=float)
         if counts.sum() <= 0:
             raise SpecbenchError("a draft shape needs at least one measured step")
         return cls(tuple(float(a) for a in acceptance), tuple(counts / counts.sum()), float(context), drafter,
-                   float(budget), tree)
+                   float(budget), tree, tuple((int(n), int(t)) for n, t in sequences))
 
     @property
     def max_drafted(self) -> int:
@@ -97,13 +111,51 @@ def step_cost(table: CostTable, shape: DraftShape, batch: int, cap: int | None =
             "step_s": verify + draft + overhead}
 
 
-def modelled(table: CostTable, shape: DraftShape, batch: int, cap: int | None = None) -> dict[str, Any]:
-    """The modelled speedup over plain decoding at `batch`, tokens/s of the batch, and the step split."""
-    step = step_cost(table, shape, batch, cap)
-    ar = table.target_s(1, shape.context, batch) + table.overhead_s(1, batch)
+def drain(lengths: Sequence[int], batch: int) -> dict[int, int]:
+    """{r: batched steps run with r sequences active} when consecutive groups of `batch` sequences, of
+    these step counts, run as the engine's static batches: a finished sequence leaves, none joins."""
+    occupancy: dict[int, int] = {}
+    for start in range(0, len(lengths), batch):
+        group = sorted(lengths[start:start + batch], reverse=True) + [0]
+        for rows in range(1, len(group)):
+            if group[rows - 1] > group[rows]:
+                occupancy[rows] = occupancy.get(rows, 0) + group[rows - 1] - group[rows]
+    return occupancy
+
+
+def occupancies(shape: DraftShape, batch: int, cap: int | None) -> tuple[dict[int, float], dict[int, float], float]:
+    """The steps by active rows of the strategy and of plain decoding, and the tokens they commit.
+
+    With the run's sequences: their step counts drained in groups of `batch` (the rows still active
+    shrink as sequences finish at different steps; plain decoding's steps are the tokens). Under a cap
+    a sequence's steps scale by tau / tau(cap). Without sequences: one step of a full batch, committing
+    tau per row, against tau steps of plain decoding (continuous batching at a fixed concurrency)."""
     committed = tau(shape, cap) if shape.drafter else 1.0
-    return {"batch_size": batch, "modelled": True, "tau": committed, **step, "ar_step_s": ar,
-            "tokens_per_s": batch * committed / step["step_s"], "speedup": committed * ar / step["step_s"]}
+    if not shape.sequences:
+        return {batch: 1.0}, {batch: committed}, batch * committed
+    tokens = [t for _, t in shape.sequences]
+    if shape.drafter and cap != 0:
+        scale = tau(shape) / committed
+        steps = [min(t, max(1, round(n * scale))) for n, t in shape.sequences]
+    else:
+        steps = tokens
+    return ({r: float(n) for r, n in drain(steps, batch).items()},
+            {r: float(n) for r, n in drain(tokens, batch).items()}, float(sum(tokens)))
+
+
+def modelled(table: CostTable, shape: DraftShape, batch: int, cap: int | None = None) -> dict[str, Any]:
+    """The modelled speedup over plain decoding at `batch`, tokens/s of the batch, and the mean step's
+    split: every step priced at the rows still active in it (and their padded block)."""
+    spec, plain, tokens = occupancies(shape, batch, cap)
+    steps = {rows: step_cost(table, shape, rows, cap) for rows in spec}
+    spec_s = sum(n * steps[rows]["step_s"] for rows, n in spec.items())
+    ar_s = sum(n * (table.target_s(1, shape.context, rows) + table.overhead_s(1, rows)) for rows, n in plain.items())
+    count, ar_count = sum(spec.values()), sum(plain.values())
+    mean = {key: sum(n * steps[rows][key] for rows, n in spec.items()) / count
+            for key in ("block", "verify_s", "draft_s", "overhead_s", "step_s")}
+    return {"batch_size": batch, "modelled": True, "tau": tau(shape, cap) if shape.drafter else 1.0, **mean,
+            "rows": sum(rows * n for rows, n in spec.items()) / count, "ar_step_s": ar_s / ar_count,
+            "tokens_per_s": tokens / spec_s, "speedup": ar_s / spec_s}
 
 
 def sweep(table: CostTable, shape: DraftShape, batch_sizes: Sequence[int] | None = None,

@@ -54,9 +54,14 @@ class CostTable:
     def batch_sizes(self) -> list[int]:
         return sorted({r["batch"] for r in self.target})
 
-    def target_s(self, tokens: float, context: float, batch: int = 1, tree: bool = False) -> float:
-        """Seconds of one verify forward of `tokens` positions at `context`, interpolated over the grid."""
-        rows = self._target_rows(batch, TREE if tree and tokens > 1 else CHAIN)
+    def target_s(self, tokens: float, context: float, batch: float = 1, tree: bool = False) -> float:
+        """Seconds of one verify forward of `tokens` positions at `context`, interpolated over the grid
+        (between the measured batch sizes too: a batch that sequences leave runs at every size below its own)."""
+        mask = TREE if tree and tokens > 1 else CHAIN
+        sizes = sorted({r["batch"] for r in self.target if r["mask"] == mask})
+        if batch not in sizes and sizes:  # below the smallest measured batch size: its cost
+            return _interpolate(batch, sizes, [self.target_s(tokens, context, b, tree) for b in sizes])
+        rows = self._target_rows(int(batch), mask)
         contexts = sorted({r["context"] for r in rows})
         at_context = []
         for c in contexts:
@@ -69,9 +74,12 @@ class CostTable:
         line = sorted((r["budget"], r["median_s"]) for r in self.drafters[key])
         return _interpolate(budget, [b for b, _ in line], [s for _, s in line])
 
-    def overhead_s(self, tokens: float, batch: int) -> float:
-        """The batched engine's step overhead at `batch` rows and a verify block of `tokens`; 0 where
-        the table has none (a table measured before it was recorded)."""
+    def overhead_s(self, tokens: float, batch: float) -> float:
+        """The batched engine's step overhead at `batch` rows and a verify block of `tokens` (interpolated
+        between measured batch sizes); 0 where the table has none (a table measured before it was recorded)."""
+        sizes = sorted({r["batch"] for r in self.overhead})
+        if batch not in sizes and sizes:
+            return _interpolate(batch, sizes, [self.overhead_s(tokens, b) for b in sizes])
         line = sorted((r["tokens"], r["median_s"]) for r in self.overhead if r["batch"] == batch)
         return _interpolate(tokens, [t for t, _ in line], [s for _, s in line]) if line else 0.0
 
