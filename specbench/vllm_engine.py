@@ -15,11 +15,12 @@ import contextlib
 import dataclasses
 import inspect
 import math
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from specbench.engine.decode import Generation
 from specbench.engine.sampling import Sampling
@@ -33,9 +34,7 @@ from specbench.strategies.spec import StrategySpec
 DRAFTS, DRAFT_TOKENS, ACCEPTED, PER_POSITION = (f"vllm:spec_decode_num_{n}" for n in (
     "drafts", "draft_tokens", "accepted_tokens", "accepted_tokens_per_pos"))
 DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
-PARALLEL = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
-# on a CPU, vLLM reserves 4 GiB of KV cache per engine unless told: a run holds one engine per strategy
-CPU_KV_CACHE_GIB = "1"
+CPU_KV_CACHE_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -92,8 +91,8 @@ def engine_kwargs(model_dir: str, dtype: str, seed: int, engine_args: dict[str, 
         raise SpecbenchError(f"--engine-args: vLLM has no engine argument {', '.join(unknown)}")
     defaults = {"model": model_dir, "dtype": DTYPES.get(dtype, "auto"), "seed": seed, "enforce_eager": True,
                 "disable_log_stats": False}
-    if all(engine_args.get(k, 1) == 1 for k in PARALLEL):  # one device: its worker runs in the engine's process
-        defaults["distributed_executor_backend"] = "uni"
+    if not torch.cuda.is_available():  # vLLM's CPU backend would reserve 4 GiB per engine: a run holds several
+        defaults["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES
     return {**defaults, **engine_args}
 
 
@@ -116,7 +115,6 @@ class VllmEngine:
             raise SpecbenchError(f"vLLM refused {strategy.name}: {_reason(exc)}") from None
 
     def start(self, strategy: VllmStrategy) -> VllmRunner:
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", CPU_KV_CACHE_GIB)
         from vllm import LLM
 
         started = time.perf_counter()

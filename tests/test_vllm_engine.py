@@ -29,13 +29,14 @@ pytestmark = [pytest.mark.vllm, pytest.mark.usefixtures("vllm_installed")]
 # everything vLLM runs for this target on a CPU: vLLM's V1 model runner (the CPU's, without Triton) has no dspark
 STRATEGIES = ["ngram", "draft", "eagle", "dflash"]
 runner = CliRunner()
+SMALL_KV_CACHE = {"kv_cache_memory_bytes": 64 << 20}  # 10k tokens of the embedded model: engines share 24 GB
 
 
 @pytest.fixture(scope="module")
 def both(tmp_path_factory):
     out = tmp_path_factory.mktemp("both")
     config = RunConfig(strategies=STRATEGIES, engine="both", limit=2, max_new_tokens=24, warmup=0,
-                       cost_model=False, out=str(out))
+                       cost_model=False, out=str(out), engine_args=SMALL_KV_CACHE)
     bench = prepare(config.validate())
     try:
         run = RunDir.create(config.out, bench.config, bench.target.name, bench.suite.name,
@@ -153,6 +154,7 @@ def test_tune_on_vllm_writes_a_speculative_config_vllm_accepts(tmp_path):
     from vllm import LLM
 
     result = runner.invoke(app, ["tune", "--engine", "vllm", "--strategy", "ngram", "--trials", "2", "--limit", "3",
+                                 "--engine-args", json.dumps(SMALL_KV_CACHE),
                                  "--max-new-tokens", "16", "--out", str(tmp_path), "--json"])
     assert result.exit_code == 0, result.output
     record = json.loads(result.stdout)
@@ -162,5 +164,5 @@ def test_tune_on_vllm_writes_a_speculative_config_vllm_accepts(tmp_path):
     assert config["num_speculative_tokens"] == record["knobs"]["ngram"].get("num_pred_tokens", 8)
     assert "controller" not in record["best_params"]  # vLLM drafts a fixed length: the controller is not searched
     llm = LLM(model=str(Path(__file__).resolve().parents[1] / "specbench/assets/default/target"), dtype="float32",
-              enforce_eager=True, max_model_len=512, speculative_config=config)
+              enforce_eager=True, max_model_len=512, speculative_config=config, **SMALL_KV_CACHE)
     llm.llm_engine.engine_core.shutdown()
