@@ -145,8 +145,8 @@ def check_vllm(config: RunConfig, specs: list[StrategySpec], sources: dict[str, 
     from specbench import vllm_engine
 
     strategies = [vllm_engine.translate(s, config.knobs, config.controller, sources) for s in specs]
-    return strategies, vllm_engine.engine_kwargs(model_path(config.model), config.dtype, config.seed,
-                                                 config.engine_args)
+    dtype = resolve_dtype(config.dtype, resolve_device(config.device))  # the same as specbench's target
+    return strategies, vllm_engine.engine_kwargs(model_path(config.model), dtype, config.seed, config.engine_args)
 
 
 def start_vllm(bench: Bench, vllm: VllmPlan, sources: dict[str, DrafterSource]) -> None:

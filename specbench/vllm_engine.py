@@ -33,7 +33,6 @@ from specbench.strategies.spec import StrategySpec
 
 DRAFTS, DRAFT_TOKENS, ACCEPTED, PER_POSITION = (f"vllm:spec_decode_num_{n}" for n in (
     "drafts", "draft_tokens", "accepted_tokens", "accepted_tokens_per_pos"))
-DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
 CPU_KV_CACHE_BYTES = 1 << 30
 
 
@@ -81,7 +80,7 @@ def with_drafter(strategy: VllmStrategy, sources: dict[str, DrafterSource], targ
     return dataclasses.replace(strategy, speculative_config={**config, "model": str(model)})
 
 
-def engine_kwargs(model_dir: str, dtype: str, seed: int, engine_args: dict[str, Any]) -> dict[str, Any]:
+def engine_kwargs(model_dir: str, dtype: torch.dtype, seed: int, engine_args: dict[str, Any]) -> dict[str, Any]:
     """vLLM's engine arguments: specbench's defaults under the user's `--engine-args`."""
     from vllm.engine.arg_utils import EngineArgs
 
@@ -89,7 +88,11 @@ def engine_kwargs(model_dir: str, dtype: str, seed: int, engine_args: dict[str, 
     unknown = sorted(set(engine_args) - known)
     if unknown:
         raise SpecbenchError(f"--engine-args: vLLM has no engine argument {', '.join(unknown)}")
-    defaults = {"model": model_dir, "dtype": DTYPES.get(dtype, "auto"), "seed": seed, "enforce_eager": True,
+    owned = sorted(set(engine_args) & {"model", "speculative_config", "seed", "dtype"})
+    if owned:
+        raise SpecbenchError(f"--engine-args: {', '.join(owned)} come from the run (--model, --strategy and its knobs, "
+                             "--seed, --dtype); set them there")
+    defaults = {"model": model_dir, "dtype": str(dtype).removeprefix("torch."), "seed": seed, "enforce_eager": True,
                 "disable_log_stats": False}
     if not torch.cuda.is_available():  # vLLM's CPU backend would reserve 4 GiB per engine: a run holds several
         defaults["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES

@@ -130,6 +130,7 @@ BAD = [
     (["--engine", "vllm", "--engine-args", "[1, 2]"], "--engine-args must be a JSON object"),
     (["--engine", "vllm", "--engine-args", '{"no_such_argument": 1}'], "vLLM has no engine argument no_such_argument"),
     (["--engine-args", '{"max_model_len": 512}'], "they need --engine vllm or both"),
+    (["--engine", "vllm", "--engine-args", '{"speculative_config": {}}'], "speculative_config come from the run"),
     (["--engine", "vllm", "--batch-size", "4"], "measures batch size 1 only"),
     (["--engine", "vllm", "--strategy", "dspark"], "vLLM refused dspark: Model Runner V1 does not support"),
 ]
