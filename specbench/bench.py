@@ -416,6 +416,7 @@ def run_benchmark(config: RunConfig, progress: Progress | None = None, resume: s
     and `Interrupted` (a KeyboardInterrupt naming the run directory) propagates. `on_estimate`
     hears, after the warm-up, how long the measured part should take.
     """
+    started = time.perf_counter()  # the start-up a user waits for: loading and the warm-up (nothing is compiled)
     if resume is not None:
         run, config = RunDir.resume(resume)
         bench = prepare(config)
@@ -440,7 +441,8 @@ def run_benchmark(config: RunConfig, progress: Progress | None = None, resume: s
         generations = sum(len(item.turns) for item in prompts) * config.repeats
         on_estimate({"seconds": per_prompt * generations, "prompts": len(prompts), "strategies": len(bench.strategies),
                      "load": noise.load_before, "cpus": noise.cpus, "busy": noise.busy_before(),
-                     "skipped": list(bench.skipped), "context": context_limit(bench.target)})
+                     "skipped": list(bench.skipped), "context": context_limit(bench.target),
+                     "startup_s": time.perf_counter() - started})
     costs = cost_inputs(bench) if config.cost_model else None
     noise.restart()
     complete = False
