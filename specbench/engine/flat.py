@@ -100,11 +100,17 @@ def fuse(*linears: torch.nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
     return weight, bias
 
 
+def qk_weight(q_norm: torch.nn.Module, k_norm: torch.nn.Module, heads: int, kv_heads: int) -> torch.Tensor:
+    """(heads + kv_heads, head_dim): q's norm weight per query head, then k's per key head."""
+    return torch.stack([q_norm.weight] * heads + [k_norm.weight] * kv_heads)
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     dtype = x.dtype
-    x = x.to(torch.float32)
+    if dtype != torch.float32:
+        x = x.to(torch.float32)
     x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * x.to(dtype)
+    return weight * (x if dtype == torch.float32 else x.to(dtype))
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -139,11 +145,10 @@ class FlatLM:
     def _layer(layer: torch.nn.Module) -> dict:
         attn, mlp = layer.self_attn, layer.mlp
         q_norm, k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
+        heads, kv_heads = attn.config.num_attention_heads, attn.config.num_key_value_heads
         return {"ln1": layer.input_layernorm.weight, "ln2": layer.post_attention_layernorm.weight,
                 "qkv": fuse(attn.q_proj, attn.k_proj, attn.v_proj), "o": (attn.o_proj.weight, attn.o_proj.bias),
-                "split": (attn.q_proj.out_features, attn.k_proj.out_features, attn.v_proj.out_features),
-                "q_norm": None if q_norm is None else q_norm.weight,
-                "k_norm": None if k_norm is None else k_norm.weight,
+                "qk_norm": None if q_norm is None else qk_weight(q_norm, k_norm, heads, kv_heads),
                 "gate_up": fuse(mlp.gate_proj, mlp.up_proj)[0], "down": mlp.down_proj.weight}
 
     def new_cache(self) -> StaticKV:
@@ -152,12 +157,13 @@ class FlatLM:
     def _attention(self, x: torch.Tensor, w: dict, index: int, cache: StaticKV, cos: torch.Tensor,
                    sin: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         batch, new, _ = x.shape
-        q, k, v = (part.view(batch, new, -1, self.head_dim) for part in F.linear(x, *w["qkv"]).split(w["split"], -1))
-        if w["q_norm"] is not None:
-            q, k = rms_norm(q, w["q_norm"], self.eps), rms_norm(k, w["k_norm"], self.eps)
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
+        qkv = F.linear(x, *w["qkv"]).view(batch, new, -1, self.head_dim)
+        qk, v = qkv[:, :, :self.heads + self.kv_heads], qkv[:, :, self.heads + self.kv_heads:]
+        if w["qk_norm"] is not None:  # one norm for q's heads and k's (each head normed on its own)
+            qk = rms_norm(qk, w["qk_norm"], self.eps)
+        qk = qk.transpose(1, 2)
+        qk = qk * cos + rotate_half(qk) * sin
+        q, k, v = qk[:, :self.heads], qk[:, self.heads:], v.transpose(1, 2)
         keys, values = cache.write(index, k, v)
         groups = self.heads // self.kv_heads
         if mask is None and groups > 1:  # as transformers' sdpa: GQA in the kernel only without a mask
