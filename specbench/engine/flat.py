@@ -106,11 +106,15 @@ def qk_weight(q_norm: torch.nn.Module, k_norm: torch.nn.Module, heads: int, kv_h
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """transformers' RMSNorm; in float32 torch's fused kernel, which gives the same values in one call."""
+    if x.dtype == torch.float32 and weight.dtype == torch.float32:
+        if weight.dim() == 1:
+            return F.rms_norm(x, weight.shape, weight, eps)
+        return weight * F.rms_norm(x, weight.shape[-1:], None, eps)  # a weight per head
     dtype = x.dtype
-    if dtype != torch.float32:
-        x = x.to(torch.float32)
+    x = x.to(torch.float32)
     x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * (x if dtype == torch.float32 else x.to(dtype))
+    return weight * x.to(dtype)
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
