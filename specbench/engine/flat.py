@@ -3,10 +3,11 @@ preallocated KV cache, instead of transformers' modules over a DynamicCache.
 
 On a small model, transformers' per-call machinery (kwargs plumbing, mask construction, output
 capture, a module call per norm and projection) and the DynamicCache's concatenation of every
-layer's keys at every step cost more than the matrix products. Here a forward is the same tensor
-operations, in the same order and dtypes as transformers' modules run them (the rotary embedding is
-the model's own module), so its outputs match transformers' in float32; the cache writes in place
-into buffers that double when full, and crop and compaction are index operations on them.
+layer's keys at every step cost more than the matrix products. Here a forward is transformers'
+arithmetic in about half the tensor calls: q/k/v and gate/up each one matrix product, q and k normed
+and rotated together, torch's fused RMSNorm in float32 (the rotary embedding is the model's own
+module); tests/test_engine.py checks the logits equal transformers' bit for bit. The cache writes in
+place into buffers that double when full; crop and compaction are index operations on them.
 
 Only full-attention layers of those architectures with the silu MLP take this path (`supports`);
 any other target, and every target when the fast path is off, runs transformers' forward.
