@@ -505,6 +505,7 @@ def run_benchmark(config: RunConfig, progress: Progress | None = None, resume: s
     and `Interrupted` (a KeyboardInterrupt naming the run directory) propagates. `on_estimate`
     hears, after the warm-up, how long the measured part should take.
     """
+    started = time.perf_counter()  # the start-up a user waits for: loading and the warm-up (nothing is compiled)
     if resume is not None:
         run, config = RunDir.resume(resume)
         bench = prepare(config)
@@ -516,14 +517,17 @@ def run_benchmark(config: RunConfig, progress: Progress | None = None, resume: s
         run = RunDir.create(config.out, config, bench.target.name, bench.suite.name, [s.label for s in bench.runs],
                             drafters={s.label: s.drafters for s in bench.runs if s.drafters})
     try:
-        return measure_run(bench, run, progress, on_estimate)
+        return measure_run(bench, run, progress, on_estimate, started)
     finally:
         bench.close()
 
 
-def measure_run(bench: Bench, run: RunDir, progress: Progress | None, on_estimate: Estimate | None) -> RunReport:
-    """The measured part of run_benchmark, on a prepared run and its run directory."""
+def measure_run(bench: Bench, run: RunDir, progress: Progress | None = None, on_estimate: Estimate | None = None,
+                started: float | None = None) -> RunReport:
+    """The measured part of run_benchmark, on a prepared run and its run directory; `started` is when
+    the user's wait began (the start-up reported is from then)."""
     config = bench.config
+    started = time.perf_counter() if started is None else started
     previous: dict[tuple[str, int, int], list[int]] = {}
     done = run.keep_complete_groups({s.label for s in bench.runs})
     for r in run.read_rows():  # batch size 1's rows come first, and its outputs are the reference
@@ -539,7 +543,8 @@ def measure_run(bench: Bench, run: RunDir, progress: Progress | None, on_estimat
         generations = sum(len(item.turns) for item in prompts) * config.repeats
         on_estimate({"seconds": per_prompt * generations, "prompts": len(prompts), "strategies": len(bench.runs),
                      "load": noise.load_before, "cpus": noise.cpus, "busy": noise.busy_before(),
-                     "skipped": list(bench.skipped), "context": context_limit(bench.target)})
+                     "skipped": list(bench.skipped), "context": context_limit(bench.target),
+                     "startup_s": time.perf_counter() - started})
     costs = cost_inputs(bench) if config.cost_model and config.engine != VLLM else None
     noise.restart()
     complete = False

@@ -48,11 +48,30 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+BF16_CPU_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
+
+
+def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset[str] | None:
+    """The CPU's feature flags as Linux lists them; None where they cannot be read (not Linux)."""
+    try:
+        with open(cpuinfo) as f:
+            line = next((line for line in f if line.startswith("flags")), None)
+    except OSError:
+        return None
+    return frozenset(line.split(":", 1)[1].split()) if line else None
+
+
+def resolve_dtype(dtype: str, device: torch.device, flags: frozenset[str] | None = None) -> torch.dtype:
+    """The run's dtype; bfloat16 on a CPU is refused unless it has AVX512-BF16 or AMX (elsewhere the
+    16-bit products are emulated, slower than float32, and every figure would be of the emulation)."""
     if dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     if dtype not in DTYPES:
         raise SpecbenchError(f"--dtype {dtype}: expected auto, {', '.join(DTYPES)}")
+    flags = cpu_flags() if flags is None else flags
+    if dtype == "bfloat16" and device.type == "cpu" and flags is not None and not flags & BF16_CPU_FLAGS:
+        raise SpecbenchError("--dtype bfloat16: this CPU has neither AVX512-BF16 nor AMX, so bfloat16 runs "
+                             "emulated, slower than float32; use --dtype float32 here, or a GPU")
     return DTYPES[dtype]
 
 

@@ -110,7 +110,8 @@ def run(
 
             def estimate(plan: dict) -> None:
                 bar.update(task, total=plan["prompts"], detail="timing forwards for the cost model" if cfg.cost_model else "")
-                err.print(f"measuring {plan['prompts']} prompts x {plan['strategies']} strategies (ar included): "
+                err.print(f"started in {plan['startup_s']:.1f} s (models loaded, warm-up; nothing is compiled); "
+                          f"measuring {plan['prompts']} prompts x {plan['strategies']} strategies (ar included): "
                           f"about {plan['seconds']:.0f} s, estimated from the warm-up", highlight=False, soft_wrap=True)
                 if plan["skipped"]:
                     err.print(f"warning: {len(plan['skipped'])} prompt(s) skipped: with the answer they would not fit "

@@ -3,10 +3,11 @@ preallocated KV cache, instead of transformers' modules over a DynamicCache.
 
 On a small model, transformers' per-call machinery (kwargs plumbing, mask construction, output
 capture, a module call per norm and projection) and the DynamicCache's concatenation of every
-layer's keys at every step cost more than the matrix products. Here a forward is the same tensor
-operations, in the same order and dtypes as transformers' modules run them (the rotary embedding is
-the model's own module), so its outputs match transformers' in float32; the cache writes in place
-into buffers that double when full, and crop and compaction are index operations on them.
+layer's keys at every step cost more than the matrix products. Here a forward is transformers'
+arithmetic in about half the tensor calls: q/k/v and gate/up each one matrix product, q and k normed
+and rotated together, torch's fused RMSNorm in float32 (the rotary embedding is the model's own
+module); tests/test_engine.py checks the logits equal transformers' bit for bit. The cache writes in
+place into buffers that double when full; crop and compaction are index operations on them.
 
 Only full-attention layers of those architectures with the silu MLP take this path (`supports`);
 any other target, and every target when the fast path is off, runs transformers' forward.
@@ -100,7 +101,17 @@ def fuse(*linears: torch.nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
     return weight, bias
 
 
+def qk_weight(q_norm: torch.nn.Module, k_norm: torch.nn.Module, heads: int, kv_heads: int) -> torch.Tensor:
+    """(heads + kv_heads, head_dim): q's norm weight per query head, then k's per key head."""
+    return torch.stack([q_norm.weight] * heads + [k_norm.weight] * kv_heads)
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """transformers' RMSNorm; in float32 torch's fused kernel, which gives the same values in one call."""
+    if x.dtype == torch.float32 and weight.dtype == torch.float32:
+        if weight.dim() == 1:
+            return F.rms_norm(x, weight.shape, weight, eps)
+        return weight * F.rms_norm(x, weight.shape[-1:], None, eps)  # a weight per head
     dtype = x.dtype
     x = x.to(torch.float32)
     x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
@@ -139,11 +150,10 @@ class FlatLM:
     def _layer(layer: torch.nn.Module) -> dict:
         attn, mlp = layer.self_attn, layer.mlp
         q_norm, k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
+        heads, kv_heads = attn.config.num_attention_heads, attn.config.num_key_value_heads
         return {"ln1": layer.input_layernorm.weight, "ln2": layer.post_attention_layernorm.weight,
                 "qkv": fuse(attn.q_proj, attn.k_proj, attn.v_proj), "o": (attn.o_proj.weight, attn.o_proj.bias),
-                "split": (attn.q_proj.out_features, attn.k_proj.out_features, attn.v_proj.out_features),
-                "q_norm": None if q_norm is None else q_norm.weight,
-                "k_norm": None if k_norm is None else k_norm.weight,
+                "qk_norm": None if q_norm is None else qk_weight(q_norm, k_norm, heads, kv_heads),
                 "gate_up": fuse(mlp.gate_proj, mlp.up_proj)[0], "down": mlp.down_proj.weight}
 
     def new_cache(self) -> StaticKV:
@@ -152,12 +162,13 @@ class FlatLM:
     def _attention(self, x: torch.Tensor, w: dict, index: int, cache: StaticKV, cos: torch.Tensor,
                    sin: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         batch, new, _ = x.shape
-        q, k, v = (part.view(batch, new, -1, self.head_dim) for part in F.linear(x, *w["qkv"]).split(w["split"], -1))
-        if w["q_norm"] is not None:
-            q, k = rms_norm(q, w["q_norm"], self.eps), rms_norm(k, w["k_norm"], self.eps)
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
+        qkv = F.linear(x, *w["qkv"]).view(batch, new, -1, self.head_dim)
+        qk, v = qkv[:, :, :self.heads + self.kv_heads], qkv[:, :, self.heads + self.kv_heads:]
+        if w["qk_norm"] is not None:  # one norm for q's heads and k's (each head normed on its own)
+            qk = rms_norm(qk, w["qk_norm"], self.eps)
+        qk = qk.transpose(1, 2)
+        qk = qk * cos + rotate_half(qk) * sin
+        q, k, v = qk[:, :self.heads], qk[:, self.heads:], v.transpose(1, 2)
         keys, values = cache.write(index, k, v)
         groups = self.heads // self.kv_heads
         if mask is None and groups > 1:  # as transformers' sdpa: GQA in the kernel only without a mask
