@@ -48,7 +48,7 @@ from specbench.strategies.published.checkpoint import CONFIG
 from specbench.strategies.published.convert import Conversion, free_token_id, to_deepspec
 from specbench.strategies.published.formats import DrafterSource, open_source
 
-METHODS = {"eagle": "eagle3", "dflash": "dflash", "dspark": "dspark", "draft": "draft_model"}
+DRAFTERS = ("eagle", "dflash", "dspark", "draft")  # the methods whose vLLM form loads a drafter checkpoint
 AS_PUBLISHED = {"eagle3", "dflash", "deepspec-dflash", "deepspec-dspark", "draft-lm"}  # vLLM loads these as they are
 MASK_FILE = "mask_embedding.pt"
 
@@ -210,7 +210,7 @@ def vllm_drafter_dir(strategy: str, drafter_dir: Path | None, target: Target, ca
     `cache_root/<strategy>-<hash of the drafter's files and the target's fingerprint>` on the first call
     and re-used after. ngram needs no directory (vLLM's `ngram` method).
     """
-    if strategy not in METHODS:
+    if strategy not in DRAFTERS:
         raise _refuse(f"strategy {strategy}", "vLLM has no drafter method for it" if strategy != "mtp" else
                       "specbench's separate MTP modules have no vLLM counterpart")
     if strategy == "draft":  # a causal LM, which vLLM loads as it is
@@ -231,9 +231,3 @@ def vllm_drafter_dir(strategy: str, drafter_dir: Path | None, target: Target, ca
             shutil.rmtree(out)
         staging.rename(out)
     return out
-
-
-def method(strategy: str) -> str:
-    """vLLM's speculative_config["method"] for a specbench drafting strategy."""
-    return METHODS[strategy] if strategy != "ngram" else "ngram"
-
