@@ -81,7 +81,8 @@ def new_cache(model: torch.nn.Module) -> Cache:
 
 
 @functools.cache
-def _cache_keyword(model_class: type) -> str:
+def cache_keyword(model_class: type) -> str:
+    """The keyword the installed transformers takes a cache under: `cache` (5.2x) or `past_key_values` (5.19)."""
     return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
 
 
@@ -93,7 +94,7 @@ def run_model(model: torch.nn.Module, cache: Cache, input_ids: torch.Tensor, pos
     if isinstance(cache, StaticKV):
         return flat_model(model).forward(input_ids, cache, position_ids, attention_mask, output_hidden_states)
     return model(input_ids=input_ids, use_cache=True, position_ids=position_ids, attention_mask=attention_mask,
-                 output_hidden_states=output_hidden_states, **{_cache_keyword(type(model)): cache})
+                 output_hidden_states=output_hidden_states, **{cache_keyword(type(model)): cache})
 
 
 def cache_length(cache: Cache) -> int:

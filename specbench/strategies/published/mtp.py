@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from specbench.engine.kv_cache import layer_cache, layer_kv
+from specbench.engine.kv_cache import cache_keyword, layer_cache, layer_kv
 from specbench.errors import SpecbenchError
 from specbench.strategies.drafter_dir import read_drafter_config
 from specbench.strategies.layers import KV, lm_head
@@ -135,7 +135,8 @@ class BlockAdapter(nn.Module):
         additive = torch.zeros(mask.shape, dtype=feature.dtype, device=feature.device)
         additive = additive.masked_fill(~mask, torch.finfo(feature.dtype).min)[None, None]
         out = self.layer(embeds.to(feature.dtype), feature, position_embeddings=self.rotary(feature, positions[None]),
-                         attention_mask=additive, position_ids=positions[None], cache=cache)
+                         attention_mask=additive, position_ids=positions[None],
+                         **{cache_keyword(type(self.layer)): cache})
         return out, layer_kv(cache, self.index)
 
 
