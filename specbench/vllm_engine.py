@@ -2,8 +2,8 @@
 
 Nothing of vLLM is re-implemented: each strategy is vLLM's own method, configured from the method's
 declared translation (StrategyDef.serving) and the drafter converted once into the layout vLLM loads.
-Time is measured around each `generate` call; tau and per-position acceptance come from vLLM's own
-counters (`vllm:spec_decode_*`), read before and after each request, one request at a time.
+Time is measured around each `generate` call, one request at a time; tau and per-position acceptance
+come from vLLM's own counts for that request.
 
 vLLM starts its engine processes with spawn, so this module is imported only where an engine is
 made and has no side effects at import.
@@ -31,8 +31,6 @@ from specbench.strategies.published.to_vllm import vllm_drafter_dir
 from specbench.strategies.registry import definition
 from specbench.strategies.spec import StrategySpec
 
-DRAFTS, DRAFT_TOKENS, ACCEPTED, PER_POSITION = (f"vllm:spec_decode_num_{n}" for n in (
-    "drafts", "draft_tokens", "accepted_tokens", "accepted_tokens_per_pos"))
 CPU_KV_CACHE_BYTES = 1 << 30
 
 
@@ -93,7 +91,7 @@ def engine_kwargs(model_dir: str, dtype: torch.dtype, seed: int, engine_args: di
         raise SpecbenchError(f"--engine-args: {', '.join(owned)} come from the run (--model, --strategy and its knobs, "
                              "--seed, --dtype); set them there")
     defaults = {"model": model_dir, "dtype": str(dtype).removeprefix("torch."), "seed": seed, "enforce_eager": True,
-                "disable_log_stats": False}
+                "disable_log_stats": False, "per_request_spec_decode_metrics": "summary"}
     if not torch.cuda.is_available():  # vLLM's CPU backend would reserve 4 GiB per engine: a run holds several
         defaults["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES
     return {**defaults, **engine_args}
@@ -148,50 +146,36 @@ class VllmRunner:
     llm: Any
 
     def __call__(self, prompt: list[int], max_new_tokens: int, sampling: Sampling, seed: int) -> Generation:
-        """One request, timed around the call; its counters are the difference before and after."""
+        """One request, timed around the call, with vLLM's speculative-decoding counters for it."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
         params = SamplingParams(max_tokens=max_new_tokens, temperature=sampling.temperature, top_p=sampling.top_p,
                                 top_k=sampling.top_k, seed=seed)
-        before = counters(self.llm)
         started = time.perf_counter()
         (out,) = self.llm.generate([TokensPrompt(prompt_token_ids=prompt)], params, use_tqdm=False)
-        wall = time.perf_counter() - started
-        after = counters(self.llm)
-        return generation(out, wall, {k: _minus(after.get(k, 0), before.get(k, 0)) for k in after})
+        return generation(out, time.perf_counter() - started)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.llm.llm_engine.engine_core.shutdown()
 
 
-def counters(llm) -> dict[str, Any]:
-    """vLLM's speculative-decoding counters, summed over engines (a vector per draft position)."""
-    out: dict[str, Any] = {}
-    for metric in llm.get_metrics():
-        if metric.name in (DRAFTS, DRAFT_TOKENS, ACCEPTED):
-            out[metric.name] = out.get(metric.name, 0) + metric.value
-        elif metric.name == PER_POSITION:
-            old = out.get(metric.name, [])
-            out[metric.name] = [a + b for a, b in zip(old + [0] * len(metric.values), metric.values)]
-    return out
-
-
-def _minus(a: Any, b: Any) -> Any:
-    if isinstance(a, list):
-        b = list(b) + [0] * (len(a) - len(b))
-        return [x - y for x, y in zip(a, b)]
-    return a - b
-
-
-def generation(out, wall_s: float, delta: dict[str, Any]) -> Generation:
+def generation(out, wall_s: float) -> Generation:
     """A vLLM request as the engine's record: the first token comes from the prefill forward, then one
-    verify forward per draft (`ar`: per token). vLLM does not split its time into draft and verify."""
+    verify forward per draft (`ar`: per token). vLLM does not split its time into draft and verify.
+
+    The counts are the request's own (`per_request_spec_decode_metrics`): the histogram of drafts
+    accepted per verify step and the draft tokens proposed. vLLM's process-wide counters
+    (`llm.get_metrics()`) cannot serve here: each new engine in a process re-registers them, so only
+    the last engine's remain readable."""
     completion = out.outputs[0]
     tokens = list(completion.token_ids)
-    drafts, drafted, accepted = int(delta.get(DRAFTS, 0)), int(delta.get(DRAFT_TOKENS, 0)), int(delta.get(ACCEPTED, 0))
-    by_position = [int(v) for v in delta.get(PER_POSITION, [])]
+    stats = completion.spec_decode_metrics
+    histogram = list(stats.histogram) if stats is not None else []  # [j]: verify steps that accepted j drafts
+    drafts, drafted = sum(histogram), stats.num_draft_tokens if stats is not None else 0
+    accepted = sum(j * count for j, count in enumerate(histogram))
+    by_position = [sum(histogram[k + 1:]) for k in range(len(histogram) - 1)]  # [k]: steps accepting > k drafts
     while by_position and by_position[-1] == 0:
         by_position.pop()
     steps = 1 + drafts if drafts else len(tokens)
