@@ -48,6 +48,7 @@ from specbench.strategies.build import Strategy, build_strategy, verifies_trees
 from specbench.strategies.controllers import CappedController
 from specbench.strategies.knobs import validate_knobs
 from specbench.strategies.published.formats import DrafterSource, drafter_dirs_by_strategy
+from specbench.strategies.registry import definitions
 from specbench.strategies.spec import BASELINE, StrategySpec, parse_strategies, parse_strategy
 from specbench.suites import Suite, SuiteItem, load_suite, select
 
@@ -119,8 +120,9 @@ def prepare(config: RunConfig) -> Bench:
     suite = select(load_suite(config.suite), config.categories or None, config.limit)
     trees = [s.name for s in specs if verifies_trees(s)]
     if trees and config.batch_sizes[-1] > 1:
+        chains = ", ".join(name for name, method in definitions().items() if not method.tree)
         raise SpecbenchError(f"{', '.join(trees)} verify token trees, which run at batch size 1 only; batched "
-                             "decoding (--batch-size above 1) runs ar, ngram, draft, dflash and dspark")
+                             f"decoding (--batch-size above 1) runs ar and {chains}")
     profile = None
     if config.gpu:
         profile = get_profile(config.gpu, load_profiles(Path(config.profiles) if config.profiles else None))

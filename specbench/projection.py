@@ -83,8 +83,8 @@ def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, bytes_per_elem
 
 def drafter_parameters(drafter) -> int:
     """Parameters of a drafter's networks, of every member of a combination (0 for ngram and `ar`)."""
-    members = getattr(drafter, "members", [drafter]) if drafter is not None else []
-    return sum(p.numel() for m in members if hasattr(m, "model") for p in m.model.parameters())
+    members = drafter.members if drafter is not None else []
+    return sum(p.numel() for m in members if m.model is not None for p in m.model.parameters())
 
 
 def workload_shape(target_model, drafter, rows) -> WorkloadShape:
@@ -95,7 +95,7 @@ def workload_shape(target_model, drafter, rows) -> WorkloadShape:
     steps = rows.steps.sum()
     depth = rows.draft_depth.sum() / steps
     verified = rows.verified.sum() / steps
-    parallel = getattr(drafter, "parallel_draft", False)
+    parallel = drafter is not None and drafter.parallel_draft
     return WorkloadShape(
         target_params=sum(p.numel() for p in target_model.parameters()), bytes_per_param=2,
         drafter_params=drafter_parameters(drafter),

@@ -28,6 +28,7 @@ from specbench.strategies.dflash import DFlashDrafter, DFlashOptions
 from specbench.strategies.draft_model import DraftModelDrafter, DraftOptions
 from specbench.strategies.dspark import DSparkDrafter, DSparkOptions
 from specbench.strategies.eagle import EagleDrafter, EagleModel, EagleOptions
+from specbench.strategies.knobs import make_options
 from specbench.strategies.mtp import MtpDrafter, MtpModel, MtpOptions
 from specbench.strategies.ngram import NgramDrafter, NgramOptions
 from specbench.strategies.registry import DRAFTER_NAMES, definition
@@ -268,8 +269,12 @@ def member(name: str, target: SmallTarget):
     if name == "draft":
         options = DraftOptions(k=2)
         return DraftModelDrafter(small_vocab_lm(1).double(), options), options
-    options = NgramOptions(max_ngram=2, num_pred_tokens=3)
-    return NgramDrafter(options), options
+    if name == "ngram":
+        options = NgramOptions(max_ngram=2, num_pred_tokens=3)
+        return NgramDrafter(options), options
+    # a method without a checkpoint, built as a run builds it, drafting at most 3 tokens a step
+    options = make_options(name, definition(name).short_draft(3))
+    return definition(name).build(target, options, None), options
 
 
 def strategy(text: str, target: SmallTarget) -> tuple[object, object]:

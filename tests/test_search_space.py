@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from specbench.cli import app
 from specbench.errors import SpecbenchError
 from specbench.strategies.dspark import DSparkOptions
-from specbench.strategies.registry import definition, definitions
+from specbench.strategies.registry import DRAFTER_NAMES, definition, definitions
 from specbench.strategies.space import Choice, FloatRange, IntRange, Param, Ref, SearchSpace, When, knob_infos
 from specbench.strategies.spec import parse_strategy
 from specbench.tuning.space import StudySpace
@@ -103,7 +103,7 @@ def test_strategies_command_lists_knobs_spaces_and_controllers():
     assert result.exit_code == 0, result.output
     listing = json.loads(result.stdout)
     by_name = {s["name"]: s for s in listing["strategies"]}
-    assert list(by_name) == ["ar", "ngram", "draft", "eagle", "mtp", "dflash", "dspark"]
+    assert list(by_name) == ["ar", *DRAFTER_NAMES]  # ngram, draft, eagle, mtp, dflash, dspark, ...
     window = next(k for k in by_name["dspark"]["knobs"] if k["name"] == "window_size")
     assert window == {"name": "window_size", "default": 64, "unit": "verifications", "valid": ">= 1",
                       "search": "16..256 log if controller = dspark", "architecture": False,

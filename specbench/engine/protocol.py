@@ -8,7 +8,7 @@ a drafter never times itself and never touches the target's cache.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -46,8 +46,20 @@ class Controller(Protocol):
 
 
 class Drafter(Protocol):
+    """What the engine and the measurements read of a drafter. A drafter class subclasses it, so that
+    the attributes with a default need declaring only where they differ."""
+
     name: str
     hidden_layers: tuple[int, ...]  # target hidden-state layers it reads (0 = embeddings); () for none
+    options: Any  # its knob dataclass, as the method's StrategyDef declares it
+    model: torch.nn.Module | None = None  # its network (weights, costs, memory); None for a model-free drafter
+    max_depth: int | None = None  # the deepest draft its network allows, whatever the knobs (a block's drafts)
+    parallel_draft: bool = False  # drafts its whole depth in one forward (a block drafter), not a forward a level
+
+    @property
+    def members(self) -> list[Drafter]:
+        """The drafters it runs: a combination's members, else itself."""
+        return [self]
 
     def start(self, prompt: torch.Tensor, hidden: tuple[torch.Tensor, ...]) -> None:
         """A new sequence: its prompt, and the target's hidden states of every prompt token but the last.

@@ -68,12 +68,10 @@ def table_key(model: torch.nn.Module) -> dict[str, str]:
 
 def drafter_key(strategy: Strategy) -> str:
     """Strategy name, each member's knobs and a digest of its weights: what the cost of a proposal depends on."""
-    members = getattr(strategy.drafter, "members", [strategy.drafter])
     digest = hashlib.sha256(strategy.name.encode())
-    for member in members:
-        digest.update(repr(getattr(member, "options", None)).encode())
-        model = getattr(member, "model", None)
-        for p in model.parameters() if isinstance(model, torch.nn.Module) else ():
+    for member in strategy.drafter.members:
+        digest.update(repr(member.options).encode())
+        for p in member.model.parameters() if member.model is not None else ():
             digest.update(p.detach().flatten()[:16].float().cpu().numpy().tobytes())
     return f"{strategy.name}:{digest.hexdigest()[:12]}"
 

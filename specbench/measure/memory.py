@@ -21,8 +21,7 @@ def weight_bytes(*modules: torch.nn.Module) -> int:
 
 def drafter_modules(drafter) -> list[torch.nn.Module]:
     """The networks of a drafter, or of each member of a combination (ngram has none)."""
-    members = getattr(drafter, "members", [drafter]) if drafter is not None else []
-    return [m.model for m in members if isinstance(getattr(m, "model", None), torch.nn.Module)]
+    return [m.model for m in drafter.members if m.model is not None] if drafter is not None else []
 
 
 def kv_bytes_per_token(config, dtype: torch.dtype) -> int:

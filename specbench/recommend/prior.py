@@ -28,6 +28,7 @@ from specbench.recommend.workload import (
     HIGH_PRECISION_TASKS,
     Workload,
 )
+from specbench.strategies.registry import definition
 from specbench.strategies.spec import BASELINE
 
 VERBS = ("choose", "skip", "baseline", "cap", "combine", "avoid", "pass")
@@ -139,16 +140,8 @@ def members(strategy: str) -> frozenset[str]:
 
 
 def short_draft_knobs(strategy: str, drafts: int) -> dict[str, dict[str, Any]]:
-    """Knobs that keep one sequence's verified tokens per step at `drafts` + 1."""
-    per_method = {
-        "ngram": {"num_pred_tokens": drafts},
-        "draft": {"k": drafts},
-        "eagle": {"depth": drafts, "total_tokens": drafts},
-        "mtp": {"n_modules": min(drafts, 3), "branching": "1"},
-        "dflash": {"block_size": drafts + 1},
-        "dspark": {"block_size": drafts, "k_max": drafts + 1},
-    }
-    return {m: per_method[m] for m in sorted(members(strategy))}
+    """Knobs that keep one sequence's verified tokens per step at `drafts` + 1, as each method declares them."""
+    return {m: definition(m).short_draft(drafts) for m in sorted(members(strategy))}
 
 
 @dataclass(frozen=True)

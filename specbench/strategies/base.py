@@ -22,6 +22,8 @@ class StrategyDef:
     options: type  # dataclass of knobs with defaults
     build: Callable[..., Drafter]  # (target, options, drafter_dir | None) -> Drafter
     budget: Callable[[Any], int]  # the controller's starting depth from the knobs
+    # drafts -> the knobs that keep one sequence's verified tokens per step at drafts + 1 (the prior's load rule)
+    short_draft: Callable[[int], dict[str, Any]]
     default_controller: str = "fixed"
     trainable: Callable[..., Any] | None = None  # (target, options) -> a fresh trainable drafter nn.Module
     space: SearchSpace = SearchSpace()  # what `specbench tune` searches; `controller` names the controller choice

@@ -75,7 +75,7 @@ def build_strategy(spec: StrategySpec, target, knobs: dict[str, dict[str, Any]],
         method = definition(name)
         factory = CONTROLLERS[controller or method.default_controller]
         # a block drafter knows how many drafts its block holds (DeepSpec's layout drafts one more)
-        budget = getattr(drafter, "max_depth", None) or method.budget(options)
+        budget = drafter.max_depth or method.budget(options)
         factories.append(lambda factory=factory, budget=budget, options=options: factory(budget, options))
     if len(drafters) == 1:
         return Strategy(spec.name, drafters[0], factories[0], described, verifies_trees(spec))

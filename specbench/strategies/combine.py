@@ -52,15 +52,21 @@ def member_path(path: list[int], where: list[int]) -> list[int]:
     return out
 
 
-class CombinedDrafter:
+class CombinedDrafter(Drafter):
+    options = None  # each member has its own
+
     def __init__(self, members: list[Drafter], new_controllers: list[Callable[[], Controller]]):
-        self.members = members
+        self._members = members
         self.new_controllers = new_controllers
         self.controllers: list[Controller] = []
         self.name = "+".join(m.name for m in members)
         self.hidden_layers = tuple(sorted({layer for m in members for layer in m.hidden_layers}))
         self._layer_picks = [[self.hidden_layers.index(layer) for layer in m.hidden_layers] for m in members]
         self._last: tuple[list[DraftTree], list[list[int]]] = ([], [])
+
+    @property
+    def members(self) -> list[Drafter]:
+        return self._members
 
     def _hidden_for(self, i: int, hidden: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
         return tuple(hidden[j] for j in self._layer_picks[i])

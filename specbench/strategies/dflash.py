@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from specbench.engine.kv_cache import state_bytes
-from specbench.engine.protocol import DraftContext, StepOutcome
+from specbench.engine.protocol import DraftContext, Drafter, StepOutcome
 from specbench.engine.tree import DraftTree
 from specbench.strategies.base import StrategyDef, load_trained
 from specbench.strategies.layers import Arch, embed, lm_head, rope, rotate
@@ -266,7 +266,7 @@ def pick(logits: torch.Tensor, ctx: DraftContext) -> tuple[torch.Tensor, list[to
     return ctx.rng.draw_rows(q), list(q)
 
 
-class DFlashDrafter:
+class DFlashDrafter(Drafter):
     name = "dflash"
     model_cls = DFlashModel
     parallel_draft = True  # the whole block in one forward (the --gpu projection costs it so)
@@ -363,4 +363,5 @@ def _serving(o: DFlashOptions, controller: str, drafter: str | None) -> Serving:
 
 
 STRATEGY = StrategyDef("dflash", DFlashOptions, DFlashDrafter.load, budget=lambda o: o.block_size - 1,
+                       short_draft=lambda n: {"block_size": n + 1},
                        trainable=DFlashModel.for_target, space=SPACE, serving=_serving)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from specbench.engine.kv_cache import new_cache, run_model, state_bytes, truncate
-from specbench.engine.protocol import DraftContext, StepOutcome
+from specbench.engine.protocol import DraftContext, Drafter, StepOutcome
 from specbench.engine.tree import DraftTree
 from specbench.errors import SpecbenchError
 from specbench.models import DEFAULT_DIR, load_lm
@@ -34,7 +34,7 @@ SPACE = SearchSpace((
 ))
 
 
-class DraftModelDrafter:
+class DraftModelDrafter(Drafter):
     name = "draft"
     hidden_layers: tuple[int, ...] = ()
 
@@ -99,4 +99,5 @@ def _serving(o: DraftOptions, controller: str, drafter: str | None) -> Serving:
                    fixed_only(controller), fixed_only(controller))
 
 
-STRATEGY = StrategyDef("draft", DraftOptions, _build, budget=lambda o: o.k, space=SPACE, serving=_serving)
+STRATEGY = StrategyDef("draft", DraftOptions, _build, budget=lambda o: o.k, short_draft=lambda n: {"k": n},
+                       space=SPACE, serving=_serving)

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from specbench.engine.kv_cache import state_bytes
-from specbench.engine.protocol import DraftContext, StepOutcome
+from specbench.engine.protocol import DraftContext, Drafter, StepOutcome
 from specbench.engine.tree import DraftTree, tree_attention_mask
 from specbench.strategies.base import StrategyDef, load_trained
 from specbench.strategies.layers import KV, Arch, FeatureLayer, causal_mask, embed, lm_head
@@ -168,7 +168,7 @@ def eagle_tree(root_logits: torch.Tensor, expand: Callable[[int, torch.Tensor, t
     return tree
 
 
-class EagleDrafter:
+class EagleDrafter(Drafter):
     name = "eagle"
 
     def __init__(self, model: EagleModel, options: EagleOptions):
@@ -244,5 +244,6 @@ def _serving(o: EagleOptions, controller: str, drafter: str | None) -> Serving:
 
 
 STRATEGY = StrategyDef("eagle", EagleOptions, _build, budget=lambda o: o.depth, default_controller="fixed",
+                       short_draft=lambda n: {"depth": n, "total_tokens": n},
                        trainable=lambda target, options: EagleModel.for_target(target, options), space=SPACE, tree=True,
                        serving=_serving)

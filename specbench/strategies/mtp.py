@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from specbench.engine.kv_cache import state_bytes
-from specbench.engine.protocol import DraftContext, StepOutcome
+from specbench.engine.protocol import DraftContext, Drafter, StepOutcome
 from specbench.engine.tree import DraftTree
 from specbench.errors import SpecbenchError
 from specbench.strategies.base import StrategyDef, load_trained
@@ -162,7 +162,7 @@ def mtp_tree(root_logits: torch.Tensor, expand: Callable[[int, torch.Tensor, tor
     return tree
 
 
-class MtpDrafter:
+class MtpDrafter(Drafter):
     name = "mtp"
 
     def __init__(self, model: MtpModel, options: MtpOptions):
@@ -260,6 +260,7 @@ def _serving(o: MtpOptions, controller: str, drafter: str | None) -> Serving:
 
 
 STRATEGY = StrategyDef("mtp", MtpOptions, _build, budget=lambda o: o.n_modules, default_controller="fixed",
+                       short_draft=lambda n: {"n_modules": min(n, 3), "branching": "1"},
                        trainable=lambda target, options: MtpModel.for_target(target, options), space=SPACE,
                        limits=lambda drafter: {"trained_modules": len(drafter.model.layers)}, tree=True,
                        serving=_serving)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specbench.engine.protocol import DraftContext, StepOutcome
+from specbench.engine.protocol import DraftContext, Drafter, StepOutcome
 from specbench.engine.tree import DraftTree
 from specbench.errors import SpecbenchError
 from specbench.strategies.base import StrategyDef
@@ -37,7 +37,7 @@ SPACE = SearchSpace((
 ))
 
 
-class NgramDrafter:
+class NgramDrafter(Drafter):
     name = "ngram"
     hidden_layers: tuple[int, ...] = ()
 
@@ -81,5 +81,5 @@ def _serving(o: NgramOptions, controller: str, drafter: str) -> Serving:
     return Serving(vllm, sglang, fixed_only(controller), fixed_only(controller))
 
 
-STRATEGY = StrategyDef("ngram", NgramOptions, _build, budget=lambda o: o.num_pred_tokens, space=SPACE,
-                       serving=_serving)
+STRATEGY = StrategyDef("ngram", NgramOptions, _build, budget=lambda o: o.num_pred_tokens,
+                       short_draft=lambda n: {"num_pred_tokens": n}, space=SPACE, serving=_serving)

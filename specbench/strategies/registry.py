@@ -21,6 +21,7 @@ MODULES = {  # strategy name -> module in specbench.strategies
     "mtp": "mtp",
     "dflash": "dflash",
     "dspark": "dspark",
+    "suffix": "suffix",
 }
 DRAFTER_NAMES = tuple(MODULES)
 

@@ -50,8 +50,10 @@ def engines_markdown(study: str, model: str, engines: dict[str, Any]) -> str:
     lines = [f"# {study}: engine configurations (a translation, not a measurement)", "",
              "specbench measured its own implementation; these carry the tuned settings that have a",
              "counterpart over to the engines, which implement the method their own way. Measure them there.", "",
-             "vLLM:", "", f"    vllm serve {model} --speculative-config '{vllm}'", "",
-             "SGLang:", "", f"    python -m sglang.launch_server --model-path {model} {sglang}", ""]
+             "vLLM:", "", f"    vllm serve {model} --speculative-config '{vllm}'", ""]
+    # no flags: SGLang has no such method (Serving.sglang None)
+    lines += (["SGLang:", "", f"    python -m sglang.launch_server --model-path {model} {sglang}", ""] if sglang
+              else ["SGLang: no counterpart of this method.", ""])
     if engines["untranslated"]:
         lines += [f"Not translated (no counterpart): {', '.join(engines['untranslated'])}.", ""]
     if DRAFTER in vllm:

@@ -65,9 +65,8 @@ class StudySpace:
 
 def _limits(spec: StrategySpec, strategy: Strategy) -> dict[str, dict[str, int]]:
     """Per member: the values of its loaded drafter that its space's bounds may name."""
-    drafters = getattr(strategy.drafter, "members", [strategy.drafter])
     out = {}
-    for name, drafter in zip(spec.members, drafters, strict=True):
+    for name, drafter in zip(spec.members, strategy.drafter.members, strict=True):
         limits = definition(name).limits
         out[name] = limits(drafter) if limits else {}
     return out
