@@ -91,7 +91,7 @@ def engine_kwargs(model_dir: str, dtype: torch.dtype, seed: int, engine_args: di
         raise SpecbenchError(f"--engine-args: {', '.join(owned)} come from the run (--model, --strategy and its knobs, "
                              "--seed, --dtype); set them there")
     defaults = {"model": model_dir, "dtype": str(dtype).removeprefix("torch."), "seed": seed, "enforce_eager": True,
-                "disable_log_stats": False, "per_request_spec_decode_metrics": "summary"}
+                "disable_log_stats": False}
     if not torch.cuda.is_available():  # vLLM's CPU backend would reserve 4 GiB per engine: a run holds several
         defaults["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES
     return {**defaults, **engine_args}
@@ -105,13 +105,20 @@ class VllmEngine:
         self.runners: list[VllmRunner] = []
         self.start_s: dict[str, float] = {}  # each engine's start-up, part of a user's wait
 
+    def arguments(self, strategy: VllmStrategy) -> dict[str, Any]:
+        """The engine's arguments for one strategy; a speculative one reports its counts per request."""
+        if strategy.speculative_config is None:
+            return self.kwargs
+        return {**self.kwargs, "speculative_config": strategy.speculative_config,
+                "per_request_spec_decode_metrics": "summary"}
+
     def check(self, strategy: VllmStrategy) -> None:
         """vLLM's own validation of the configuration (this device's model runner included), before any
         engine process starts: a method the runner rejects is refused in one line, not after minutes."""
         from vllm.engine.arg_utils import EngineArgs
 
         try:
-            EngineArgs(**self.kwargs, speculative_config=strategy.speculative_config).create_engine_config()
+            EngineArgs(**self.arguments(strategy)).create_engine_config()
         except (ValueError, TypeError, RuntimeError) as exc:
             raise SpecbenchError(f"vLLM refused {strategy.name}: {_reason(exc)}") from None
 
@@ -120,7 +127,7 @@ class VllmEngine:
 
         started = time.perf_counter()
         try:
-            llm = LLM(**self.kwargs, speculative_config=strategy.speculative_config)
+            llm = LLM(**self.arguments(strategy))
         except (ValueError, TypeError, RuntimeError) as exc:
             raise SpecbenchError(f"vLLM refused {strategy.name}: {_reason(exc)}") from None
         self.start_s[strategy.name] = time.perf_counter() - started

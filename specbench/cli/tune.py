@@ -52,12 +52,12 @@ def tune(
     with user_errors():
         # every check that needs no model comes first (storage, named studies): refused before torch loads
         file_values = load_config_file(config) if config else {}
-        flags = dict(model=model, drafters=[str(d) for d in drafter or []], suite=suite,
+        strategies = (strategy,) if strategy else tuple(file_values.get("strategies", ()))
+        flags = dict(strategies=list(strategies) or None, model=model, drafters=[str(d) for d in drafter or []], suite=suite,
                      categories=split_list(categories), limit=limit, max_new_tokens=max_new_tokens,
                      temperature=temperature, seed=seed, dtype=dtype, device=device, gpu=gpu, out=out_dir,
                      profiles=str(profiles) if profiles else None, engine=engine,
                      engine_args=parse_engine_args(engine_args))
-        strategies = (strategy,) if strategy else tuple(file_values.get("strategies", ()))
         cfg = TuneConfig(resolve(file_values, flags), strategies, trials, timeout, study, storage, workers,
                          objectives, holdout, heartbeat).validate()
         open_checked(cfg)

@@ -173,6 +173,28 @@ def _loading_problem(info) -> str | None:
     return None
 
 
+def weight_conversions(mtp, target_model) -> list:
+    """transformers' renamings of a checkpoint's MTP weights onto its MtpModel: MtpModel.get_weight_conversions
+    from transformers 5.2x on; before it (5.19, which vLLM pins), the same three steps written out."""
+    if hasattr(mtp, "get_weight_conversions"):
+        return mtp.get_weight_conversions(target_model)
+    from transformers.conversion_mapping import get_model_conversion_mapping
+    from transformers.core_model_loading import WeightRenaming
+
+    layers = target_model.config.get_text_config().num_hidden_layers
+    renamed = [WeightRenaming(source_patterns=f"layers.{n}.", target_patterns=f"layers.{n - layers}.mtp_block.")
+               for n in range(layers, layers + mtp.num_mtp_layers)]
+    # Qwen3-Next's single module keeps fc / pre_fc_norm_* / norm one level up (5.2x's MtpModel rules)
+    single = [WeightRenaming(source_patterns=r"^layers\.(\d+)\.(?!(?:mtp_block|enorm|hnorm|eh_proj|post_norm)\.)",
+                             target_patterns=r"layers.\1.mtp_block."),
+              WeightRenaming(source_patterns=r"^fc\.", target_patterns="layers.0.eh_proj."),
+              WeightRenaming(source_patterns=r"^pre_fc_norm_embedding\.", target_patterns="layers.0.enorm."),
+              WeightRenaming(source_patterns=r"^pre_fc_norm_hidden\.", target_patterns="layers.0.hnorm."),
+              WeightRenaming(source_patterns=r"^norm\.", target_patterns="layers.0.post_norm.")]
+    main = getattr(target_model, "_weight_conversions", None) or get_model_conversion_mapping(target_model)
+    return renamed + get_model_conversion_mapping(mtp, add_legacy=False) + single + main
+
+
 def build_mtp(source: DrafterSource, target_model: nn.Module) -> BuiltinMtpModel:
     """transformers' MtpModel for the target, loaded from the target's own checkpoint."""
     from transformers.core_model_loading import convert_and_load_state_dict_in_model
@@ -194,7 +216,7 @@ def build_mtp(source: DrafterSource, target_model: nn.Module) -> BuiltinMtpModel
         mtp = MtpModel(target_model, count)
     info, _ = convert_and_load_state_dict_in_model(
         model=mtp, state_dict=state,
-        load_config=LoadStateDictConfig(weight_mapping=mtp.get_weight_conversions(target_model),
+        load_config=LoadStateDictConfig(weight_mapping=weight_conversions(mtp, target_model),
                                         dtype=target_model.dtype))
     problem = _loading_problem(info)
     unset = next((n for n, t in [*mtp.named_parameters(), *mtp.named_buffers()] if t.is_meta), None)
