@@ -62,7 +62,6 @@ Estimate = Callable[[dict[str, Any]], None]  # after the warm-up: the plan (seco
 
 VERIFY_MARGIN = 64  # positions a verified draft may add beyond prompt + answer
 BATCHED_VERIFY_LENGTHS = (1, 2, 4, 8, 12, 16)  # the chains' verify blocks: the engine pads them to the longest draft
-VLLM_DRAFTERS = "vllm_drafters"  # under --out: the drafters written once in vLLM's layouts
 MAX_MODEL_LEN = 4096  # vLLM's context at most (--engine-args max_model_len overrides): its KV cache is preallocated
 
 
@@ -155,9 +154,8 @@ def start_vllm(bench: Bench, vllm: VllmPlan, sources: dict[str, DrafterSource]) 
     """vLLM's engines, one per strategy (`ar` included), with the drafters converted to vLLM's layouts."""
     from specbench import vllm_engine
 
-    config = bench.config
     strategies, kwargs = vllm
-    plans = [vllm_engine.with_drafter(s, sources, bench.target, Path(config.out) / VLLM_DRAFTERS)
+    plans = [vllm_engine.with_drafter(s, sources, bench.target, vllm_engine.drafter_cache())
              for s in strategies]
     limit = context_limit(bench.target)
     kwargs.setdefault("max_model_len", min(limit, MAX_MODEL_LEN) if limit else MAX_MODEL_LEN)

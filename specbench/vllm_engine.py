@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import inspect
 import math
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,6 +67,12 @@ def translate(spec: StrategySpec, knobs: dict[str, dict[str, Any]], controller: 
         raise SpecbenchError("--engine vllm: mtp runs in vLLM only from MTP layers inside the target's own "
                              "checkpoint (DeepSeek-V3, Qwen3-Next, MiMo); this target has none")
     return VllmStrategy(spec.name, dict(serving.vllm), serving.vllm_missing)
+
+
+def drafter_cache() -> Path:
+    """Where specbench's drafters are kept in vLLM's layouts, written once and reused by every run: the
+    user's cache (XDG_CACHE_HOME), not a results directory, which a refused run leaves untouched."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specbench" / "vllm_drafters"
 
 
 def with_drafter(strategy: VllmStrategy, sources: dict[str, DrafterSource], target, cache_root: Path) -> VllmStrategy:

@@ -25,7 +25,7 @@ from specbench.errors import SpecbenchError
 from specbench.results import RunDir
 from specbench.strategies.registry import definitions
 
-pytestmark = [pytest.mark.vllm, pytest.mark.usefixtures("vllm_installed")]
+pytestmark = [pytest.mark.vllm, pytest.mark.usefixtures("vllm_installed", "drafter_cache")]
 # everything vLLM runs for this target on a CPU: vLLM's V1 model runner (the CPU's, without Triton) has no dspark
 STRATEGIES = ["ngram", "draft", "eagle", "dflash"]
 runner = CliRunner()
@@ -33,7 +33,15 @@ SMALL_KV_CACHE = {"kv_cache_memory_bytes": 64 << 20}  # 10k tokens of the embedd
 
 
 @pytest.fixture(scope="module")
-def both(tmp_path_factory):
+def drafter_cache(tmp_path_factory):
+    """The converted drafters go to a cache of the tests' own, not the user's."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+        yield
+
+
+@pytest.fixture(scope="module")
+def both(drafter_cache, tmp_path_factory):
     out = tmp_path_factory.mktemp("both")
     config = RunConfig(strategies=STRATEGIES, engine="both", limit=2, max_new_tokens=24, warmup=0,
                        cost_model=False, out=str(out), engine_args=SMALL_KV_CACHE)

@@ -16,14 +16,13 @@ import socket
 import time
 import zlib
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import optuna
 import pandas as pd
 
-from specbench.bench import VLLM_DRAFTERS, Bench, make_row, run_one, vllm_strategy
+from specbench.bench import Bench, make_row, run_one, vllm_strategy
 from specbench.engine.sampling import Sampling
 from specbench.errors import SpecbenchError
 from specbench.hardware import GpuProfile
@@ -117,7 +116,7 @@ class Evaluator:
         from specbench import vllm_engine
 
         translated = vllm_engine.with_drafter(vllm_engine.translate(spec, knobs, controller, self.dirs), self.dirs,
-                                              self.bench.target, Path(self.bench.config.out) / VLLM_DRAFTERS)
+                                              self.bench.target, vllm_engine.drafter_cache())
         self.bench.vllm.check(translated)
         return vllm_strategy(self.bench, translated)
 
