@@ -85,8 +85,16 @@ def with_drafter(strategy: VllmStrategy, sources: dict[str, DrafterSource], targ
     return dataclasses.replace(strategy, speculative_config={**config, "model": str(model)})
 
 
+def quiet_vllm() -> None:
+    """vLLM logs to stdout at INFO by default, where specbench prints its table or JSON: its own settings
+    (read once, at vLLM's first import, and inherited by its engine processes) move it to stderr, warnings up."""
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+
+
 def engine_kwargs(model_dir: str, dtype: torch.dtype, seed: int, engine_args: dict[str, Any]) -> dict[str, Any]:
     """vLLM's engine arguments: specbench's defaults under the user's `--engine-args`."""
+    quiet_vllm()
     from vllm.engine.arg_utils import EngineArgs
 
     known = set(inspect.signature(EngineArgs).parameters)

@@ -64,7 +64,10 @@ class StudySpace:
 
 
 def _limits(spec: StrategySpec, strategy: Strategy) -> dict[str, dict[str, int]]:
-    """Per member: the values of its loaded drafter that its space's bounds may name."""
+    """Per member: the values of its loaded drafter that its space's bounds may name (none when another
+    engine runs the strategy: its drafter is not loaded here)."""
+    if strategy.drafter is None:
+        return {name: {} for name in spec.members}
     out = {}
     for name, drafter in zip(spec.members, strategy.drafter.members, strict=True):
         limits = definition(name).limits
