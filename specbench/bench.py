@@ -468,8 +468,9 @@ def finish(bench: Bench, run: RunDir, complete: bool, noise: NoiseMonitor | None
                 summary.append(result)
             extra["by_category"] += [{**r, "batch_size": int(batch_size)}
                                      for r in summarize(part, bench.config.seed, by="category", **at)]
+        ratios = transfer(summary)
         for result in summary:
-            ratio = transfer(summary).get((result["strategy"], result["batch_size"]))
+            ratio = ratios.get((result["strategy"], result["batch_size"]))
             if ratio is not None and result["engine"] != SPECBENCH:
                 result["transfer"] = ratio
         own = rows[rows.engine == SPECBENCH]  # the noise check, projection and load axis read specbench's engine
