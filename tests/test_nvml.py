@@ -155,10 +155,19 @@ def no_sampler_threads() -> bool:
     return not any(t.name == "specbench-nvml" for t in threading.enumerate())
 
 
+def sample_until(sampler: NvmlSampler, samples: int, timeout_s: float = 30.0) -> None:
+    """Stay in the sampled region until the sampler has taken `samples` samples: on a loaded machine its
+    thread may start late, so a fixed sleep could end before the samples an assertion needs."""
+    deadline = time.monotonic() + timeout_s
+    while sampler.summary()["samples"] < samples:
+        assert time.monotonic() < deadline, "the sampler took too few samples"
+        time.sleep(0.01)
+
+
 def test_gpm_supported_reports_bandwidth_and_energy():
     fake = FakeNvml()
     with NvmlSampler(nvml=fake, period_s=0.1) as s:
-        time.sleep(0.35)
+        sample_until(s, 3)
     out = s.summary()
     assert out["available"] and out["device"] == "NVIDIA H200"
     assert out["dram_bw_util_pct_mean"] == pytest.approx(42.0)
@@ -182,13 +191,13 @@ def test_gpm_supported_reports_bandwidth_and_energy():
 
 def test_peak_bandwidth_can_be_given():
     with NvmlSampler(nvml=FakeNvml(unsupported=("bus_width",)), peak_bandwidth_gbs=4800.0) as s:
-        time.sleep(0.25)
+        sample_until(s, 2)  # bandwidth is read between two GPM samples
     assert s.summary()["dram_bw_gbs_mean"] == pytest.approx(0.42 * 4800.0)
 
 
 def test_gpm_not_supported_error():
     with NvmlSampler(nvml=FakeNvml(gpm="raise")) as s:
-        time.sleep(0.15)
+        sample_until(s, 1)
     out = s.summary()
     assert out["available"]
     assert out["unavailable"]["dram_bw_util_pct"] == "Not Supported"
@@ -211,7 +220,7 @@ def test_region_shorter_than_two_gpm_samples():
 
 def test_unsupported_metrics_reported_with_reason():
     with NvmlSampler(nvml=FakeNvml(unsupported=("power", "energy", "pcie"))) as s:
-        time.sleep(0.15)
+        sample_until(s, 1)
     out = s.summary()
     assert out["unavailable"]["power_w"] == "Not Supported"
     assert out["unavailable"]["energy_j"] == "Not Supported"
