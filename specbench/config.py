@@ -10,7 +10,6 @@ GPU profile and the output directory. Knob values are checked next, by the metho
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,29 +18,16 @@ from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from specbench.engines import check_engine
 from specbench.errors import SpecbenchError
+from specbench.files import read_toml
 from specbench.hardware import get_profile, load_profiles
 from specbench.model_source import model_path
 from specbench.paths import check_output_dir
-from specbench.ranges import check_ranges
+from specbench.ranges import check_device, check_dtype, check_ranges, check_sizes
 from specbench.strategies.controllers import CONTROLLERS
 from specbench.strategies.knobs import check_knobs_apply
 from specbench.strategies.published.formats import drafter_dirs_by_strategy
 from specbench.strategies.spec import parse_strategies
 from specbench.suites import load_suite, select
-
-DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16")
-DEVICE_CHOICES = ("auto", "cpu", "cuda")
-
-
-def check_device(device: str) -> None:
-    if device not in DEVICE_CHOICES:
-        raise SpecbenchError(f"--device {device}: expected {', '.join(DEVICE_CHOICES)}")
-
-
-def check_dtype(dtype: str) -> None:
-    if dtype not in DTYPE_CHOICES:
-        raise SpecbenchError(f"--dtype {dtype}: expected {', '.join(DTYPE_CHOICES)}")
-
 
 @dataclass
 class RunConfig:
@@ -107,17 +93,6 @@ class RunConfig:
         check_engine(self.engine, self.engine_args, specs, self.batch_sizes)
 
 
-def check_sizes(values: tuple[int, ...] | list[int], option: str, low: int = 1) -> None:
-    """A list of sizes must name at least one, each at least `low`, in increasing order without repeats."""
-    if not values:
-        raise SpecbenchError(f"{option} names no size; give a comma list such as 1,4,16")
-    if any(not isinstance(v, int) or isinstance(v, bool) or v < low for v in values):
-        raise SpecbenchError(f"{option} {','.join(map(str, values))}: every size must be an integer of at least {low}")
-    if list(values) != sorted(set(values)):
-        raise SpecbenchError(f"{option} {','.join(map(str, values))}: list the sizes in increasing order, "
-                             "each once")
-
-
 def check_draft_schedule(strategy: str, entry: Any) -> None:
     where = f"draft_schedule.{strategy}"
     if not isinstance(entry, dict) or set(entry) != {"batch_sizes", "draft_tokens"}:
@@ -161,18 +136,8 @@ def checked_types(config: RunConfig, where: str, keys: dict[str, str] | None = N
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
     """Read a TOML run config: top-level keys are RunConfig fields; [knobs.STRATEGY] tables hold knobs."""
-    path = Path(path)
     where = f"config file {path}"
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SpecbenchError(f"{where} does not exist") from None
-    except UnicodeDecodeError:
-        raise SpecbenchError(f"{where} is not a TOML text file (it is not UTF-8 text)") from None
-    except OSError as exc:
-        raise SpecbenchError(f"{where}: cannot read it ({exc.strerror})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise SpecbenchError(f"{where}: {exc}") from None
+    raw = read_toml(Path(path), "config file")
     values, keys = {}, {}
     for key, value in raw.items():
         name = ALIASES.get(key.replace("-", "_"), key.replace("-", "_"))

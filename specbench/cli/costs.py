@@ -30,9 +30,9 @@ def costs(
     """
     from dataclasses import replace
 
-    from specbench.config import check_device, check_dtype
     from specbench.measure.cost_table import BATCH_GRID
     from specbench.paths import check_output_dir
+    from specbench.ranges import check_device, check_dtype
 
     with user_errors():
         # every check that needs no torch comes first: a bad input is refused at once

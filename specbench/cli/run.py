@@ -21,10 +21,10 @@ from specbench.cli.app import (
     table_format,
     user_errors,
 )
-from specbench.config import DEVICE_CHOICES, DTYPE_CHOICES, RunConfig, check_sizes, load_config_file, resolve
+from specbench.config import RunConfig, load_config_file, resolve
 from specbench.engines import ENGINES, parse_engine_args
 from specbench.errors import SpecbenchError
-from specbench.ranges import check_range
+from specbench.ranges import DEVICE_CHOICES, DTYPE_CHOICES, check_range, check_sizes
 from specbench.results import RunDir
 from specbench.strategies.controllers import CONTROLLERS
 from specbench.strategies.knobs import parse_sets

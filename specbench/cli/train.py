@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from specbench.cli.app import app, command_line, interruptible, out, progress_bar, user_errors
-from specbench.config import DEVICE_CHOICES
+from specbench.ranges import DEVICE_CHOICES
 from specbench.strategies.knobs import parse_sets
 from specbench.training.settings import TrainSettings
 

@@ -7,16 +7,15 @@ are refused (they would not match the checkpoint) unless `--force` discards it.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specbench.config import check_device
 from specbench.errors import SpecbenchError
+from specbench.files import read_json, write_json
 from specbench.model_source import model_path
 from specbench.paths import check_output_dir
-from specbench.ranges import check_ranges
+from specbench.ranges import check_device, check_ranges
 from specbench.strategies.registry import DRAFTER_NAMES
 from specbench.suites import Suite, load_suite, select
 
@@ -70,15 +69,15 @@ class TrainSettings:
         if not work.exists():
             return False
         try:
-            return json.loads((work / SETTINGS).read_text()) != self.recorded()
-        except (OSError, ValueError):
+            return read_json(work / SETTINGS, "training settings") != self.recorded()
+        except SpecbenchError:
             return True
 
     def record(self) -> None:
         """Create OUT.partial and write these settings into it."""
         work = partial_dir(self.out_dir)
         work.mkdir(parents=True, exist_ok=True)
-        (work / SETTINGS).write_text(json.dumps(self.recorded(), indent=2) + "\n")
+        write_json(work / SETTINGS, self.recorded())
 
     def _check_out_dir(self) -> None:
         out = Path(self.out_dir)
@@ -103,7 +102,7 @@ class TrainSettings:
 def _drafter_strategy(path: Path) -> str | None:
     """The strategy of the specbench drafter in `path`; None when it holds something else."""
     try:
-        config = json.loads((path / "config.json").read_text())
-    except (OSError, ValueError):
+        config = read_json(path / "config.json", "drafter config")
+    except SpecbenchError:
         return None
     return config.get("specbench_strategy") if isinstance(config, dict) else None

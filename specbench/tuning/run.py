@@ -29,9 +29,9 @@ from optuna.trial import TrialState
 from specbench.bench import Bench, prepare
 from specbench.engines import VLLM
 from specbench.errors import SpecbenchError
+from specbench.files import write_atomic, write_json
 from specbench.hardware import GpuProfile
 from specbench.models import fingerprint
-from specbench.results import write_atomic, write_json
 from specbench.strategies.knobs import make_options
 from specbench.strategies.published.formats import drafter_dirs_by_strategy, open_source
 from specbench.strategies.registry import definition
