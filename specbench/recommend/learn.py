@@ -27,6 +27,7 @@ from scipy.stats import binomtest
 
 from specbench.files import atomic_path, write_atomic
 from specbench.hardware import GpuProfile
+from specbench.markdown import markdown_table
 from specbench.recommend.evidence import Evidence
 from specbench.recommend.prior import PRIOR, Branch, PriorOutcome, evaluate, members, prior_markdown
 from specbench.recommend.workload import Workload
@@ -271,17 +272,16 @@ def _markdown(report: LearnReport) -> str:
     lines = ["# Learned decision tree", "", f"{report.reason}.", "",
              "Winners: " + ", ".join(f"{s} {n}" for s, n in report.winners.items()), "",
              "## Leaves beside the prior", "",
-             "| conditions | prompts | learned winner | share | prior says | prior agrees |",
-             "|---|---|---|---|---|---|"]
-    lines += [f"| {leaf.conditions} | {leaf.prompts} | {leaf.learned} | {leaf.purity:.0%} | {leaf.prior} | "
-              f"{leaf.prior_agree}/{leaf.prompts} |" for leaf in report.leaves]
+             markdown_table(("conditions", "prompts", "learned winner", "share", "prior says", "prior agrees"),
+                            [(leaf.conditions, leaf.prompts, leaf.learned, f"{leaf.purity:.0%}", leaf.prior,
+                              f"{leaf.prior_agree}/{leaf.prompts}") for leaf in report.leaves])]
     lines += ["", "## The prior's rules against the evidence", "",
               "Reached: prompts whose workload selects the branch; claims: those where it shapes the prior's answer; "
               "agree: claims the measured winner (or the learned tree) bears out.", "",
-              "| rule | branch | reached | claims | measured agree | learned agree | measured winners | verdict |",
-              "|---|---|---|---|---|---|---|---|"]
-    lines += [f"| {n.rule} | `{n.branch}` | {n.reached} | {n.claims} | {n.measured_agree} | {n.learned_agree} | "
-              f"{n.measured_winners} | {n.verdict} |" for n in report.nodes]
+              markdown_table(("rule", "branch", "reached", "claims", "measured agree", "learned agree",
+                              "measured winners", "verdict"),
+                             [(n.rule, f"`{n.branch}`", n.reached, n.claims, n.measured_agree, n.learned_agree,
+                               n.measured_winners, n.verdict) for n in report.nodes])]
     if report.notes:
         lines += ["", "## Left out", ""] + [f"- {note}" for note in report.notes]
     return "\n".join(lines) + "\n"
