@@ -29,29 +29,37 @@ from specbench.strategies.published.formats import drafter_dirs_by_strategy
 from specbench.strategies.spec import parse_strategies
 from specbench.suites import load_suite, select
 
+
 @dataclass
-class RunConfig:
+class DecodeSettings:
+    """What a run and a training (training/settings.py) share: the target and where it runs, how many
+    prompts and how long the answers, the seed and the strategies' knobs."""
+
+    model: str | None = None  # HF id, local directory, or None for the embedded default
+    limit: int | None = 8  # prompts, spread over the categories; 0 or None: the whole suite
+    max_new_tokens: int = 64
+    seed: int = 0
+    device: str = "auto"
+    knobs: dict[str, dict[str, Any]] = field(default_factory=dict)  # strategy -> knob -> value
+
+
+@dataclass
+class RunConfig(DecodeSettings):
     # strict types; instances are re-checked when validated (pydantic reads this, dataclasses ignore it)
     __pydantic_config__ = ConfigDict(strict=True, revalidate_instances="always", allow_inf_nan=False)
 
-    model: str | None = None  # HF id, local directory, or None for the embedded default
     drafters: list[str] = field(default_factory=list)  # drafter directories
     strategies: list[str] = field(default_factory=lambda: ["default"])
     suite: str = "default"
     categories: list[str] = field(default_factory=list)
-    limit: int | None = 8  # prompts, spread over the categories; 0 or None: the whole suite
-    max_new_tokens: int = 64
     temperature: float = 0.0
     top_p: float = 1.0
     top_k: int = 0
-    seed: int = 0
     dtype: str = "auto"
-    device: str = "auto"
     warmup: int = 1
     repeats: int = 1
     out: str = "results"
     controller: str | None = None
-    knobs: dict[str, dict[str, Any]] = field(default_factory=dict)  # strategy -> knob -> value
     gpu: str | None = None
     profiles: str | None = None  # TOML file with extra GPU profiles
     cost_model: bool = True  # time the forwards the cost model predicts from (stored, reused by later runs)
@@ -63,9 +71,15 @@ class RunConfig:
     engine_args: dict[str, Any] = field(default_factory=dict)  # vLLM engine arguments (--engine-args JSON)
 
     def validate(self, where: str = "configuration") -> RunConfig:
-        """This configuration, type-checked, after every check that needs no torch; `where` names its source."""
+        """This configuration, type-checked, after every check that needs no torch; `where` names its source.
+
+        The checked copy is returned as it is when validated again (the CLI validates, then bench.prepare
+        would): the checks read the suite and the drafters' formats, once is enough."""
+        if vars(self).get("_validated"):
+            return self
         config = checked_types(self, where)
         config._check_values()
+        config._validated = True  # not a field: asdict, == and dataclasses.replace leave it out
         return config
 
     def _check_values(self) -> None:

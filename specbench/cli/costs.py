@@ -8,21 +8,22 @@ from typing import Annotated, Optional
 import typer
 
 from specbench.cli.app import app, err, out, print_table, progress_bar, size_list, split_list, user_errors
+from specbench.cli.options import DEFAULTS, Device, Drafters, Dtype, Json, Model, ResultsDir
 
 
 @app.command()
 def costs(
-    model: Annotated[Optional[str], typer.Option(help="HF model id or local directory (default: the embedded model).")] = None,
-    drafter: Annotated[Optional[list[str]], typer.Option(help="Drafter (a directory or a hub id) whose proposals to time (repeatable).")] = None,
+    model: Model = None,
+    drafter: Drafters = None,
     strategy: Annotated[Optional[list[str]], typer.Option("--strategy", "-s", help="Time only these drafters (comma list; default: every drafter the model has).")] = None,
     batch_sizes: Annotated[Optional[str], typer.Option(help="Batch sizes, increasing (default 1,2,4,8,16,32).")] = None,
     verify_lengths: Annotated[Optional[str], typer.Option(help="Tokens per verify forward, increasing (default 1,2,4,8,16).")] = None,
     context_lens: Annotated[Optional[str], typer.Option(help="Cached context lengths, increasing (default 128,1024).")] = None,
     repeats: Annotated[Optional[int], typer.Option(help="Timed repeats per entry (the median is kept; default 5).")] = None,
-    dtype: Annotated[str, typer.Option(help="auto, float32, bfloat16 or float16.")] = "auto",
-    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
-    out_dir: Annotated[str, typer.Option("--out", help="Results directory; the table goes to OUT/costs/.")] = "results",
-    as_json: Annotated[bool, typer.Option("--json", help="Print the table as one JSON object.")] = False,
+    dtype: Dtype = None,
+    device: Device = None,
+    out_dir: ResultsDir = None,
+    as_json: Json = False,
 ) -> None:
     """Time target forwards by batch size, verify length and context, and each drafter's proposal.
 
@@ -34,6 +35,7 @@ def costs(
     from specbench.paths import check_output_dir
     from specbench.ranges import check_device, check_dtype
 
+    dtype, device, out_dir = dtype or DEFAULTS.dtype, device or DEFAULTS.device, out_dir or DEFAULTS.out
     with user_errors():
         # every check that needs no torch comes first: a bad input is refused at once
         grid = replace(BATCH_GRID, **{k: v for k, v in {

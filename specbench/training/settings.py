@@ -7,10 +7,11 @@ are refused (they would not match the checkpoint) unless `--force` discards it.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from specbench.config import DecodeSettings
 from specbench.errors import SpecbenchError
 from specbench.files import read_json, write_json
 from specbench.model_source import model_path
@@ -27,20 +28,16 @@ def partial_dir(out_dir: Path) -> Path:
     return Path(out_dir).with_name(Path(out_dir).name + ".partial")
 
 
-@dataclass
-class TrainSettings:
+@dataclass(kw_only=True)
+class TrainSettings(DecodeSettings):
     strategy: str
     prompts: str  # suite name or file
     out_dir: Path
-    model: str | None = None  # HF id, local directory, or None for the embedded default
+    limit: int | None = None  # every prompt
+    max_new_tokens: int = 128  # the length of the target's regenerated answers
     steps: int = 300
     batch_size: int = 8
     lr: float = 1e-3
-    max_new_tokens: int = 128
-    limit: int | None = None
-    knobs: dict[str, dict[str, Any]] = field(default_factory=dict)  # `--set` values: strategy -> knob -> value
-    device: str = "auto"
-    seed: int = 0
     force: bool = False  # replace a drafter of another strategy, discard an unfinished training of other settings
 
     def check(self) -> Suite:
