@@ -7,23 +7,23 @@ from typing import Annotated, Optional
 
 import typer
 
+from specbench.cli import options
 from specbench.cli.app import app, err, out, print_table, progress_bar, size_list, split_list, user_errors
-from specbench.cli.options import DEFAULTS, Device, Drafters, Dtype, Json, Model, ResultsDir
 
 
 @app.command()
 def costs(
-    model: Model = None,
-    drafter: Drafters = None,
+    model: options.Model = None,
+    drafter: options.Drafters = None,
     strategy: Annotated[Optional[list[str]], typer.Option("--strategy", "-s", help="Time only these drafters (comma list; default: every drafter the model has).")] = None,
     batch_sizes: Annotated[Optional[str], typer.Option(help="Batch sizes, increasing (default 1,2,4,8,16,32).")] = None,
     verify_lengths: Annotated[Optional[str], typer.Option(help="Tokens per verify forward, increasing (default 1,2,4,8,16).")] = None,
     context_lens: Annotated[Optional[str], typer.Option(help="Cached context lengths, increasing (default 128,1024).")] = None,
     repeats: Annotated[Optional[int], typer.Option(help="Timed repeats per entry (the median is kept; default 5).")] = None,
-    dtype: Dtype = None,
-    device: Device = None,
-    out_dir: ResultsDir = None,
-    as_json: Json = False,
+    dtype: options.Dtype = None,
+    device: options.Device = None,
+    out_dir: options.ResultsDir = None,
+    as_json: options.Json = False,
 ) -> None:
     """Time target forwards by batch size, verify length and context, and each drafter's proposal.
 
@@ -35,7 +35,8 @@ def costs(
     from specbench.paths import check_output_dir
     from specbench.ranges import check_device, check_dtype
 
-    dtype, device, out_dir = dtype or DEFAULTS.dtype, device or DEFAULTS.device, out_dir or DEFAULTS.out
+    defaults = options.DEFAULTS
+    dtype, device, out_dir = dtype or defaults.dtype, device or defaults.device, out_dir or defaults.out
     with user_errors():
         # every check that needs no torch comes first: a bad input is refused at once
         grid = replace(BATCH_GRID, **{k: v for k, v in {

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import sys
 
+from specbench.cli import options
 from specbench.cli.app import app, out, user_errors
-from specbench.cli.options import Json, Profiles
 
 
 @app.command()
-def suites(as_json: Json = False) -> None:
+def suites(as_json: options.Json = False) -> None:
     """List the built-in suites with their categories and counts."""
     from specbench.suites import builtin_suite_names, load_suite
 
@@ -26,8 +26,8 @@ def suites(as_json: Json = False) -> None:
 
 @app.command()
 def hardware(
-    profiles: Profiles = None,
-    as_json: Json = False,
+    profiles: options.Profiles = None,
+    as_json: options.Json = False,
 ) -> None:
     """List the GPU profiles and the local device."""
     from specbench.hardware import detect_local_gpu, hardware_listing, hardware_table, load_profiles
@@ -42,7 +42,7 @@ def hardware(
 
 
 @app.command()
-def strategies(as_json: Json = False) -> None:
+def strategies(as_json: options.Json = False) -> None:
     """List every strategy's knobs (default, valid range, unit, search range) and every controller."""
     from specbench.strategies.catalog import catalog, catalog_markdown, catalog_rich
 

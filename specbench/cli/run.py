@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from specbench.cli import options
 from specbench.cli.app import (
     app,
     err,
@@ -21,27 +22,7 @@ from specbench.cli.app import (
     table_format,
     user_errors,
 )
-from specbench.cli.options import (
-    Categories,
-    ConfigFile,
-    Device,
-    Drafters,
-    Dtype,
-    Engine,
-    EngineArgs,
-    Json,
-    Knobs,
-    Limit,
-    MaxNewTokens,
-    Model,
-    Profiles,
-    ResultsDir,
-    Seed,
-    Suite,
-    Temperature,
-    Wide,
-    default,
-)
+from specbench.cli.options import default
 from specbench.config import load_config_file, resolve
 from specbench.engines import parse_engine_args
 from specbench.errors import SpecbenchError
@@ -53,35 +34,35 @@ from specbench.strategies.spec import COMBINATIONS, DEFAULT_STRATEGIES
 
 @app.command()
 def run(
-    model: Model = None,
-    drafter: Drafters = None,
+    model: options.Model = None,
+    drafter: options.Drafters = None,
     strategy: Annotated[Optional[list[str]], typer.Option("--strategy", "-s", help=f"Strategy: ngram, draft, eagle+dflash, ... (repeatable or comma list); `default` is {', '.join(DEFAULT_STRATEGIES)}; `all` every drafter and {len(COMBINATIONS)} combinations.", show_default=default("strategies"))] = None,
-    suite: Suite = None,
-    categories: Categories = None,
-    limit: Limit = None,
-    max_new_tokens: MaxNewTokens = None,
-    temperature: Temperature = None,
+    suite: options.Suite = None,
+    categories: options.Categories = None,
+    limit: options.Limit = None,
+    max_new_tokens: options.MaxNewTokens = None,
+    temperature: options.Temperature = None,
     top_p: Annotated[Optional[float], typer.Option(help="Nucleus sampling: keep the smallest token set with this much probability (1 = off).", show_default=default("top_p"))] = None,
     top_k: Annotated[Optional[int], typer.Option(help="Sample among the k most likely tokens only (0 = off).", show_default=default("top_k"))] = None,
-    seed: Seed = None,
-    dtype: Dtype = None,
-    device: Device = None,
+    seed: options.Seed = None,
+    dtype: options.Dtype = None,
+    device: options.Device = None,
     warmup: Annotated[Optional[int], typer.Option(help="Unmeasured warm-up passes over the first prompt.", show_default=default("warmup"))] = None,
     repeats: Annotated[Optional[int], typer.Option(help="Measured repeats per prompt.", show_default=default("repeats"))] = None,
     controller: Annotated[Optional[str], typer.Option(help=f"Override every strategy's controller: {', '.join(CONTROLLERS)}.", show_default=default("controller", "each strategy's own"))] = None,
-    set_: Knobs = None,
+    set_: options.Knobs = None,
     gpu: Annotated[Optional[str], typer.Option(help="GPU profile to project the results onto (see `specbench hardware`).", show_default=default("gpu", "none"))] = None,
-    profiles: Profiles = None,
+    profiles: options.Profiles = None,
     batch_size: Annotated[Optional[int], typer.Option(help="Decode the prompts B at a time, in lockstep (ar and the chain strategies: ngram, draft, dflash, dspark); the speedup is over batched ar at the same B.", show_default="1")] = None,
     batch_sizes: Annotated[Optional[str], typer.Option(help="Several batch sizes, increasing, each in turn (e.g. 1,4,16): a column per batch size, with the modelled speedup beside the measured.", show_default="1")] = None,
-    engine: Engine = None,
-    engine_args: EngineArgs = None,
-    out_dir: ResultsDir = None,
-    config: ConfigFile = None,
+    engine: options.Engine = None,
+    engine_args: options.EngineArgs = None,
+    out_dir: options.ResultsDir = None,
+    config: options.ConfigFile = None,
     resume: Annotated[Optional[Path], typer.Option(help="Finish an interrupted run directory with its saved configuration.", show_default="none")] = None,
     cost_model: Annotated[Optional[bool], typer.Option("--cost-model/--no-cost-model", help="Time the forwards the cost model predicts from (first run only; stored in results/costs/).", show_default=default("cost_model"))] = None,
-    wide: Wide = False,
-    as_json: Json = False,
+    wide: options.Wide = False,
+    as_json: options.Json = False,
 ) -> None:
     """Run strategies against plain autoregressive decoding on a prompt suite."""
     with user_errors():

@@ -7,8 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from specbench.cli import options
 from specbench.cli.app import app, command_line, interruptible, out, progress_bar, user_errors
-from specbench.cli.options import Device, Knobs, Model, Seed
 from specbench.strategies.knobs import parse_sets
 from specbench.training.settings import TrainSettings
 
@@ -19,15 +19,15 @@ def train(
     strategy: Annotated[str, typer.Option(help="eagle, mtp, dflash or dspark.")],
     prompts: Annotated[str, typer.Option(help="Suite name or file with the training prompts.")],
     out_dir: Annotated[Path, typer.Option("--out", help="Drafter directory to write (its unfinished training is kept in OUT.partial).")],
-    model: Model = None,
+    model: options.Model = None,
     steps: Annotated[int, typer.Option(help="Optimizer steps.")] = TrainSettings.steps,
     batch_size: Annotated[int, typer.Option(help="Sequences per optimizer step.")] = TrainSettings.batch_size,
     lr: Annotated[float, typer.Option(help="Learning rate of AdamW, reached after a linear warm-up over the first 5% of the steps.")] = TrainSettings.lr,
     max_new_tokens: Annotated[int, typer.Option(help="Length of the target's regenerated answers.")] = TrainSettings.max_new_tokens,
     limit: Annotated[Optional[int], typer.Option(help="Use at most N prompts.", show_default="all")] = TrainSettings.limit,
-    set_: Knobs = None,
-    device: Device = None,
-    seed: Seed = None,
+    set_: options.Knobs = None,
+    device: options.Device = None,
+    seed: options.Seed = None,
     force: Annotated[bool, typer.Option("--force", help="Replace a drafter of another strategy in --out, or discard an unfinished training with other settings.")] = TrainSettings.force,
 ) -> None:
     """Train a drafter against a target by self-distillation (run it again to resume an interrupted training)."""

@@ -8,25 +8,8 @@ from typing import Annotated, Optional
 import typer
 from optuna.trial import FrozenTrial
 
+from specbench.cli import options
 from specbench.cli.app import app, err, interruptible, out, progress_bar, split_list, user_errors
-from specbench.cli.options import (
-    Categories,
-    ConfigFile,
-    Device,
-    Drafters,
-    Dtype,
-    Engine,
-    EngineArgs,
-    Json,
-    Limit,
-    MaxNewTokens,
-    Model,
-    Profiles,
-    ResultsDir,
-    Seed,
-    Suite,
-    Temperature,
-)
 from specbench.config import load_config_file, resolve
 from specbench.engines import parse_engine_args
 from specbench.strategies.spec import DEFAULT_STRATEGIES
@@ -39,13 +22,13 @@ from specbench.tuning.study import open_checked
 def tune(
     strategy: Annotated[Optional[str], typer.Option("--strategy", "-s", help="Strategy to tune: ngram, dspark, eagle+dflash, ... ; without it each of the default set is tuned in its own study and ranked.", show_default=",".join(DEFAULT_STRATEGIES))] = None,
     gpu: Annotated[Optional[str], typer.Option(help="GPU profile: the objective becomes the projected speedup there (unless it is the local GPU), with its memory as a constraint.", show_default="measured here")] = None,
-    model: Model = None,
-    drafter: Drafters = None,
-    suite: Suite = None,
-    categories: Categories = None,
-    limit: Limit = None,
-    max_new_tokens: MaxNewTokens = None,
-    temperature: Temperature = None,
+    model: options.Model = None,
+    drafter: options.Drafters = None,
+    suite: options.Suite = None,
+    categories: options.Categories = None,
+    limit: options.Limit = None,
+    max_new_tokens: options.MaxNewTokens = None,
+    temperature: options.Temperature = None,
     trials: Annotated[int, typer.Option(help="Trials of the study in total, across workers, machines and resumptions (split between strategies).")] = 30,
     timeout: Annotated[Optional[float], typer.Option(help="Stop each worker after this many seconds.", show_default="no limit")] = None,
     study: Annotated[Optional[str], typer.Option(help="Study name; the same name resumes it .", show_default="strategy-model-GPU-workload hash")] = None,
@@ -53,16 +36,16 @@ def tune(
     workers: Annotated[int, typer.Option(help="Worker processes on this machine, sharing the study's storage.")] = 1,
     objectives: Annotated[str, typer.Option(help=f"{' or '.join(OBJECTIVES)}: the latter gives the Pareto front of speedup against the memory needed.")] = "speedup",
     holdout: Annotated[float, typer.Option(help="Fraction of the prompts held out of the study and used to check the best configuration against the defaults.")] = 0.25,
-    seed: Seed = None,
+    seed: options.Seed = None,
     heartbeat: Annotated[int, typer.Option(help="RDB storages: seconds between a worker's heartbeats; a trial silent for twice this is failed and retried.")] = 30,
-    device: Device = None,
-    dtype: Dtype = None,
-    profiles: Profiles = None,
-    engine: Engine = None,
-    engine_args: EngineArgs = None,
-    out_dir: ResultsDir = None,
-    config: ConfigFile = None,
-    as_json: Json = False,
+    device: options.Device = None,
+    dtype: options.Dtype = None,
+    profiles: options.Profiles = None,
+    engine: options.Engine = None,
+    engine_args: options.EngineArgs = None,
+    out_dir: options.ResultsDir = None,
+    config: options.ConfigFile = None,
+    as_json: options.Json = False,
 ) -> None:
     """Search strategy knobs with Optuna: fastest settings for this model, hardware and workload.
 
