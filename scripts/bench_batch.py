@@ -35,7 +35,6 @@ from specbench.measure.cost_table import BATCH_GRID
 from specbench.measure.costs import measure_target_costs
 from specbench.models import load_target
 from specbench.projection import by_batch, workload_shape
-from specbench.strict_json import dumps
 
 ROOT = Path(__file__).resolve().parents[1]
 STRATEGIES = ("ngram", "dflash", "dspark")

@@ -37,7 +37,6 @@ from specbench.recommend.evidence import Evidence, load_evidence
 from specbench.report import load_runs
 from specbench.strategies.build import verifies_trees
 from specbench.strategies.spec import parse_strategies
-from specbench.strict_json import dumps
 from specbench.suites import load_suite
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -32,6 +32,7 @@ from specbench.strategies.controllers import CONTROLLERS
 from specbench.strategies.knobs import parse_sets
 from specbench.strategies.spec import COMBINATIONS, DEFAULT_STRATEGIES
 
+
 @app.command()
 def run(
     model: options.Model = None,
