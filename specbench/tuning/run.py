@@ -127,7 +127,7 @@ def tune(config: TuneConfig, progress: Progress | None = None) -> TuneReport:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     specs = config.specs()
     url = open_checked(config)
-    bench = measured_engine(prepare(dataclasses.replace(config.workload, strategies=[s.name for s in specs])))
+    bench = measured_engine(prepare(config.measured_workload))
     records = []
     try:
         for index, spec in enumerate(specs):
