@@ -22,10 +22,11 @@ from specbench.strict_json import dumps
 @contextmanager
 def atomic_path(path: Path) -> Iterator[Path]:
     """A temporary path beside `path` for the block to write (a file or a directory), renamed onto `path`
-    when the block succeeds and removed when it fails. The temporary name keeps the suffix, so writers that
-    pick a format by suffix (matplotlib) still do."""
+    when the block succeeds and removed when it fails. The temporary name holds the process id, so two
+    processes writing one file (tune's workers) never write into each other's, and keeps the suffix, so
+    writers that pick a format by suffix (matplotlib) still do."""
     path = Path(path)
-    tmp = path.with_name(f"{path.stem}.writing{path.suffix}")
+    tmp = path.with_name(f"{path.stem}.writing-{os.getpid()}{path.suffix}")
     _remove(tmp)
     try:
         yield tmp
