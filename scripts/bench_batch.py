@@ -29,12 +29,12 @@ import torch
 from specbench.batch_tables import batch_frames, render_frame, stop_text
 from specbench.bench import prepare, run_benchmark
 from specbench.config import RunConfig
+from specbench.files import write_atomic, write_json
 from specbench.hardware import BUILTIN_PROFILES
 from specbench.measure.cost_table import BATCH_GRID
 from specbench.measure.costs import measure_target_costs
 from specbench.models import load_target
 from specbench.projection import by_batch, workload_shape
-from specbench.strict_json import dumps
 
 ROOT = Path(__file__).resolve().parents[1]
 STRATEGIES = ("ngram", "dflash", "dspark")
@@ -73,8 +73,8 @@ def main() -> None:
         "gpu_crossover_modelled": gpu_crossovers(config, report),
         "noise": report.extra.get("noise"),
     }
-    (args.out / "batch.json").write_text(dumps(figures, indent=2) + "\n")
-    (args.out / "batch.md").write_text(markdown(figures, report) + "\n")
+    write_json(args.out / "batch.json", figures)
+    write_atomic(args.out / "batch.md", markdown(figures, report) + "\n")
     for plot, name in (("speedup_by_batch.png", "batch_speedup.png"), ("verify_cost.png", "batch_verify_cost.png")):
         if (report.run_dir / plot).is_file():
             shutil.copy(report.run_dir / plot, args.out / name)

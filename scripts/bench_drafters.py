@@ -18,8 +18,9 @@ from pathlib import Path
 
 from specbench.bench import run_benchmark
 from specbench.config import RunConfig
+from specbench.files import write_atomic, write_json
 from specbench.report import acceptance_table, comparison, load_runs, render
-from specbench.strict_json import dumps
+from specbench.strategies.spec import BASELINE
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "benchmarks"
 DRAFTERS = ("eagle", "mtp", "dflash", "dspark")
@@ -55,7 +56,7 @@ def main() -> None:
                                       "predicted": (r.get("cost_model") or {}).get("predicted_speedup"),
                                       "measured_over_predicted": (r.get("cost_model") or {}).get(
                                           "measured_over_predicted")}
-                                  for s, r in results.items() if s != "ar"},
+                                  for s, r in results.items() if s != BASELINE},
         "mismatches": {s: r["mismatches"] for s, r in results.items()},
     }
     sampled = {}
@@ -68,7 +69,7 @@ def main() -> None:
                                                             "draft_efficiency", "mismatches")}
                         for r in run.results}}
     figures["sampled_combinations"] = sampled
-    (OUT / "drafters.json").write_text(dumps(figures, indent=2) + "\n")
+    write_json(OUT / "drafters.json", figures)
 
     runs, _ = load_runs([report.run_dir])
     table = comparison(runs)
@@ -103,7 +104,7 @@ def main() -> None:
                   for s, r in part["results"].items()]
         lines.append("")
     lines += ["## By category", "", render(comparison(runs, by="category"), "markdown")]
-    (OUT / "drafters.md").write_text("\n".join(lines) + "\n")
+    write_atomic(OUT / "drafters.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

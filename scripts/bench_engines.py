@@ -18,8 +18,9 @@ from pathlib import Path
 
 from specbench.bench import run_benchmark
 from specbench.config import RunConfig
+from specbench.files import write_atomic, write_json
 from specbench.measure.stats import geometric_mean
-from specbench.strict_json import dumps
+from specbench.strategies.spec import BASELINE
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "benchmarks"
 STRATEGIES = ["ngram", "draft", "eagle", "dflash"]  # dspark: vLLM's V1 runner (a CPU's) has none
@@ -43,7 +44,7 @@ def main() -> None:
     report = run_benchmark(RunConfig(strategies=STRATEGIES, engine="both", limit=args.limit,
                                      max_new_tokens=args.max_new_tokens, device="cpu", out=str(OUT.parent)))
     by = {(r["engine"], r["strategy"]): r for r in report.results}
-    own_ar, vllm_ar = by[("specbench", "ar")], by[("vllm", "ar")]
+    own_ar, vllm_ar = by[("specbench", BASELINE)], by[("vllm", BASELINE)]
     best = {engine: max((s for s in STRATEGIES), key=lambda s: by[(engine, s)]["tokens_per_s"])
             for engine in ("specbench", "vllm")}
     figures = {
@@ -61,7 +62,7 @@ def main() -> None:
                        for s in STRATEGIES},
     }
     figures["transfer_geometric_mean"] = geometric_mean([v["transfer"] for v in figures["strategies"].values()])
-    (OUT / "engines.json").write_text(dumps(figures, indent=2) + "\n")
+    write_json(OUT / "engines.json", figures)
 
     agreement = figures["engine_agreement"] or {}
     lines = ["# specbench's engine and vLLM, side by side", "",
@@ -87,7 +88,7 @@ def main() -> None:
                   f"{s} {by[('specbench', s)]['mismatches']}/{by[('vllm', s)]['mismatches']}" for s in STRATEGIES)
               + " (specbench/vLLM)",
               "- noise: " + ("; ".join((report.extra.get("noise") or {}).get("reasons") or []) or "quiet"), ""]
-    (OUT / "engines.md").write_text("\n".join(lines) + "\n")
+    write_atomic(OUT / "engines.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

@@ -12,7 +12,6 @@ the two paths must be identical. Prints a table; with --out also writes it as JS
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from pathlib import Path
@@ -21,9 +20,10 @@ import torch
 
 from specbench.engine.decode import generate
 from specbench.engine.kv_cache import fast_path
+from specbench.files import write_json
 from specbench.models import encode_turns, load_target
 from specbench.strategies.build import build_strategy
-from specbench.strategies.spec import parse_strategy
+from specbench.strategies.spec import BASELINE, parse_strategy
 from specbench.suites import load_suite, select
 
 
@@ -55,7 +55,7 @@ def main() -> None:
     suite = select(load_suite("default"), limit=args.limit)
     prompts = [encode_turns(target.tokenizer, list(item.turns[:1]), []) for item in suite.items]
     strategies = {name: build_strategy(parse_strategy(name), target, {}, {})
-                  for name in args.strategy or ["ar", "ngram", "draft"]}
+                  for name in args.strategy or [BASELINE, "ngram", "draft"]}
     print(f"loaded in {time.perf_counter() - started:.1f} s; {len(prompts)} prompts, {torch.get_num_threads()} threads")
     rows = {}
     for name, strategy in strategies.items():
@@ -77,8 +77,8 @@ def main() -> None:
         print(f"{name:8s} transformers {row['hf_tokens_per_s']:7.1f} tok/s   fast {row['fast_tokens_per_s']:7.1f} tok/s"
               f"   fast/transformers {row['fast_over_hf']:.2f} (rounds: {', '.join(f'{x:.2f}' for x in ratios)})")
     if args.out:
-        args.out.write_text(json.dumps({"prompts": len(prompts), "max_new_tokens": args.max_new_tokens,
-                                        "threads": torch.get_num_threads(), "strategies": rows}, indent=2) + "\n")
+        write_json(args.out, {"prompts": len(prompts), "max_new_tokens": args.max_new_tokens,
+                              "threads": torch.get_num_threads(), "strategies": rows})
 
 
 if __name__ == "__main__":

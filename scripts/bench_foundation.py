@@ -24,13 +24,13 @@ import torch
 from specbench.bench import prepare, run_benchmark
 from specbench.config import RunConfig
 from specbench.engine.decode import generate
+from specbench.files import write_atomic, write_json
 from specbench.measure.stats import geometric_mean_ci
 from specbench.models import encode_turns
 from specbench.report import comparison, load_runs, render
 from specbench.strategies.build import build_strategy
 from specbench.strategies.registry import definition
-from specbench.strategies.spec import StrategySpec
-from specbench.strict_json import dumps
+from specbench.strategies.spec import BASELINE, StrategySpec
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "benchmarks"
 
@@ -105,7 +105,7 @@ def main() -> None:
             prompts, args.max_new_tokens),
     }
     report = run_benchmark(config)
-    ar = next(r for r in report.results if r["strategy"] == "ar")
+    ar = next(r for r in report.results if r["strategy"] == BASELINE)
     shares = ar["time_shares"]
     result["c_ar_outside_forward_share"] = shares["other"] / (shares["verify"] + shares["other"])
     runs, _ = load_runs([report.run_dir])
@@ -114,7 +114,7 @@ def main() -> None:
     result["run_dir"] = str(report.run_dir)
     result["summary"] = [{k: r[k] for k in ("strategy", "tokens_per_s", "speedup", "speedup_ci", "tau", "mismatches")}
                          for r in report.results]
-    (OUT / "foundation.json").write_text(dumps(result, indent=2) + "\n")
+    write_json(OUT / "foundation.json", result)
     md = ["# Foundation benchmarks", "", f"`python scripts/bench_foundation.py --limit {args.limit} "
           f"--max-new-tokens {args.max_new_tokens}` (CPU, greedy, embedded default model)", ""]
     for key in ("a_draft_vs_transformers", "b_ngram_vs_transformers"):
@@ -127,7 +127,7 @@ def main() -> None:
     md.append(f"- c: time outside the model forward in an `ar` step: {100 * result['c_ar_outside_forward_share']:.1f}%")
     md += ["", "## d: speedup over ar per category", "", render(by_category, "markdown"),
            "## Run summary", "", render(comparison(runs), "markdown")]
-    (OUT / "foundation.md").write_text("\n".join(md) + "\n")
+    write_atomic(OUT / "foundation.md", "\n".join(md) + "\n")
     print("\n".join(md))
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from specbench.bench import run_benchmark
 from specbench.config import RunConfig
+from specbench.files import write_atomic, write_json
 from specbench.hardware import load_profiles
 from specbench.measure.stats import summarize
 from specbench.recommend import evaluate, learn, make_workload, recommend
@@ -36,7 +37,6 @@ from specbench.recommend.evidence import Evidence, load_evidence
 from specbench.report import load_runs
 from specbench.strategies.build import verifies_trees
 from specbench.strategies.spec import parse_strategies
-from specbench.strict_json import dumps
 from specbench.suites import load_suite
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,7 +57,7 @@ def write_halves(categories: list[str], per_half: int | None, work: Path) -> tup
             half += [json.dumps({"question_id": i.id, "category": category, "turns": list(i.turns)}) for i in chosen]
     paths = (work / "evidence.jsonl", work / "check.jsonl")
     for path, lines in zip(paths, halves, strict=True):
-        path.write_text("\n".join(lines) + "\n")
+        write_atomic(path, "\n".join(lines) + "\n")
     return paths
 
 
@@ -126,7 +126,7 @@ def main() -> None:
                "check_runs": {b: str(r) for b, r in check_runs.items()}, "categories": categories,
                "batch_sizes": list(BATCH_SIZES), "max_new_tokens": args.max_new_tokens, "workloads": workloads,
                "learned": learned.as_json()}
-    (args.out / "recommend.json").write_text(dumps(figures, indent=2) + "\n")
+    write_json(args.out / "recommend.json", figures)
     lines = ["# Recommend benchmark", "",
              f"`python scripts/bench_recommend.py --categories {','.join(categories)} --max-new-tokens "
              f"{args.max_new_tokens}` (CPU, greedy, embedded default model; recommend answers from the evidence "
@@ -145,7 +145,7 @@ def main() -> None:
     lines += [f"- {w['category']}: the measured winner {w['fastest_on_check']} contradicts the prior's "
               f"{w['prior']}" for w in workloads if w["prior_contradicted"]]
     lines += ["", f"Learned tree over both runs: {learned.reason}."]
-    (args.out / "recommend.md").write_text("\n".join(lines) + "\n")
+    write_atomic(args.out / "recommend.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

@@ -38,12 +38,12 @@ import pandas as pd
 
 from specbench.bench import prepare
 from specbench.config import RunConfig
+from specbench.files import write_atomic, write_json
 from specbench.measure.stats import geometric_mean
 from specbench.projection import project, workload_shape
 from specbench.strategies.registry import definition
 from specbench.strategies.space import Choice, IntRange, Param, Ref, SearchSpace
 from specbench.strategies.spec import parse_strategy
-from specbench.strict_json import dumps
 from specbench.tuning.config import TuneConfig
 from specbench.tuning.holdout import paired_gain, split_items
 from specbench.tuning.objective import AR_REFRESH_TRIALS, Evaluator
@@ -218,8 +218,8 @@ def main() -> None:
                         f"--rounds {args.rounds}")
     parts["wall_s"] = time.perf_counter() - started
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "tune.json").write_text(dumps(parts, indent=2) + "\n")
-    (args.out / "tune.md").write_text(markdown(parts))
+    write_json(args.out / "tune.json", parts)
+    write_atomic(args.out / "tune.md", markdown(parts))
     print(markdown(parts))
 
 

@@ -24,6 +24,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from build_default_model import instruction_pairs, stdlib_sources  # noqa: E402
 
+from specbench.files import write_json  # noqa: E402
 from specbench.models import DEFAULT_DIR, fingerprint, load_target  # noqa: E402
 from specbench.strategies.registry import definition  # noqa: E402
 from specbench.training.distill import collect, pick_layers  # noqa: E402
@@ -97,7 +98,7 @@ def main() -> None:
                         "first_loss": losses[0], "final_loss": sum(losses[-10:]) / 10,
                         "parameters": sum(p.numel() for p in model.parameters()),
                         "train_seconds": round(time.time() - started)}
-        record_file.write_text(json.dumps(record, indent=2) + "\n")
+        write_json(record_file, record)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from specbench.engine.protocol import Controller
 from specbench.engine.sampling import Sampling, seeded
 from specbench.engines import SPECBENCH, VLLM, label
 from specbench.errors import Interrupted, SpecbenchError
+from specbench.files import write_atomic
 from specbench.hardware import GpuProfile, get_profile, is_local_gpu, load_profiles
 from specbench.load_axis import load_axis
 from specbench.measure.cost_table import CHAIN, TREE, CostTable, Grid, load_table
@@ -43,7 +44,7 @@ from specbench.models import Target, encode_turns, load_target, resolve_device, 
 from specbench.plots import write_plots
 from specbench.projection import by_batch, workload_shape
 from specbench.projection import project as projection
-from specbench.results import RunDir, write_atomic
+from specbench.results import RunDir
 from specbench.strategies.build import Strategy, build_strategy, verifies_trees
 from specbench.strategies.controllers import CappedController
 from specbench.strategies.knobs import validate_knobs

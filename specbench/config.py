@@ -10,7 +10,6 @@ GPU profile and the output directory. Knob values are checked next, by the metho
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,53 +18,48 @@ from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from specbench.engines import check_engine
 from specbench.errors import SpecbenchError
+from specbench.files import read_toml
 from specbench.hardware import get_profile, load_profiles
 from specbench.model_source import model_path
 from specbench.paths import check_output_dir
-from specbench.ranges import check_ranges
+from specbench.ranges import check_device, check_dtype, check_ranges, check_sizes
 from specbench.strategies.controllers import CONTROLLERS
 from specbench.strategies.knobs import check_knobs_apply
 from specbench.strategies.published.formats import drafter_dirs_by_strategy
 from specbench.strategies.spec import parse_strategies
 from specbench.suites import load_suite, select
 
-DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16")
-DEVICE_CHOICES = ("auto", "cpu", "cuda")
 
+@dataclass
+class DecodeSettings:
+    """What a run and a training (training/settings.py) share: the target and where it runs, how many
+    prompts and how long the answers, the seed and the strategies' knobs."""
 
-def check_device(device: str) -> None:
-    if device not in DEVICE_CHOICES:
-        raise SpecbenchError(f"--device {device}: expected {', '.join(DEVICE_CHOICES)}")
-
-
-def check_dtype(dtype: str) -> None:
-    if dtype not in DTYPE_CHOICES:
-        raise SpecbenchError(f"--dtype {dtype}: expected {', '.join(DTYPE_CHOICES)}")
+    model: str | None = None  # HF id, local directory, or None for the embedded default
+    limit: int | None = 8  # prompts, spread over the categories; 0 or None: the whole suite
+    max_new_tokens: int = 64
+    seed: int = 0
+    device: str = "auto"
+    knobs: dict[str, dict[str, Any]] = field(default_factory=dict)  # strategy -> knob -> value
 
 
 @dataclass
-class RunConfig:
+class RunConfig(DecodeSettings):
     # strict types; instances are re-checked when validated (pydantic reads this, dataclasses ignore it)
     __pydantic_config__ = ConfigDict(strict=True, revalidate_instances="always", allow_inf_nan=False)
 
-    model: str | None = None  # HF id, local directory, or None for the embedded default
     drafters: list[str] = field(default_factory=list)  # drafter directories
     strategies: list[str] = field(default_factory=lambda: ["default"])
     suite: str = "default"
     categories: list[str] = field(default_factory=list)
-    limit: int | None = 8  # prompts, spread over the categories; 0 or None: the whole suite
-    max_new_tokens: int = 64
     temperature: float = 0.0
     top_p: float = 1.0
     top_k: int = 0
-    seed: int = 0
     dtype: str = "auto"
-    device: str = "auto"
     warmup: int = 1
     repeats: int = 1
     out: str = "results"
     controller: str | None = None
-    knobs: dict[str, dict[str, Any]] = field(default_factory=dict)  # strategy -> knob -> value
     gpu: str | None = None
     profiles: str | None = None  # TOML file with extra GPU profiles
     cost_model: bool = True  # time the forwards the cost model predicts from (stored, reused by later runs)
@@ -77,9 +71,15 @@ class RunConfig:
     engine_args: dict[str, Any] = field(default_factory=dict)  # vLLM engine arguments (--engine-args JSON)
 
     def validate(self, where: str = "configuration") -> RunConfig:
-        """This configuration, type-checked, after every check that needs no torch; `where` names its source."""
+        """This configuration, type-checked, after every check that needs no torch; `where` names its source.
+
+        The checked copy is returned as it is when validated again (the CLI validates, then bench.prepare
+        would): the checks read the suite and the drafters' formats, once is enough."""
+        if vars(self).get("_validated"):
+            return self
         config = checked_types(self, where)
         config._check_values()
+        config._validated = True  # not a field: asdict, == and dataclasses.replace leave it out
         return config
 
     def _check_values(self) -> None:
@@ -105,17 +105,6 @@ class RunConfig:
         for strategy, entry in self.draft_schedule.items():
             check_draft_schedule(strategy, entry)
         check_engine(self.engine, self.engine_args, specs, self.batch_sizes)
-
-
-def check_sizes(values: tuple[int, ...] | list[int], option: str, low: int = 1) -> None:
-    """A list of sizes must name at least one, each at least `low`, in increasing order without repeats."""
-    if not values:
-        raise SpecbenchError(f"{option} names no size; give a comma list such as 1,4,16")
-    if any(not isinstance(v, int) or isinstance(v, bool) or v < low for v in values):
-        raise SpecbenchError(f"{option} {','.join(map(str, values))}: every size must be an integer of at least {low}")
-    if list(values) != sorted(set(values)):
-        raise SpecbenchError(f"{option} {','.join(map(str, values))}: list the sizes in increasing order, "
-                             "each once")
 
 
 def check_draft_schedule(strategy: str, entry: Any) -> None:
@@ -161,18 +150,8 @@ def checked_types(config: RunConfig, where: str, keys: dict[str, str] | None = N
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
     """Read a TOML run config: top-level keys are RunConfig fields; [knobs.STRATEGY] tables hold knobs."""
-    path = Path(path)
     where = f"config file {path}"
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SpecbenchError(f"{where} does not exist") from None
-    except UnicodeDecodeError:
-        raise SpecbenchError(f"{where} is not a TOML text file (it is not UTF-8 text)") from None
-    except OSError as exc:
-        raise SpecbenchError(f"{where}: cannot read it ({exc.strerror})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise SpecbenchError(f"{where}: {exc}") from None
+    raw = read_toml(Path(path), "config file")
     values, keys = {}, {}
     for key, value in raw.items():
         name = ALIASES.get(key.replace("-", "_"), key.replace("-", "_"))

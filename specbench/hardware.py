@@ -8,7 +8,6 @@ Units are decimal: GB = 1e9 bytes, GB/s = 1e9 bytes/s, TFLOPS = 1e12 FLOP/s.
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import ModuleType
@@ -17,6 +16,7 @@ from typing import Any
 from rich.table import Table
 
 from specbench.errors import SpecbenchError
+from specbench.files import read_toml
 from specbench.measure.nvml import device_handle, device_name, open_nvml, peak_bandwidth_gbs
 
 
@@ -102,14 +102,7 @@ def load_profiles(user_toml: Path | None = None) -> dict[str, GpuProfile]:
     if user_toml is None:
         return profiles
     path = Path(user_toml)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SpecbenchError(f"GPU profile file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise SpecbenchError(f"cannot read GPU profile file {path}: {err}") from None
-    except tomllib.TOMLDecodeError as err:
-        raise SpecbenchError(f"GPU profile file {path} is not valid TOML: {err}") from None
+    data = read_toml(path, "GPU profile file")
     tables = data.get("profiles")
     if not isinstance(tables, dict) or not tables:
         raise SpecbenchError(f"GPU profile file {path}: expected one or more [profiles.NAME] tables")

@@ -1,4 +1,5 @@
-"""The range of every numeric command-line option, in one table, checked before torch is imported.
+"""The range of every numeric command-line option, in one table, and the choices of --dtype and --device,
+checked before torch is imported.
 
 An option means the same thing in every command that takes it (`--temperature` of run, tune and
 recommend), so the table is keyed by the flag. A config file's value is checked under the flag
@@ -38,6 +39,20 @@ class Range:
         else:
             text = f"below {self.high:g}" if self.open_high else f"at most {self.high:g}"
         return text + (f" ({self.note})" if self.note else "")
+
+
+DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16")
+DEVICE_CHOICES = ("auto", "cpu", "cuda")
+
+
+def check_device(device: str) -> None:
+    if device not in DEVICE_CHOICES:
+        raise SpecbenchError(f"--device {device}: expected {', '.join(DEVICE_CHOICES)}")
+
+
+def check_dtype(dtype: str) -> None:
+    if dtype not in DTYPE_CHOICES:
+        raise SpecbenchError(f"--dtype {dtype}: expected {', '.join(DTYPE_CHOICES)}")
 
 
 def _at_least(low: int, note: str = "") -> Range:
@@ -85,3 +100,14 @@ def check_ranges(values: dict[str, Any]) -> None:
     """check_range for every flag -> value of `values`."""
     for option, value in values.items():
         check_range(option, value)
+
+
+def check_sizes(values: tuple[int, ...] | list[int], option: str, low: int = 1) -> None:
+    """A list of sizes must name at least one, each at least `low`, in increasing order without repeats."""
+    if not values:
+        raise SpecbenchError(f"{option} names no size; give a comma list such as 1,4,16")
+    if any(not isinstance(v, int) or isinstance(v, bool) or v < low for v in values):
+        raise SpecbenchError(f"{option} {','.join(map(str, values))}: every size must be an integer of at least {low}")
+    if list(values) != sorted(set(values)):
+        raise SpecbenchError(f"{option} {','.join(map(str, values))}: list the sizes in increasing order, "
+                             "each once")

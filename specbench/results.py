@@ -26,6 +26,7 @@ from specbench import __version__
 from specbench.config import FIELDS, RunConfig
 from specbench.engines import SPECBENCH, label
 from specbench.errors import SpecbenchError
+from specbench.files import write_atomic, write_json
 from specbench.paths import check_output_dir
 from specbench.strict_json import dumps
 
@@ -33,16 +34,6 @@ if TYPE_CHECKING:
     import pandas as pd
 
 STATUSES = ("complete", "incomplete")
-
-
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def write_json(path: Path, data: Any) -> None:
-    write_atomic(path, dumps(data, indent=2) + "\n")
 
 
 def _now() -> str:

@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from specbench.cli import options
 from specbench.cli.app import app, out, user_errors
 from specbench.errors import SpecbenchError
 
@@ -17,10 +18,10 @@ from specbench.errors import SpecbenchError
 def convert(
     source: Annotated[str, typer.Argument(help="Drafter checkpoint: a local directory or a hub id.")],
     out_dir: Annotated[Path, typer.Option("--out", help="Directory to write the converted drafter to.")],
-    model: Annotated[Optional[str], typer.Option(help="The target it drafts for: HF id or local directory (default: the embedded model).")] = None,
+    model: options.Model = None,
     to: Annotated[Optional[str], typer.Option("--to", help="'vllm': a specbench drafter into the layout vLLM's method for it loads (eagle -> eagle3, dflash -> dflash, dspark -> dspark).")] = None,
     mask_token_id: Annotated[Optional[int], typer.Option(help="specbench dflash/dspark -> z-lab/DeepSpec/vLLM: the vocabulary row that holds the mask vector (default: a row the tokenizer never produces).")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a line.")] = False,
+    as_json: options.Json = False,
 ) -> None:
     """Convert a drafter exactly: z-lab DFlash or DeepSpec DSpark -> specbench, specbench dspark -> DeepSpec,
     and with --to vllm a specbench drafter -> the layout vLLM loads."""

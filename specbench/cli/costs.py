@@ -7,22 +7,23 @@ from typing import Annotated, Optional
 
 import typer
 
+from specbench.cli import options
 from specbench.cli.app import app, err, out, print_table, progress_bar, size_list, split_list, user_errors
 
 
 @app.command()
 def costs(
-    model: Annotated[Optional[str], typer.Option(help="HF model id or local directory (default: the embedded model).")] = None,
-    drafter: Annotated[Optional[list[str]], typer.Option(help="Drafter (a directory or a hub id) whose proposals to time (repeatable).")] = None,
+    model: options.Model = None,
+    drafter: options.Drafters = None,
     strategy: Annotated[Optional[list[str]], typer.Option("--strategy", "-s", help="Time only these drafters (comma list; default: every drafter the model has).")] = None,
     batch_sizes: Annotated[Optional[str], typer.Option(help="Batch sizes, increasing (default 1,2,4,8,16,32).")] = None,
     verify_lengths: Annotated[Optional[str], typer.Option(help="Tokens per verify forward, increasing (default 1,2,4,8,16).")] = None,
     context_lens: Annotated[Optional[str], typer.Option(help="Cached context lengths, increasing (default 128,1024).")] = None,
     repeats: Annotated[Optional[int], typer.Option(help="Timed repeats per entry (the median is kept; default 5).")] = None,
-    dtype: Annotated[str, typer.Option(help="auto, float32, bfloat16 or float16.")] = "auto",
-    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
-    out_dir: Annotated[str, typer.Option("--out", help="Results directory; the table goes to OUT/costs/.")] = "results",
-    as_json: Annotated[bool, typer.Option("--json", help="Print the table as one JSON object.")] = False,
+    dtype: options.Dtype = None,
+    device: options.Device = None,
+    out_dir: options.ResultsDir = None,
+    as_json: options.Json = False,
 ) -> None:
     """Time target forwards by batch size, verify length and context, and each drafter's proposal.
 
@@ -30,10 +31,12 @@ def costs(
     """
     from dataclasses import replace
 
-    from specbench.config import check_device, check_dtype
     from specbench.measure.cost_table import BATCH_GRID
     from specbench.paths import check_output_dir
+    from specbench.ranges import check_device, check_dtype
 
+    defaults = options.DEFAULTS
+    dtype, device, out_dir = dtype or defaults.dtype, device or defaults.device, out_dir or defaults.out
     with user_errors():
         # every check that needs no torch comes first: a bad input is refused at once
         grid = replace(BATCH_GRID, **{k: v for k, v in {

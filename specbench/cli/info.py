@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
-from typing import Annotated, Optional
 
-import typer
-
+from specbench.cli import options
 from specbench.cli.app import app, out, user_errors
 
 
 @app.command()
-def suites(as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a listing.")] = False) -> None:
+def suites(as_json: options.Json = False) -> None:
     """List the built-in suites with their categories and counts."""
     from specbench.suites import builtin_suite_names, load_suite
 
@@ -29,8 +26,8 @@ def suites(as_json: Annotated[bool, typer.Option("--json", help="Print JSON inst
 
 @app.command()
 def hardware(
-    profiles: Annotated[Optional[Path], typer.Option(help="TOML file with extra GPU profiles.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    profiles: options.Profiles = None,
+    as_json: options.Json = False,
 ) -> None:
     """List the GPU profiles and the local device."""
     from specbench.hardware import detect_local_gpu, hardware_listing, hardware_table, load_profiles
@@ -45,7 +42,7 @@ def hardware(
 
 
 @app.command()
-def strategies(as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False) -> None:
+def strategies(as_json: options.Json = False) -> None:
     """List every strategy's knobs (default, valid range, unit, search range) and every controller."""
     from specbench.strategies.catalog import catalog, catalog_markdown, catalog_rich
 

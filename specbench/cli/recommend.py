@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from specbench.cli import options
 from specbench.cli.app import app, err, out, print_table, user_errors
 
 
@@ -26,10 +27,10 @@ def recommend(
     model: Annotated[Optional[str], typer.Option(help="Only evidence of this model (as run.json names it; default: any).")] = None,
     engine: Annotated[Optional[str], typer.Option(help="The deployment's engine, specbench or vllm: its measured figures rank first (default: any engine's).")] = None,
     results: Annotated[Optional[Path], typer.Option(help="Results directory with runs and tuned studies (default results/).")] = None,
-    profiles: Annotated[Optional[Path], typer.Option(help="TOML file with extra GPU profiles.")] = None,
+    profiles: options.Profiles = None,
     learn: Annotated[bool, typer.Option("--learn", help="Also fit a decision tree to every readable result and compare it with the prior (writes RESULTS/decision_tree/).")] = False,
     explain: Annotated[bool, typer.Option("--explain", help="Show the path through the evidence and the prior.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text.")] = False,
+    as_json: options.Json = False,
 ) -> None:
     """Pick a strategy and its settings for a workload on a GPU."""
     from specbench.errors import SpecbenchError

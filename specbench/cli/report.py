@@ -27,9 +27,9 @@ def report(
         if out_file is not None:
             check_output_file(out_file, "--out")
 
+        from specbench.files import write_atomic
         from specbench.plots import write_plots
         from specbench.report import load_runs
-        from specbench.results import write_atomic
 
         runs, warnings = load_runs(run_dirs)
         for warning in warnings:

@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from specbench.cli import options
 from specbench.cli.app import (
     app,
     err,
@@ -21,55 +22,48 @@ from specbench.cli.app import (
     table_format,
     user_errors,
 )
-from specbench.config import DEVICE_CHOICES, DTYPE_CHOICES, RunConfig, check_sizes, load_config_file, resolve
-from specbench.engines import ENGINES, parse_engine_args
+from specbench.cli.options import default
+from specbench.config import load_config_file, resolve
+from specbench.engines import parse_engine_args
 from specbench.errors import SpecbenchError
-from specbench.ranges import check_range
+from specbench.ranges import check_range, check_sizes
 from specbench.results import RunDir
 from specbench.strategies.controllers import CONTROLLERS
 from specbench.strategies.knobs import parse_sets
 from specbench.strategies.spec import COMBINATIONS, DEFAULT_STRATEGIES
 
-DEFAULTS = RunConfig()
-
-
-def default(name: str, when_none: str = "") -> str:
-    """A RunConfig default as `run --help` shows it (flags default to None so a config file can set them)."""
-    value = getattr(DEFAULTS, name)
-    return when_none if value is None else ",".join(value) if isinstance(value, list) else str(value)
-
 
 @app.command()
 def run(
-    model: Annotated[Optional[str], typer.Option(help="HF model id (from the local cache: nothing is downloaded) or local directory.", show_default=default("model", "the embedded model"))] = None,
-    drafter: Annotated[Optional[list[str]], typer.Option(help="Drafter: a directory or cached hub id in specbench's, EAGLE-3, DFlash (z-lab) or DeepSpec format, or a causal LM for `draft` (repeatable; the format is detected).", show_default="the embedded model's drafters")] = None,
+    model: options.Model = None,
+    drafter: options.Drafters = None,
     strategy: Annotated[Optional[list[str]], typer.Option("--strategy", "-s", help=f"Strategy: ngram, draft, eagle+dflash, ... (repeatable or comma list); `default` is {', '.join(DEFAULT_STRATEGIES)}; `all` every drafter and {len(COMBINATIONS)} combinations.", show_default=default("strategies"))] = None,
-    suite: Annotated[Optional[str], typer.Option(help="Built-in suite name or a suite file.", show_default=default("suite"))] = None,
-    categories: Annotated[Optional[list[str]], typer.Option("--categories", "--category", help="Only these categories (repeatable or comma list).", show_default="all")] = None,
-    limit: Annotated[Optional[int], typer.Option(help="At most N prompts, spread over the categories (0: the whole suite).", show_default=default("limit", "the whole suite"))] = None,
-    max_new_tokens: Annotated[Optional[int], typer.Option(help="New tokens per answer.", show_default=default("max_new_tokens"))] = None,
-    temperature: Annotated[Optional[float], typer.Option(help="Sampling temperature; 0 = greedy (the lossless check runs).", show_default=default("temperature"))] = None,
+    suite: options.Suite = None,
+    categories: options.Categories = None,
+    limit: options.Limit = None,
+    max_new_tokens: options.MaxNewTokens = None,
+    temperature: options.Temperature = None,
     top_p: Annotated[Optional[float], typer.Option(help="Nucleus sampling: keep the smallest token set with this much probability (1 = off).", show_default=default("top_p"))] = None,
     top_k: Annotated[Optional[int], typer.Option(help="Sample among the k most likely tokens only (0 = off).", show_default=default("top_k"))] = None,
-    seed: Annotated[Optional[int], typer.Option(help="Random seed of sampling and of the bootstrap intervals.", show_default=default("seed"))] = None,
-    dtype: Annotated[Optional[str], typer.Option(help=f"{', '.join(DTYPE_CHOICES)} (auto: bfloat16 on CUDA, float32 on CPU).", show_default=default("dtype"))] = None,
-    device: Annotated[Optional[str], typer.Option(help=f"{', '.join(DEVICE_CHOICES)}.", show_default=default("device"))] = None,
+    seed: options.Seed = None,
+    dtype: options.Dtype = None,
+    device: options.Device = None,
     warmup: Annotated[Optional[int], typer.Option(help="Unmeasured warm-up passes over the first prompt.", show_default=default("warmup"))] = None,
     repeats: Annotated[Optional[int], typer.Option(help="Measured repeats per prompt.", show_default=default("repeats"))] = None,
     controller: Annotated[Optional[str], typer.Option(help=f"Override every strategy's controller: {', '.join(CONTROLLERS)}.", show_default=default("controller", "each strategy's own"))] = None,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="A knob of a strategy that is run, e.g. --set draft.k=4 (repeatable).", show_default="each strategy's defaults")] = None,
+    set_: options.Knobs = None,
     gpu: Annotated[Optional[str], typer.Option(help="GPU profile to project the results onto (see `specbench hardware`).", show_default=default("gpu", "none"))] = None,
-    profiles: Annotated[Optional[Path], typer.Option(help="TOML file with extra GPU profiles.", show_default=default("profiles", "none"))] = None,
+    profiles: options.Profiles = None,
     batch_size: Annotated[Optional[int], typer.Option(help="Decode the prompts B at a time, in lockstep (ar and the chain strategies: ngram, draft, dflash, dspark); the speedup is over batched ar at the same B.", show_default="1")] = None,
     batch_sizes: Annotated[Optional[str], typer.Option(help="Several batch sizes, increasing, each in turn (e.g. 1,4,16): a column per batch size, with the modelled speedup beside the measured.", show_default="1")] = None,
-    engine: Annotated[Optional[str], typer.Option(help=f"Which engine decodes: {', '.join(ENGINES)} (each strategy in both, with the transfer column: vLLM's speedup over specbench's).", show_default=default("engine"))] = None,
-    engine_args: Annotated[Optional[str], typer.Option(help="vLLM engine arguments as a JSON object, e.g. '{\"tensor_parallel_size\": 2}' (recorded with the run).", show_default="none")] = None,
-    out_dir: Annotated[Optional[str], typer.Option("--out", help="Results directory; the run goes to OUT/runs/.", show_default=default("out"))] = None,
-    config: Annotated[Optional[Path], typer.Option(help="TOML config file; flags override it.", show_default="none")] = None,
+    engine: options.Engine = None,
+    engine_args: options.EngineArgs = None,
+    out_dir: options.ResultsDir = None,
+    config: options.ConfigFile = None,
     resume: Annotated[Optional[Path], typer.Option(help="Finish an interrupted run directory with its saved configuration.", show_default="none")] = None,
     cost_model: Annotated[Optional[bool], typer.Option("--cost-model/--no-cost-model", help="Time the forwards the cost model predicts from (first run only; stored in results/costs/).", show_default=default("cost_model"))] = None,
-    wide: Annotated[bool, typer.Option(help="Every column: time shares, memory, cost model, projection, NVML.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")] = False,
+    wide: options.Wide = False,
+    as_json: options.Json = False,
 ) -> None:
     """Run strategies against plain autoregressive decoding on a prompt suite."""
     with user_errors():

@@ -7,8 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from specbench.cli import options
 from specbench.cli.app import app, command_line, interruptible, out, progress_bar, user_errors
-from specbench.config import DEVICE_CHOICES
 from specbench.strategies.knobs import parse_sets
 from specbench.training.settings import TrainSettings
 
@@ -19,21 +19,23 @@ def train(
     strategy: Annotated[str, typer.Option(help="eagle, mtp, dflash or dspark.")],
     prompts: Annotated[str, typer.Option(help="Suite name or file with the training prompts.")],
     out_dir: Annotated[Path, typer.Option("--out", help="Drafter directory to write (its unfinished training is kept in OUT.partial).")],
-    model: Annotated[Optional[str], typer.Option(help="Target: HF id (from the local cache) or local directory.", show_default="the embedded model")] = TrainSettings.model,
+    model: options.Model = None,
     steps: Annotated[int, typer.Option(help="Optimizer steps.")] = TrainSettings.steps,
     batch_size: Annotated[int, typer.Option(help="Sequences per optimizer step.")] = TrainSettings.batch_size,
     lr: Annotated[float, typer.Option(help="Learning rate of AdamW, reached after a linear warm-up over the first 5% of the steps.")] = TrainSettings.lr,
     max_new_tokens: Annotated[int, typer.Option(help="Length of the target's regenerated answers.")] = TrainSettings.max_new_tokens,
     limit: Annotated[Optional[int], typer.Option(help="Use at most N prompts.", show_default="all")] = TrainSettings.limit,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="A drafter knob, e.g. --set dflash.block_size=8 (repeatable).", show_default="the strategy's defaults")] = None,
-    device: Annotated[str, typer.Option(help=f"{', '.join(DEVICE_CHOICES)}.")] = TrainSettings.device,
-    seed: Annotated[int, typer.Option(help="Random seed of initialisation and batch sampling.")] = TrainSettings.seed,
+    set_: options.Knobs = None,
+    device: options.Device = None,
+    seed: options.Seed = None,
     force: Annotated[bool, typer.Option("--force", help="Replace a drafter of another strategy in --out, or discard an unfinished training with other settings.")] = TrainSettings.force,
 ) -> None:
     """Train a drafter against a target by self-distillation (run it again to resume an interrupted training)."""
     with user_errors():
-        settings = TrainSettings(strategy, prompts, out_dir, model, steps, batch_size, lr, max_new_tokens, limit,
-                                 parse_sets(set_ or []), device, seed, force)
+        left_out_takes_the_default = {k: v for k, v in {"device": device, "seed": seed}.items() if v is not None}
+        settings = TrainSettings(strategy=strategy, prompts=prompts, out_dir=out_dir, model=model, steps=steps,
+                                 batch_size=batch_size, lr=lr, max_new_tokens=max_new_tokens, limit=limit,
+                                 knobs=parse_sets(set_ or []), force=force, **left_out_takes_the_default)
         settings.check()  # before torch is imported: a bad input is refused at once
 
         from specbench.training.run import train_drafter

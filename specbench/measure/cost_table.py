@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
-from specbench.config import check_sizes
 from specbench.errors import SpecbenchError
-from specbench.ranges import check_ranges
+from specbench.files import read_json
+from specbench.ranges import check_ranges, check_sizes
 
 CHAIN, TREE = "chain", "tree"
 MAX_SPREAD = 0.25  # interquartile range over median of an entry's repeats
@@ -104,11 +104,11 @@ def load_table(out_dir: str | Path, key: dict[str, str]) -> CostTable:
     if not path.is_file():
         return CostTable(key)
     try:
-        data = json.loads(path.read_text())
+        data = read_json(path, "cost table")
         drafters = {k: [r for r in v if trusted(r)] for k, v in data["drafters"].items()}
         return CostTable(key, [r for r in data["target"] if trusted(r)], {k: v for k, v in drafters.items() if v},
                          [r for r in data.get("overhead", []) if trusted(r)])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (SpecbenchError, ValueError, KeyError, TypeError):
         return CostTable(key)  # a damaged table is measured again, not trusted
 
 

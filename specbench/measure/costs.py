@@ -35,11 +35,11 @@ from specbench.engine.kv_cache import new_cache, per_layer_type, repeat_rows, ru
 from specbench.engine.protocol import DraftContext, StepOutcome
 from specbench.engine.sampling import Sampling, seeded
 from specbench.engine.tree import DraftTree, tree_attention_mask
+from specbench.files import write_json
 from specbench.measure import noise
 from specbench.measure.cost_table import BATCH_GRID, TREE, CostTable, Grid, load_table, table_path
 from specbench.measure.host import cpu_name
 from specbench.models import DEFAULT_MODEL, encode_turns, fingerprint
-from specbench.results import write_json
 from specbench.strategies.build import Strategy, build_strategy
 from specbench.strategies.controllers import FixedController
 from specbench.strategies.published.formats import drafter_dirs_by_strategy

@@ -18,6 +18,8 @@ import numpy as np
 import pandas as pd
 import psutil
 
+from specbench.strategies.spec import BASELINE
+
 OTHERS_LIMIT = 0.10  # share of all CPUs' time other processes may take
 STEAL_LIMIT = 0.05  # share of CPU time a hypervisor may steal
 CLOCK_LIMIT = 0.10  # relative change of the CPU clock
@@ -116,7 +118,7 @@ class NoiseMonitor:
 
 def ar_spread(rows: pd.DataFrame) -> float | None:
     """Median over prompts of the coefficient of variation of ar's time per token across repeats."""
-    ar = rows[rows.strategy == "ar"] if len(rows) else rows
+    ar = rows[rows.strategy == BASELINE] if len(rows) else rows
     if not len(ar) or ar.groupby(["prompt_id", "turn"]).size().max() < 2:
         return None
     per_token = ar.wall_s / ar.new_tokens.clip(lower=1)

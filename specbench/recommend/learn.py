@@ -16,7 +16,6 @@ the evidence counts for and against them), learned.png (the drawing) and prior.m
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,12 +25,13 @@ import numpy as np
 import pandas as pd
 from scipy.stats import binomtest
 
+from specbench.files import atomic_path, write_atomic
 from specbench.hardware import GpuProfile
-from specbench.measure.stats import BASELINE
+from specbench.markdown import markdown_table
 from specbench.recommend.evidence import Evidence
 from specbench.recommend.prior import PRIOR, Branch, PriorOutcome, evaluate, members, prior_markdown
 from specbench.recommend.workload import Workload
-from specbench.results import write_atomic
+from specbench.strategies.spec import BASELINE
 
 NUMERIC_FEATURES = ("gpu_bandwidth_gbs", "gpu_memory_gb", "pcie_gen", "temperature", "batch_size",
                     "prompt_tokens", "output_tokens")
@@ -272,17 +272,16 @@ def _markdown(report: LearnReport) -> str:
     lines = ["# Learned decision tree", "", f"{report.reason}.", "",
              "Winners: " + ", ".join(f"{s} {n}" for s, n in report.winners.items()), "",
              "## Leaves beside the prior", "",
-             "| conditions | prompts | learned winner | share | prior says | prior agrees |",
-             "|---|---|---|---|---|---|"]
-    lines += [f"| {leaf.conditions} | {leaf.prompts} | {leaf.learned} | {leaf.purity:.0%} | {leaf.prior} | "
-              f"{leaf.prior_agree}/{leaf.prompts} |" for leaf in report.leaves]
+             markdown_table(("conditions", "prompts", "learned winner", "share", "prior says", "prior agrees"),
+                            [(leaf.conditions, leaf.prompts, leaf.learned, f"{leaf.purity:.0%}", leaf.prior,
+                              f"{leaf.prior_agree}/{leaf.prompts}") for leaf in report.leaves])]
     lines += ["", "## The prior's rules against the evidence", "",
               "Reached: prompts whose workload selects the branch; claims: those where it shapes the prior's answer; "
               "agree: claims the measured winner (or the learned tree) bears out.", "",
-              "| rule | branch | reached | claims | measured agree | learned agree | measured winners | verdict |",
-              "|---|---|---|---|---|---|---|---|"]
-    lines += [f"| {n.rule} | `{n.branch}` | {n.reached} | {n.claims} | {n.measured_agree} | {n.learned_agree} | "
-              f"{n.measured_winners} | {n.verdict} |" for n in report.nodes]
+              markdown_table(("rule", "branch", "reached", "claims", "measured agree", "learned agree",
+                              "measured winners", "verdict"),
+                             [(n.rule, f"`{n.branch}`", n.reached, n.claims, n.measured_agree, n.learned_agree,
+                               n.measured_winners, n.verdict) for n in report.nodes])]
     if report.notes:
         lines += ["", "## Left out", ""] + [f"- {note}" for note in report.notes]
     return "\n".join(lines) + "\n"
@@ -305,8 +304,7 @@ def _write(out_dir: Path, tree, design: pd.DataFrame, report: LearnReport) -> li
               impurity=False, ax=ax, fontsize=9)
     ax.set_title(f"Fastest strategy learned from {report.examples} measured prompts")
     png = out_dir / "learned.png"
-    tmp = out_dir / "learned.png.tmp"
-    fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
+    with atomic_path(png) as tmp:
+        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
     plt.close(fig)
-    os.replace(tmp, png)
     return [out_dir / "learned.txt", out_dir / "learned.md", png, out_dir / "prior.md"]

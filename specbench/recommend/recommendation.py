@@ -15,7 +15,6 @@ from typing import Any
 
 from specbench.engines import SPECBENCH
 from specbench.errors import SpecbenchError
-from specbench.measure.stats import BASELINE
 from specbench.recommend.evidence import (
     SOURCES,
     Candidate,
@@ -28,6 +27,7 @@ from specbench.recommend.evidence import (
 from specbench.recommend.prior import PriorOutcome, Step, evaluate
 from specbench.recommend.rank import Assessed, rank, speedup_text, why_lost
 from specbench.recommend.workload import CREATIVE_TASKS, HIGH_PRECISION_TASKS, Workload, check_task
+from specbench.strategies.spec import BASELINE
 from specbench.suites import load_suite
 
 

@@ -7,6 +7,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from specbench.engines import SPECBENCH, label
+from specbench.markdown import markdown_table
 from specbench.recommend.learn import LearnReport
 from specbench.recommend.prior import Step
 from specbench.recommend.rank import speedup_text
@@ -48,8 +49,7 @@ def alternatives_table(rec: Recommendation, markdown: bool) -> Table | str:
     rows += [(u.strategy, "unmeasured", "no figure", u.expected) for u in rec.unmeasured]
     headers = ("strategy", "source", "speedup [95% CI]", "why not")
     if markdown:
-        lines = ["| " + " | ".join(headers) + " |", "|---|---|---|---|"]
-        return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows]) + "\n"
+        return markdown_table(headers, rows) + "\n"
     table = Table(*headers)
     for row in rows:
         table.add_row(*row)

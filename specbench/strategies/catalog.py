@@ -8,8 +8,8 @@ from typing import Any
 
 from rich.console import Group
 from rich.text import Text
-from tabulate import tabulate
 
+from specbench.markdown import markdown_table
 from specbench.strategies.controllers import CONTROLLER_HELP
 from specbench.strategies.registry import MODULES, definitions
 from specbench.strategies.space import knob_infos
@@ -60,12 +60,11 @@ def _rows(strategy: dict[str, Any]) -> list[list[str]]:
 def catalog_markdown(listing: dict[str, Any]) -> str:
     parts = []
     for s in listing["strategies"]:
-        parts.append(f"## {s['name']}\n\n" + (tabulate(_rows(s), HEADERS, tablefmt="github", disable_numparse=True)
-                                             if s["knobs"] else "no knobs: " + s["description"]))
-    parts.append("## controllers\n\n" + tabulate([[c["name"], c["description"], ", ".join(c["reads"]) or "-"]
-                                                  for c in listing["controllers"]],
-                                                 ["controller", "what it does", "knobs it reads"],
-                                                 tablefmt="github", disable_numparse=True))
+        parts.append(f"## {s['name']}\n\n" + (markdown_table(HEADERS, _rows(s)) if s["knobs"]
+                                             else "no knobs: " + s["description"]))
+    parts.append("## controllers\n\n" + markdown_table(["controller", "what it does", "knobs it reads"],
+                                                       [[c["name"], c["description"], ", ".join(c["reads"]) or "-"]
+                                                        for c in listing["controllers"]]))
     parts.append("## combinations\n\n" + listing["combination_space"] + "; `all` adds "
                  + ", ".join(listing["combinations"]))
     return "\n\n".join(parts) + "\n"

@@ -4,8 +4,6 @@ and model.safetensors. Written atomically; loading checks the strategy and the t
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 
 import torch
@@ -13,6 +11,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from specbench.errors import SpecbenchError
+from specbench.files import atomic_path
 from specbench.strategies.published.checkpoint import CONFIG, read_drafter_config
 
 WEIGHTS = "model.safetensors"
@@ -21,15 +20,10 @@ WEIGHTS = "model.safetensors"
 def write_checkpoint(out_dir: Path, config: dict, state: dict[str, torch.Tensor], dtype: torch.dtype) -> None:
     """config.json and model.safetensors written beside `out_dir`, then renamed into place: never a
     half-written directory."""
-    out_dir = Path(out_dir)
-    staging = out_dir.with_name(out_dir.name + ".writing")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    (staging / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    save_file({k: v.detach().to(dtype).contiguous().cpu() for k, v in state.items()}, str(staging / WEIGHTS))
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    os.replace(staging, out_dir)
+    with atomic_path(Path(out_dir)) as staging:
+        staging.mkdir(parents=True)
+        (staging / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+        save_file({k: v.detach().to(dtype).contiguous().cpu() for k, v in state.items()}, str(staging / WEIGHTS))
 
 
 def save_drafter(out_dir: Path, strategy: str, config: dict, state: dict[str, torch.Tensor],

@@ -10,12 +10,13 @@ from typing import Callable
 import torch
 
 from specbench.errors import Interrupted, SpecbenchError
+from specbench.files import atomic_path
 from specbench.models import fingerprint, load_target, resolve_device, resolve_dtype
 from specbench.strategies.knobs import make_options
 from specbench.strategies.registry import definitions
 from specbench.training.distill import collect
 from specbench.training.settings import TrainSettings, partial_dir
-from specbench.training.trainer import save_atomic, train
+from specbench.training.trainer import train
 
 Progress = Callable[[str, int, int, float | None], None]  # phase, done, total, loss
 
@@ -70,7 +71,8 @@ def train_drafter(settings: TrainSettings, progress: Progress | None = None) -> 
 
         sequences = collect(target, key["prompts"], drafter.hidden_layers, settings.max_new_tokens, tick)
         settings.record()
-        save_atomic(cache, {"key": key, "sequences": sequences})
+        with atomic_path(cache) as tmp:
+            torch.save({"key": key, "sequences": sequences}, tmp)
     steps = settings.steps
     try:
         losses = train(drafter, sequences, settings.out_dir, strategy, key["target"], steps, settings.batch_size,

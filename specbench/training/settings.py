@@ -7,16 +7,16 @@ are refused (they would not match the checkpoint) unless `--force` discards it.
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from specbench.config import check_device
+from specbench.config import DecodeSettings
 from specbench.errors import SpecbenchError
+from specbench.files import read_json, write_json
 from specbench.model_source import model_path
 from specbench.paths import check_output_dir
-from specbench.ranges import check_ranges
+from specbench.ranges import check_device, check_ranges
 from specbench.strategies.registry import DRAFTER_NAMES
 from specbench.suites import Suite, load_suite, select
 
@@ -28,20 +28,16 @@ def partial_dir(out_dir: Path) -> Path:
     return Path(out_dir).with_name(Path(out_dir).name + ".partial")
 
 
-@dataclass
-class TrainSettings:
+@dataclass(kw_only=True)
+class TrainSettings(DecodeSettings):
     strategy: str
     prompts: str  # suite name or file
     out_dir: Path
-    model: str | None = None  # HF id, local directory, or None for the embedded default
+    limit: int | None = None  # every prompt
+    max_new_tokens: int = 128  # the length of the target's regenerated answers
     steps: int = 300
     batch_size: int = 8
     lr: float = 1e-3
-    max_new_tokens: int = 128
-    limit: int | None = None
-    knobs: dict[str, dict[str, Any]] = field(default_factory=dict)  # `--set` values: strategy -> knob -> value
-    device: str = "auto"
-    seed: int = 0
     force: bool = False  # replace a drafter of another strategy, discard an unfinished training of other settings
 
     def check(self) -> Suite:
@@ -70,15 +66,15 @@ class TrainSettings:
         if not work.exists():
             return False
         try:
-            return json.loads((work / SETTINGS).read_text()) != self.recorded()
-        except (OSError, ValueError):
+            return read_json(work / SETTINGS, "training settings") != self.recorded()
+        except SpecbenchError:
             return True
 
     def record(self) -> None:
         """Create OUT.partial and write these settings into it."""
         work = partial_dir(self.out_dir)
         work.mkdir(parents=True, exist_ok=True)
-        (work / SETTINGS).write_text(json.dumps(self.recorded(), indent=2) + "\n")
+        write_json(work / SETTINGS, self.recorded())
 
     def _check_out_dir(self) -> None:
         out = Path(self.out_dir)
@@ -103,7 +99,7 @@ class TrainSettings:
 def _drafter_strategy(path: Path) -> str | None:
     """The strategy of the specbench drafter in `path`; None when it holds something else."""
     try:
-        config = json.loads((path / "config.json").read_text())
-    except (OSError, ValueError):
+        config = read_json(path / "config.json", "drafter config")
+    except SpecbenchError:
         return None
     return config.get("specbench_strategy") if isinstance(config, dict) else None

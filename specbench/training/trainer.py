@@ -7,7 +7,6 @@ weights (the target's embedding and LM head are used, not registered).
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 from typing import Callable
@@ -15,16 +14,10 @@ from typing import Callable
 import torch
 
 from specbench.errors import Interrupted
+from specbench.files import atomic_path
 from specbench.strategies.drafter_dir import save_drafter
 from specbench.training.distill import DistillSequence, make_batch
 from specbench.training.settings import partial_dir
-
-
-def save_atomic(path: Path, state: dict) -> None:
-    """torch.save through a temporary file: an interruption never leaves a torn file."""
-    tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
 
 
 def train(model: torch.nn.Module, sequences: list[DistillSequence], out_dir: Path, strategy: str,
@@ -69,10 +62,10 @@ def train(model: torch.nn.Module, sequences: list[DistillSequence], out_dir: Pat
             if on_step:
                 on_step(step + 1, losses[-1])
             if (step + 1) % checkpoint_every == 0 and step + 1 < steps:
-                save_atomic(checkpoint, {"model": model.state_dict(), "optimizer": opt.state_dict(),
-                                              "scheduler": sched.state_dict(), "generator": generator.get_state(),
-                                              "torch_rng": torch.get_rng_state(),
-                                              "step": step + 1, "losses": losses})
+                with atomic_path(checkpoint) as tmp:
+                    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
+                                "scheduler": sched.state_dict(), "generator": generator.get_state(),
+                                "torch_rng": torch.get_rng_state(), "step": step + 1, "losses": losses}, tmp)
                 saved = step + 1
     except KeyboardInterrupt as exc:
         kept = (f"the checkpoint of step {saved} of {steps}" if saved else

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -44,8 +45,7 @@ class TuneConfig:
 
     def validate(self) -> TuneConfig:
         """Refuse bad input in one line before anything is loaded or any study is touched."""
-        # the workload checked as a run of the strategies tuned (its knobs and drafters must be for them)
-        workload = dataclasses.replace(self.workload, strategies=[spec.name for spec in self.specs()]).validate()
+        workload = self.measured_workload
         validate_knobs(self.workload.knobs)
         check_splittable(len(select(load_suite(workload.suite), workload.categories or None, workload.limit).items))
         check_ranges({"--trials": self.trials, "--workers": self.workers, "--holdout": self.holdout,
@@ -59,6 +59,12 @@ class TuneConfig:
         if len(self.specs()) > self.trials:
             raise SpecbenchError(f"--trials {self.trials} cannot be split between {len(self.specs())} strategies")
         return self
+
+    @functools.cached_property
+    def measured_workload(self) -> RunConfig:
+        """The workload as a run of the strategies tuned (its knobs and drafters must be for them), validated
+        once: the CLI's check, tune's and bench.prepare's share it."""
+        return dataclasses.replace(self.workload, strategies=[spec.name for spec in self.specs()]).validate()
 
     def specs(self) -> list[StrategySpec]:
         """The strategies to tune, each in its own study; `ar` is refused (it is what they are compared with)."""

@@ -8,7 +8,6 @@ for vLLM and SGLang where the method has a counterpart. Plots land in results/tu
 from __future__ import annotations
 
 import math
-import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ import optuna
 import tomli_w
 
 from specbench.config import RunConfig
+from specbench.files import atomic_path
 
 
 def _x(value: float | None) -> str:
@@ -99,9 +99,8 @@ def write_plots(study: optuna.Study, directory: Path, label: str) -> list[str]:
         figure.suptitle(f"{study.study_name} ({label})", fontsize=9, y=0.99)
         figure.tight_layout(rect=(0, 0, 1, 0.95))
         path = directory / f"{name}.png"
-        tmp = path.with_name(path.name + ".tmp.png")
-        figure.savefig(tmp, dpi=110)
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            figure.savefig(tmp, dpi=110)
         plt.close(figure)
         paths.append(str(path))
     return paths

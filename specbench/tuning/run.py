@@ -29,9 +29,9 @@ from optuna.trial import TrialState
 from specbench.bench import Bench, prepare
 from specbench.engines import VLLM
 from specbench.errors import SpecbenchError
+from specbench.files import write_atomic, write_json
 from specbench.hardware import GpuProfile
 from specbench.models import fingerprint
-from specbench.results import write_atomic, write_json
 from specbench.strategies.knobs import make_options
 from specbench.strategies.published.formats import drafter_dirs_by_strategy, open_source
 from specbench.strategies.registry import definition
@@ -127,7 +127,7 @@ def tune(config: TuneConfig, progress: Progress | None = None) -> TuneReport:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     specs = config.specs()
     url = open_checked(config)
-    bench = measured_engine(prepare(dataclasses.replace(config.workload, strategies=[s.name for s in specs])))
+    bench = measured_engine(prepare(config.measured_workload))
     records = []
     try:
         for index, spec in enumerate(specs):

@@ -10,8 +10,8 @@ from typing import Any
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
-from tabulate import tabulate
 
+from specbench.markdown import markdown_table
 from specbench.tuning.run import TuneReport
 
 
@@ -90,10 +90,9 @@ def render_markdown(report: TuneReport) -> str:
         lines, warnings = study_lines(record)
         parts.append("\n".join(lines + [f"WARNING: {w}" for w in warnings]))
         if record["best_value"] is not None:
-            parts.append(tabulate(params_rows(record), PARAM_HEADERS, tablefmt="github", disable_numparse=True))
+            parts.append(markdown_table(PARAM_HEADERS, params_rows(record)))
     if report.ranking:
-        parts.append(f"ranking ({report.ranking[0]['label']}):\n" + tabulate(rank_rows(report), RANK_HEADERS,
-                                                                              tablefmt="github", disable_numparse=True))
+        parts.append(f"ranking ({report.ranking[0]['label']}):\n" + markdown_table(RANK_HEADERS, rank_rows(report)))
     return "\n\n".join(parts) + "\n"
 
 

@@ -8,7 +8,6 @@ refused in well under a second); tensors are read only for the names a loader as
 from __future__ import annotations
 
 import functools
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING
 from safetensors import SafetensorError, safe_open
 
 from specbench.errors import SpecbenchError
+from specbench.files import read_json
 from specbench.model_source import looks_like_path, model_path
 
 if TYPE_CHECKING:
@@ -42,8 +42,8 @@ class Checkpoint:
         for index in INDEXES:
             if (self.path / index).is_file():
                 try:
-                    weight_map = json.loads((self.path / index).read_text())["weight_map"]
-                except (json.JSONDecodeError, KeyError) as exc:
+                    weight_map = read_json(self.path / index, f"{self.name}: shard index")["weight_map"]
+                except KeyError as exc:
                     raise SpecbenchError(f"{self.name}: {index} is not a shard index ({exc})") from None
                 return {k: self.path / v for k, v in weight_map.items()}
         if (self.path / SAFETENSORS).is_file():
@@ -102,12 +102,7 @@ def read_drafter_config(path: Path, name: str | None = None) -> dict:
     what = f"drafter {name}" if name else f"drafter directory {path}"
     if not path.is_dir():
         raise SpecbenchError(f"{what} does not exist")
-    try:
-        return json.loads((path / CONFIG).read_text())
-    except FileNotFoundError:
-        raise SpecbenchError(f"{what}: {CONFIG} is missing") from None
-    except json.JSONDecodeError as exc:
-        raise SpecbenchError(f"{what}: {CONFIG} is not valid JSON ({exc.msg})") from None
+    return read_json(path / CONFIG, f"{what}: config file")
 
 
 def open_checkpoint(name: str | Path) -> Checkpoint:

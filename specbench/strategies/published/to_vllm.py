@@ -30,14 +30,13 @@ sees the whole context (specbench's with dflash.context_window=0).
 from __future__ import annotations
 
 import hashlib
-import json
 import math
-import shutil
 from pathlib import Path
 
 import torch
 
 from specbench.errors import SpecbenchError
+from specbench.files import atomic_path, write_json
 from specbench.models import Target, fingerprint
 from specbench.strategies.base import default_drafter_dir
 from specbench.strategies.dflash import BlockConfig
@@ -222,12 +221,8 @@ def vllm_drafter_dir(strategy: str, drafter_dir: Path | None, target: Target, ca
     key = hashlib.sha256(f"{_digest(path)}{fingerprint(target.model)}".encode()).hexdigest()[:16]
     out = Path(cache_root) / f"{strategy}-{key}"
     if not (out / CONFIG).is_file():
-        staging = out.with_name(out.name + ".converting")
-        shutil.rmtree(staging, ignore_errors=True)
-        to_vllm(source, target, staging)
-        (staging / "specbench_source.json").write_text(json.dumps(
-            {"drafter": str(path), "strategy": strategy, "target_fingerprint": fingerprint(target.model)}, indent=2))
-        if out.exists():
-            shutil.rmtree(out)
-        staging.rename(out)
+        with atomic_path(out) as staging:
+            to_vllm(source, target, staging)
+            write_json(staging / "specbench_source.json",
+                       {"drafter": str(path), "strategy": strategy, "target_fingerprint": fingerprint(target.model)})
     return out
