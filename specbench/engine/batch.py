@@ -10,7 +10,9 @@ accepted drafts) move down to follow its committed KV, and the cache is cut to i
 A sequence that finishes (EOS, its max_new_tokens) leaves the batch: its row is dropped.
 
 Greedy: every sequence decodes the tokens decode.generate gives it alone; sampling is exact per
-sequence, with one Rng per sequence and the same verifier. Drafters run per sequence, each its
+sequence, with one Rng per sequence and the same verifier. A sequence's step is decode.generate's
+(decode.propose, decode.accept, decode.settle): only the target forward and the compaction are
+batched, so its drafter, controller and record see what they would alone. Drafters run per sequence, each its
 own copy with its own state (`drafter_copies`): batching the drafters' forwards is left for later,
 and the cost model counts drafting as B per-sequence proposals (measure/costs.py measures it so).
 Trees are refused: a batched tree mask is not built here (eagle, mtp and combinations run at batch
