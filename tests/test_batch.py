@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from dataclasses import dataclass, field
 
 import pytest
 import torch
@@ -18,7 +19,7 @@ from specbench.errors import SpecbenchError
 from specbench.measure.batch_model import drain
 from specbench.models import DEFAULT_DIR, encode_turns, load_target
 from specbench.strategies.build import build_strategy
-from specbench.strategies.controllers import FixedController
+from specbench.strategies.controllers import FixedController, HeuristicController
 from specbench.strategies.draft_model import DraftModelDrafter, DraftOptions
 from specbench.strategies.ngram import NgramDrafter, NgramOptions
 from specbench.strategies.spec import parse_strategy
@@ -100,6 +101,48 @@ def test_ragged_batch_matches_batch_one(shape):
         assert_trace(batched, singles)
         assert batched.steps == max(s.steps for s in singles)
     assert len({tuple(s.accept_by_position) for s in singles}) > 1  # ragged: sequences accepted differently
+
+
+@dataclass
+class LoggingController(HeuristicController):
+    """The heuristic rule, logging every outcome it learns from."""
+
+    seen: list[tuple[int, int]] = field(default_factory=list)
+
+    def update(self, drafted: int, accepted: int) -> None:
+        self.seen.append((drafted, accepted))
+        super().update(drafted, accepted)
+
+
+def test_controllers_learn_the_same_outcomes_in_a_batch():
+    """A sequence's controller is told the same (drafted, accepted) at every step alone and in a batch, and
+    so drafts the same budgets (the heuristic's budget follows what it is told)."""
+    rng = random.Random(4)
+    target = tiny_target("qwen3-gqa", seed=1)
+    vocab = TINY_SHAPES["qwen3-gqa"][2]
+    prompts = [random_prompt(rng, vocab, length) for length in (3, 11, 6)]
+    limits = [20, 14, 24]
+    made: list[LoggingController] = []
+
+    def make():
+        draws = random.Random(9)
+
+        def budgeted(ctx):  # the controller's budget deep, wrong from a random position on
+            truth = generate(target.model, ctx.tokens.tolist(), ctx.budget).tokens
+            cut = draws.randint(0, ctx.budget)
+            return DraftTree.chain(truth[:cut] + [draws.randrange(vocab)] * (ctx.budget - cut), "oracle")
+
+        made.append(LoggingController(2))
+        return ScriptedDrafter(budgeted), made[-1]
+
+    singles = alone(target.model, prompts, limits, make=make)
+    alone_seen = [c.seen for c in made]
+    made.clear()
+    batched = together(target.model, prompts, limits, make=make)
+    assert_same(batched, singles)
+    assert [c.seen for c in made] == alone_seen
+    assert [g.budget for g in batched.sequences] == [g.budget for g in singles]
+    assert any(a == d for seen in alone_seen for d, a in seen) and any(a < d for seen in alone_seen for d, a in seen)
 
 
 def test_sliding_window_target():
@@ -196,7 +239,7 @@ def test_a_wrong_batched_verifier_fails_the_same_test(monkeypatch):
     def accept_everything(tree, logits, sampling, rng):
         return list(range(len(tree))), rng.draw(sampling.probs(logits[len(tree)]))
 
-    monkeypatch.setattr("specbench.engine.batch.accept_sampling", accept_everything)
+    monkeypatch.setattr("specbench.engine.decode.accept_sampling", accept_everything)  # the batch's too
     target, draft = small_vocab_lm(0), small_vocab_lm(1)
     drafted = batched_distribution(target, PROMPTS, 0, 1,
                                    lambda: (DraftModelDrafter(draft, DraftOptions(k=1)), FixedController(1)))

@@ -14,10 +14,10 @@ from specbench.engine.decode import generate
 from specbench.engine.protocol import DraftContext
 from specbench.engine.sampling import Sampling
 from specbench.errors import SpecbenchError
-from specbench.strategies.controllers import FixedController
+from specbench.strategies.controllers import CONTROLLERS, FixedController
 from specbench.strategies.dflash import STRATEGY as DFLASH
 from specbench.strategies.dspark import STRATEGY, DSparkDrafter, DSparkOptions
-from specbench.strategies.dspark_scheduler import DSparkScheduler, from_options
+from specbench.strategies.dspark_scheduler import DSparkScheduler
 from specbench.strategies.ngram import NgramOptions
 from tests.conftest import TINY_SHAPES, tiny_target
 from tests.test_dflash import (
@@ -34,6 +34,7 @@ from tests.test_dflash import (
 )
 
 assert one_thread  # the module-wide single-thread fixture, imported to apply here too
+scheduler_for = CONTROLLERS["dspark"]  # (starting draft depth, a strategy's knob dataclass) -> a scheduler
 
 
 def test_options_are_validated():
@@ -64,7 +65,7 @@ def test_greedy_identity_untrained(shape):
                 prompt, n = random_prompt(rng, vocab), rng.randint(1, 24)
                 expected = generate(target.model, prompt, n, eos_ids=target.eos_ids)
                 got = generate(target.model, prompt, n, eos_ids=target.eos_ids, drafter=drafter,
-                               controller=from_options(STRATEGY.budget(options), options))
+                               controller=scheduler_for(STRATEGY.budget(options), options))
                 assert got.tokens == expected.tokens, (options, prompt, n)
                 assert got.stop_reason == expected.stop_reason
 
@@ -229,16 +230,16 @@ def test_scheduler_validation_names_the_knob():
 
 def test_scheduler_from_any_options():
     """`--controller dspark` with another drafter: its knobs where present, the defaults elsewhere."""
-    scheduler = from_options(5, NgramOptions())
+    scheduler = scheduler_for(5, NgramOptions())
     assert scheduler.k == 6 and scheduler.window_size == 64 and scheduler.adjust_interval == 16
-    assert from_options(20, NgramOptions()).k == 8
-    custom = from_options(3, SimpleNamespace(k_max=5, hysteresis=False, window_size=8, adjust_interval=4, k=99))
+    assert scheduler_for(20, NgramOptions()).k == 8
+    custom = scheduler_for(3, SimpleNamespace(k_max=5, hysteresis=False, window_size=8, adjust_interval=4, k=99))
     assert (custom.k, custom.k_max, custom.hysteresis) == (4, 5, False)
     assert (custom.window_size, custom.adjust_interval) == (8, 4)
     options = DSparkOptions(k_min=4, grow_above=0.9)
-    assert (from_options(7, options).k_min, from_options(7, options).grow_above) == (4, 0.9)
+    assert (scheduler_for(7, options).k_min, scheduler_for(7, options).grow_above) == (4, 0.9)
     with pytest.raises(SpecbenchError, match="k_max"):
-        from_options(3, SimpleNamespace(k_min=6, k_max=5))
+        scheduler_for(3, SimpleNamespace(k_min=6, k_max=5))
 
 
 # training

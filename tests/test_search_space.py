@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from types import SimpleNamespace
 
 import optuna
 import pytest
@@ -11,6 +12,7 @@ from typer.testing import CliRunner
 
 from specbench.cli import app
 from specbench.errors import SpecbenchError
+from specbench.strategies.controllers import CONTROLLERS
 from specbench.strategies.dspark import DSparkOptions
 from specbench.strategies.registry import DRAFTER_NAMES, definition, definitions
 from specbench.strategies.space import Choice, FloatRange, IntRange, Param, Ref, SearchSpace, When, knob_infos
@@ -98,6 +100,22 @@ def test_ranges_come_from_the_metadata():
     assert knob_infos(DSparkOptions)["confidence_threshold"].valid_text() == "0..1"
 
 
+def test_controllers_own_their_knobs():
+    """Each controller's knobs are its own dataclass's, described like a strategy's; a strategy's knobs of
+    those names set them (dspark's options are the scheduler's knobs too), the defaults stand elsewhere."""
+    assert set(CONTROLLERS["dspark"].knob_names) == SCHEDULER
+    assert CONTROLLERS["entropy"].knob_names == ("entropy_threshold",)
+    for name, controller in CONTROLLERS.items():
+        if controller.knobs:
+            assert set(knob_infos(controller.knobs)) == set(controller.knob_names), name
+    assert SCHEDULER <= set(knob_infos(DSparkOptions))
+    assert CONTROLLERS["entropy"](3, definition("mtp").options(entropy_threshold=3.5)).threshold == 3.5
+    assert CONTROLLERS["entropy"](3, definition("ngram").options()).threshold == 2.1
+    assert CONTROLLERS["dspark"](3, DSparkOptions(window_size=20, k_max=4)).history.maxlen == 20
+    with pytest.raises(SpecbenchError, match="entropy_threshold must be at least 0"):
+        CONTROLLERS["entropy"](3, SimpleNamespace(entropy_threshold=-1.0))
+
+
 def test_strategies_command_lists_knobs_spaces_and_controllers():
     result = CliRunner().invoke(app, ["strategies", "--json"])
     assert result.exit_code == 0, result.output
@@ -109,5 +127,6 @@ def test_strategies_command_lists_knobs_spaces_and_controllers():
                       "search": "16..256 log if controller = dspark", "architecture": False,
                       "description": window["description"]}
     assert {c["name"] for c in listing["controllers"]} == {"fixed", "heuristic", "entropy", "dspark"}
+    assert {c["name"]: set(c["reads"]) for c in listing["controllers"]}["dspark"] == SCHEDULER
     text = CliRunner().invoke(app, ["strategies"])
     assert text.exit_code == 0 and "| window_size" in text.output and "## controllers" in text.output

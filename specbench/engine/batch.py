@@ -10,7 +10,9 @@ accepted drafts) move down to follow its committed KV, and the cache is cut to i
 A sequence that finishes (EOS, its max_new_tokens) leaves the batch: its row is dropped.
 
 Greedy: every sequence decodes the tokens decode.generate gives it alone; sampling is exact per
-sequence, with one Rng per sequence and the same verifier. Drafters run per sequence, each its
+sequence, with one Rng per sequence and the same verifier. A sequence's step is decode.generate's
+(decode.propose, decode.accept, decode.settle): only the target forward and the compaction are
+batched, so its drafter, controller and record see what they would alone. Drafters run per sequence, each its
 own copy with its own state (`drafter_copies`): batching the drafters' forwards is left for later,
 and the cost model counts drafting as B per-sequence proposals (measure/costs.py measures it so).
 Trees are refused: a batched tree mask is not built here (eagle, mtp and combinations run at batch
@@ -26,7 +28,7 @@ from typing import Sequence
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
-from specbench.engine.decode import Clock, Generation, commit
+from specbench.engine.decode import Clock, Decoding, Generation, accept, propose, settle
 from specbench.engine.kv_cache import (
     cache_length,
     keep_rows,
@@ -36,10 +38,9 @@ from specbench.engine.kv_cache import (
     run_model,
     truncate,
 )
-from specbench.engine.protocol import Controller, DraftContext, Drafter, StepOutcome
+from specbench.engine.protocol import Controller, Drafter
 from specbench.engine.sampling import Rng, Sampling, seeded
 from specbench.engine.tree import DraftTree
-from specbench.engine.verify import accept_greedy, accept_sampling
 from specbench.errors import SpecbenchError
 
 
@@ -138,60 +139,50 @@ def generate_batch(target, prompts: Sequence[list[int]], max_new_tokens: int | S
     clock = Clock(device)
     rngs = rngs if rngs is not None else [seeded(0, device) for _ in range(count)]
     layers = drafters[0].hidden_layers if drafters else ()
-    committed = [torch.tensor(p, dtype=torch.long, device=device) for p in prompts]
+    seqs = [Decoding(torch.tensor(p, dtype=torch.long, device=device), limit, rng,
+                     drafters[i] if drafters else None, controllers[i] if drafters else None)
+            for i, (p, limit, rng) in enumerate(zip(prompts, limits, rngs))]
     cache = new_cache(target)
-    result = BatchGeneration([Generation(tokens=[]) for _ in prompts])
+    result = BatchGeneration([seq.result for seq in seqs])
 
     started = clock()
-    active = [i for i in range(count) if limits[i] > 0]  # the sequence in each cache row
+    active = [seq for seq in seqs if seq.limit > 0]  # the sequence in each cache row
     lengths = torch.zeros(len(active), dtype=torch.long, device=device)  # committed KV per row
-    heads = [committed[i][:-1] for i in active]
+    heads = [seq.committed[:-1] for seq in active]
     hidden: tuple[torch.Tensor, ...] = tuple(torch.empty(len(active), 0, 0, device=device) for _ in layers)
     if any(len(h) for h in heads):
         _, hidden = forward_block(target, heads, lengths, cache, layers)
         lengths += torch.tensor([len(h) for h in heads], device=device)
-    if drafters:
-        for row, i in enumerate(active):
-            drafters[i].start(committed[i], tuple(h[row, :len(heads[row])] for h in hidden))
+    for row, seq in enumerate(active):
+        if seq.drafter:
+            seq.drafter.start(seq.committed, tuple(h[row, :len(heads[row])] for h in hidden))
     result.prefill_s = clock() - started
 
     while active:
         t0 = clock()
-        budgets = [controllers[i].budget() if drafters else 0 for i in active]
-        trees = [propose(drafters[i], controllers[i], budget, committed[i], sampling, rngs[i]) if drafters
-                 else DraftTree() for i, budget in zip(active, budgets)]
+        drafts = [chain(seq, sampling) for seq in active]
         t1 = clock()
         cached = cache_length(cache)
-        blocks = [torch.tensor([int(committed[i][-1])] + tree.tokens, device=device) for i, tree in zip(active, trees)]
+        blocks = [torch.tensor([int(seq.committed[-1])] + tree.tokens, device=device)
+                  for seq, (tree, _) in zip(active, drafts)]
         logits, hidden = forward_block(target, blocks, lengths, cache, layers)
         t2 = clock()
-        paths = [accept_greedy(tree, logits[row, :len(tree) + 1]) if sampling.greedy
-                 else accept_sampling(tree, logits[row, :len(tree) + 1], sampling, rngs[i])
-                 for row, (i, tree) in enumerate(zip(active, trees))]
+        paths = [accept(tree, logits[row, :len(tree) + 1], sampling, seq.rng)
+                 for row, (seq, (tree, _)) in enumerate(zip(active, drafts))]
         kept = torch.tensor([len(path) + 1 for path, _ in paths], device=device)
         lengths = compact(cache, lengths, cached, kept)
         staying, step_tokens = [], 0
-        for row, (i, tree, budget, (path, bonus)) in enumerate(zip(active, trees, budgets, paths)):
-            gen = result.sequences[i]
-            new, eos = commit(tree, path, bonus, limits[i] - len(gen.tokens), eos_ids)
-            gen.tokens.extend(new)
-            step_tokens += len(new)
-            gen.record(tree, len(path), budget)
-            committed[i] = torch.cat([committed[i], torch.tensor(new, dtype=torch.long, device=device)])
-            if drafters:
-                drafters[i].observe(StepOutcome(tree, path, bonus, new, tuple(h[row, :len(path) + 1] for h in hidden)))
-                controllers[i].update(len(tree), len(path))
-            if eos:
-                gen.stop_reason = "eos"
-            if eos or len(gen.tokens) >= limits[i]:
-                gen.wall_s = clock() - started
-                gen.drafter_state_bytes = drafters[i].state_bytes() if drafters else 0
+        for row, (seq, (tree, budget), (path, bonus)) in enumerate(zip(active, drafts, paths)):
+            before = len(seq.result.tokens)
+            if settle(seq, tree, budget, path, bonus, tuple(h[row, :len(path) + 1] for h in hidden), eos_ids):
+                seq.result.wall_s = clock() - started
+                seq.result.drafter_state_bytes = seq.drafter.state_bytes() if seq.drafter else 0
             else:
                 staying.append(row)
+            step_tokens += len(seq.result.tokens) - before
         t3 = clock()
-        for i in active:
-            gen = result.sequences[i]
-            gen.ttft_s = gen.ttft_s or t3 - started
+        for seq in active:
+            seq.result.ttft_s = seq.result.ttft_s or t3 - started
         result.steps += 1
         result.rows += len(active)
         result.verified += len(active) * logits.shape[1]
@@ -210,10 +201,10 @@ def generate_batch(target, prompts: Sequence[list[int]], max_new_tokens: int | S
     return result
 
 
-def propose(drafter: Drafter, controller: Controller, budget: int, tokens: torch.Tensor, sampling: Sampling,
-            rng: Rng) -> DraftTree:
-    tree = drafter.propose(DraftContext(tokens, budget, sampling, rng, controller))
+def chain(seq: Decoding, sampling: Sampling) -> tuple[DraftTree, int]:
+    """decode.propose, refusing a tree: a batch verifies chains only."""
+    tree, budget = propose(seq, sampling)
     if not tree.is_chain():
-        raise SpecbenchError(f"{drafter.name} proposed a tree; batched decoding verifies chains only "
+        raise SpecbenchError(f"{seq.drafter.name} proposed a tree; batched decoding verifies chains only "
                              "(run tree strategies at batch size 1)")
-    return tree
+    return tree, budget

@@ -1,4 +1,8 @@
-"""One sequence, batch size 1: propose -> verify in one target forward -> accept -> commit."""
+"""One sequence, batch size 1: propose -> verify in one target forward -> accept -> commit -> observe.
+
+The step's pieces other than the target forward and the cache compaction (`propose`, `accept`,
+`settle`) are the batch's too (engine/batch.py), so a sequence's drafter, controller and record see
+the same outcome whatever the batch size."""
 
 from __future__ import annotations
 
@@ -86,12 +90,29 @@ def prefill(target, committed: torch.Tensor, cache, layers: tuple[int, ...]) -> 
     return forward(target, committed[:-1], cache, None, layers)[1]
 
 
-def accept(tree: DraftTree, logits: torch.Tensor, cache, cached: int, sampling: Sampling,
-           rng: Rng) -> tuple[list[int], int]:
-    """The accepted path and the bonus token; the cache is compacted to root + path."""
-    path, bonus = accept_greedy(tree, logits) if sampling.greedy else accept_sampling(tree, logits, sampling, rng)
-    keep_path(cache, cached, [0] + [node + 1 for node in path])
-    return path, bonus
+@dataclass
+class Decoding:
+    """One sequence being decoded, alone or in a batch: what it committed, what drafts for it, its record."""
+
+    committed: torch.Tensor  # prompt and generated token ids; the last one is not in the target cache yet
+    limit: int  # max_new_tokens
+    rng: Rng
+    drafter: Drafter | None = None
+    controller: Controller | None = None
+    result: Generation = field(default_factory=lambda: Generation(tokens=[]))
+
+
+def propose(seq: Decoding, sampling: Sampling) -> tuple[DraftTree, int]:
+    """The step's draft tree and the controller's budget for it (an empty tree and 0 without a drafter)."""
+    if seq.drafter is None:
+        return DraftTree(), 0
+    budget = seq.controller.budget()
+    return seq.drafter.propose(DraftContext(seq.committed, budget, sampling, seq.rng, seq.controller)), budget
+
+
+def accept(tree: DraftTree, logits: torch.Tensor, sampling: Sampling, rng: Rng) -> tuple[list[int], int]:
+    """The accepted path (node indices) and the bonus token, from the target's logits at the root and each node."""
+    return accept_greedy(tree, logits) if sampling.greedy else accept_sampling(tree, logits, sampling, rng)
 
 
 def commit(tree: DraftTree, path: list[int], bonus: int, room: int,
@@ -103,6 +124,24 @@ def commit(tree: DraftTree, path: list[int], bonus: int, room: int,
     return (new, False) if eos_at is None else (new[:eos_at + 1], True)
 
 
+def settle(seq: Decoding, tree: DraftTree, budget: int, path: list[int], bonus: int,
+           hidden: tuple[torch.Tensor, ...], eos_ids: frozenset[int]) -> bool:
+    """After verification: commit the step's tokens, record the step, let the drafter and the controller
+    learn from it (`hidden`: per layer, the target's hidden states of the root and the accepted nodes).
+    Returns whether the sequence is finished."""
+    gen = seq.result
+    new, eos = commit(tree, path, bonus, seq.limit - len(gen.tokens), eos_ids)
+    gen.tokens.extend(new)
+    seq.committed = torch.cat([seq.committed, torch.tensor(new, dtype=torch.long, device=seq.committed.device)])
+    gen.record(tree, len(path), budget)
+    if seq.drafter:
+        seq.drafter.observe(StepOutcome(tree, path, bonus, new, hidden))
+        seq.controller.update(max(tree.depths(), default=0), len(path))
+    if eos:
+        gen.stop_reason = "eos"
+    return eos or len(gen.tokens) >= seq.limit
+
+
 @torch.inference_mode()
 def generate(target, prompt: list[int], max_new_tokens: int, sampling: Sampling = Sampling(),
              eos_ids: frozenset[int] = frozenset(), drafter: Drafter | None = None,
@@ -110,47 +149,37 @@ def generate(target, prompt: list[int], max_new_tokens: int, sampling: Sampling 
     """Decode up to `max_new_tokens` after `prompt`; without a drafter this is plain decoding."""
     device = target.device
     clock = Clock(device)
-    rng = seeded(seed, device)
     layers = drafter.hidden_layers if drafter else ()
-    committed = torch.tensor(prompt, dtype=torch.long, device=device)
+    seq = Decoding(torch.tensor(prompt, dtype=torch.long, device=device), max_new_tokens, seeded(seed, device),
+                   drafter, controller)
+    result = seq.result
     cache = new_cache(target)
-    result = Generation(tokens=[])
 
     started = clock()
-    hidden = prefill(target, committed, cache, layers)
+    hidden = prefill(target, seq.committed, cache, layers)
     if drafter:
-        drafter.start(committed, hidden)
+        drafter.start(seq.committed, hidden)
     result.prefill_s = clock() - started
 
-    while len(result.tokens) < max_new_tokens:
+    done = max_new_tokens <= 0
+    while not done:
         t0 = clock()
-        tree, budget = DraftTree(), controller.budget() if drafter else 0
-        if drafter:
-            tree = drafter.propose(DraftContext(committed, budget, sampling, rng, controller))
+        tree, budget = propose(seq, sampling)
         t1 = clock()
         cached = cache_length(cache)
-        tokens = torch.tensor([int(committed[-1])] + tree.tokens, dtype=torch.long, device=device)
+        tokens = torch.tensor([int(seq.committed[-1])] + tree.tokens, dtype=torch.long, device=device)
         logits, hidden = forward(target, tokens, cache, tree, layers)
         t2 = clock()
-        path, bonus = accept(tree, logits, cache, cached, sampling, rng)
-        new, eos = commit(tree, path, bonus, max_new_tokens - len(result.tokens), eos_ids)
-        if eos:
-            result.stop_reason = "eos"
-        result.tokens.extend(new)
-        committed = torch.cat([committed, torch.tensor(new, dtype=torch.long, device=device)])
-        result.record(tree, len(path), budget)
-        if drafter:
-            kept = [0] + [node + 1 for node in path]
-            drafter.observe(StepOutcome(tree, path, bonus, new, tuple(h[kept] for h in hidden)))
-            controller.update(max(tree.depths(), default=0), len(path))
+        path, bonus = accept(tree, logits, sampling, seq.rng)
+        kept = [0] + [node + 1 for node in path]
+        keep_path(cache, cached, kept)
+        done = settle(seq, tree, budget, path, bonus, tuple(h[kept] for h in hidden), eos_ids)
         t3 = clock()
         result.draft_s += t1 - t0
         result.verify_s += t2 - t1
         result.other_s += t3 - t2
         if result.steps == 1:
             result.ttft_s = t3 - started
-        if eos:
-            break
     result.wall_s = clock() - started
     if drafter:
         result.drafter_state_bytes = drafter.state_bytes()

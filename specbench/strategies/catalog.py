@@ -10,7 +10,7 @@ from rich.console import Group
 from rich.text import Text
 
 from specbench.markdown import markdown_table
-from specbench.strategies.controllers import CONTROLLER_HELP
+from specbench.strategies.controllers import CONTROLLERS
 from specbench.strategies.registry import MODULES, definitions
 from specbench.strategies.space import knob_infos
 from specbench.strategies.spec import BASELINE, COMBINATIONS
@@ -33,7 +33,7 @@ def catalog() -> dict[str, Any]:
         defaults = method.options()
         search = method.space.describe()
         knobs = [{"name": "controller", "default": method.default_controller, "unit": "",
-                  "valid": " | ".join(CONTROLLER_HELP), "search": search.get("controller"), "architecture": False,
+                  "valid": " | ".join(CONTROLLERS), "search": search.get("controller"), "architecture": False,
                   "description": "how much to draft each step (see controllers)"}]
         for knob, info in knob_infos(defaults).items():
             knobs.append({"name": knob, "default": getattr(defaults, knob), "unit": info.unit,
@@ -41,8 +41,8 @@ def catalog() -> dict[str, Any]:
                           "description": info.description})
         strategies.append({"name": name, "default_controller": method.default_controller, "knobs": knobs,
                            "description": _summary(name)})
-    controllers = [{"name": name, "description": text, "reads": list(reads)}
-                   for name, (text, reads) in CONTROLLER_HELP.items()]
+    controllers = [{"name": name, "description": c.description, "reads": list(c.knob_names)}
+                   for name, c in CONTROLLERS.items()]
     return {"strategies": strategies, "controllers": controllers, "combinations": list(COMBINATIONS),
             "combination_space": "a combination `a+b` searches its members' spaces, prefixed by member "
                                  "(eagle.depth); each member keeps its default controller"}

@@ -1,15 +1,26 @@
-"""Controllers: how many positions to draft each step, learnt from verification outcomes."""
+"""Controllers: how many positions to draft each step, learnt from verification outcomes.
+
+`CONTROLLERS` is the one registry `--controller` names: each entry says what the controller does, its
+knob dataclass (if it has knobs) and how to start one. A controller's knobs are set by the strategy's
+knobs of the same names (dspark's options subclass the scheduler's knobs; mtp has entropy_threshold),
+the defaults elsewhere.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from specbench.strategies.dspark_scheduler import KNOBS as DSPARK_KNOBS
-from specbench.strategies.dspark_scheduler import from_options as dspark_scheduler
+from specbench.strategies.dspark_scheduler import DSparkScheduler, SchedulerKnobs
+from specbench.strategies.space import check_ranges, knob
 
 if TYPE_CHECKING:  # annotations only: controller names are read before torch is imported
     import torch
+
+    from specbench.engine.protocol import Controller
+
+ENTROPY_THRESHOLD = 2.1  # nats; source article 1's value
 
 
 @dataclass
@@ -46,7 +57,7 @@ class EntropyController(FixedController):
     AdaEDL (arXiv 2410.18351) is the published form of this early-stopping rule.
     """
 
-    threshold: float = 2.1  # nats; source article 1's value
+    threshold: float = ENTROPY_THRESHOLD
 
     def keep_drafting(self, depth: int, logits: torch.Tensor) -> bool:
         return entropy(logits) <= self.threshold
@@ -75,20 +86,43 @@ class CappedController:
         self.inner.update(drafted, accepted)
 
 
-# name -> factory(starting depth, the strategy's knob dataclass)
-CONTROLLERS: dict[str, Callable[[int, Any], Any]] = {
-    "fixed": lambda k, options: FixedController(k),
-    "heuristic": lambda k, options: HeuristicController(k),
-    "entropy": lambda k, options: EntropyController(k, getattr(options, "entropy_threshold", 2.1)),
-    "dspark": dspark_scheduler,
-}
+@dataclass(kw_only=True)
+class EntropyKnobs:
+    entropy_threshold: float = knob(ENTROPY_THRESHOLD, "entropy controller: stop drafting where the draft "
+                                                       "entropy exceeds it", "nats", low=0)
 
-# name -> (what it does, the strategy knobs it reads where the strategy has them), for `specbench strategies`
-CONTROLLER_HELP: dict[str, tuple[str, tuple[str, ...]]] = {
-    "fixed": ("always draft the strategy's starting depth", ()),
-    "heuristic": ("transformers' assistant rule: +2 when every draft was accepted, else -1", ()),
-    "entropy": ("stop drafting where the draft entropy exceeds a threshold (AdaEDL's rule; 2.1 nats "
-                "unless the strategy has entropy_threshold)", ("entropy_threshold",)),
-    "dspark": ("DSpark's scheduler: the verify length K follows the acceptance rate over a window, within "
-               "[k_min, k_max]", DSPARK_KNOBS),
+    def __post_init__(self) -> None:
+        check_ranges(self, "")
+
+
+@dataclass(frozen=True)
+class ControllerDef:
+    """A controller as `--controller` names it."""
+
+    description: str  # what it does, for `specbench strategies`
+    new: Callable[[int, Any], Controller]  # (the strategy's starting draft depth, its knobs or None) -> a controller
+    knobs: type | None = None  # its knob dataclass
+
+    @property
+    def knob_names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(self.knobs)) if self.knobs else ()
+
+    def __call__(self, budget: int, options: Any) -> Controller:
+        """A fresh controller for a strategy with knob dataclass `options`, starting at `budget` drafts:
+        its knobs from the strategy's knobs of the same names, the defaults for the rest."""
+        if self.knobs is None:
+            return self.new(budget, None)
+        values = {name: getattr(options, name) for name in self.knob_names if hasattr(options, name)}
+        return self.new(budget, self.knobs(**values))
+
+
+CONTROLLERS: dict[str, ControllerDef] = {
+    "fixed": ControllerDef("always draft the strategy's starting depth", lambda k, _: FixedController(k)),
+    "heuristic": ControllerDef("transformers' assistant rule: +2 when every draft was accepted, else -1",
+                               lambda k, _: HeuristicController(k)),
+    "entropy": ControllerDef(f"stop drafting where the draft entropy exceeds a threshold (AdaEDL's rule; "
+                             f"{ENTROPY_THRESHOLD} nats unless the strategy has entropy_threshold)",
+                             lambda k, knobs: EntropyController(k, knobs.entropy_threshold), EntropyKnobs),
+    "dspark": ControllerDef("DSpark's scheduler: the verify length K follows the acceptance rate over a window, "
+                            "within [k_min, k_max]", DSparkScheduler.start, SchedulerKnobs),
 }

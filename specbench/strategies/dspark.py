@@ -41,9 +41,9 @@ from specbench.engine.protocol import DraftContext
 from specbench.errors import SpecbenchError
 from specbench.strategies.base import StrategyDef
 from specbench.strategies.dflash import BlockConfig, DFlashDrafter, DFlashModel, pick
-from specbench.strategies.dspark_scheduler import SCHEDULER_SPACE, check_knobs, scheduler_knob
+from specbench.strategies.dspark_scheduler import SCHEDULER_SPACE, SchedulerKnobs
 from specbench.strategies.serving import DRAFTER, Serving, fixed_only
-from specbench.strategies.space import Choice, FloatRange, IntRange, Param, SearchSpace, knob
+from specbench.strategies.space import Choice, FloatRange, IntRange, Param, SearchSpace, knob, knob_infos
 from specbench.strategies.trainable import DistillBatch
 
 CE_WEIGHT, L1_WEIGHT, CONFIDENCE_WEIGHT = 0.1, 0.9, 1.0  # DeepSpec's dspark config
@@ -53,7 +53,7 @@ CONFIDENCE_RULES = ("cumulative", "token")
 
 
 @dataclass
-class DSparkOptions:
+class DSparkOptions(SchedulerKnobs):  # the scheduler's knobs are dspark's too: the default controller
     # DeepSpec's value: with the last token, a verify length of 8
     block_size: int = knob(7, "drafts per block (the anchor slot drafts too)", "positions", low=1)
     confidence_threshold: float = knob(0.2, "cut the block where the confidence (confidence_rule) falls below "
@@ -61,13 +61,6 @@ class DSparkOptions:
     confidence_rule: str = knob("cumulative", "cumulative: the product of the confidences so far; token: each "
                                               "position's own (DeepSpec's rule)", "one of cumulative, token")
     context_window: int = knob(512, "W: context positions the drafter sees (0 = all)", "tokens", low=0)
-    window_size: int = scheduler_knob("window_size")
-    adjust_interval: int = scheduler_knob("adjust_interval")
-    k_min: int = scheduler_knob("k_min")
-    k_max: int = scheduler_knob("k_max")
-    hysteresis: bool = scheduler_knob("hysteresis")
-    grow_above: float = scheduler_knob("grow_above")
-    shrink_below: float = scheduler_knob("shrink_below")
     layers: int = knob(2, "draft layers (used when training)", "layers", low=1, architecture=True)
     markov_rank: int = knob(32, "Markov head rank (used when training)", "", low=1, architecture=True)
     # DeepSpec's value
@@ -75,7 +68,7 @@ class DSparkOptions:
                         architecture=True)
 
     def __post_init__(self) -> None:
-        check_knobs(self, prefix="dspark.")
+        self.check(prefix="dspark.")
         if self.confidence_rule not in CONFIDENCE_RULES:
             raise SpecbenchError(f"dspark.confidence_rule must be one of {', '.join(CONFIDENCE_RULES)}, "
                                  f"got {self.confidence_rule!r}")
@@ -159,9 +152,6 @@ class DSparkDrafter(DFlashDrafter):
         return tokens, qs
 
 
-SCHEDULER_KNOBS = ("window_size", "adjust_interval", "k_min", "k_max", "hysteresis", "grow_above", "shrink_below")
-
-
 def _serving(o: DSparkOptions, controller: str, drafter: str | None) -> Serving:
     # vLLM runs DeepSpec's DSpark (its Markov head) at a fixed block; SGLang has DFlash only, so its
     # block of that length carries the draft length and nothing of DSpark's heads
@@ -170,7 +160,7 @@ def _serving(o: DSparkOptions, controller: str, drafter: str | None) -> Serving:
     sglang = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", path,
               "--speculative-dflash-block-size", drafts + 1,
               "--speculative-dflash-draft-window-size", o.context_window]
-    scheduler = SCHEDULER_KNOBS if controller == "dspark" else fixed_only(controller)
+    scheduler = tuple(knob_infos(SchedulerKnobs)) if controller == "dspark" else fixed_only(controller)
     return Serving({"method": "dspark", "model": path, "num_speculative_tokens": drafts}, sglang,
                    ("confidence_threshold", "confidence_rule", "context_window") + scheduler,
                    ("confidence_threshold", "confidence_rule", "the Markov and confidence heads") + scheduler)

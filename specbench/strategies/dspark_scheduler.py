@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from specbench.errors import SpecbenchError
 from specbench.strategies.space import Choice, FloatRange, IntRange, Param, Ref, SearchSpace, When, check_ranges, knob
@@ -31,21 +31,32 @@ if TYPE_CHECKING:  # annotations only: controller names are read before torch is
 
 MAX_STEP = 2  # the article's bound on how far K moves per evaluation
 
-_KNOBS = {  # name: (default, description, unit, valid low, valid high); the article's values are the defaults
-    "window_size": (64, "scheduler: verifications in the acceptance-rate window", "verifications", 1, None),
-    "adjust_interval": (16, "scheduler: committed tokens between evaluations", "tokens", 1, None),
-    "k_min": (2, "scheduler: least verify length K (the last token + drafts)", "positions", 2, None),
-    "k_max": (8, "scheduler: largest verify length K, >= k_min", "positions", 2, None),
-    "hysteresis": (True, "scheduler: a change needs two consecutive agreeing evaluations", "", None, None),
-    "grow_above": (0.6, "scheduler: acceptance rate above which K grows, >= shrink_below", "rate", 0, 1),
-    "shrink_below": (0.3, "scheduler: acceptance rate below which K shrinks", "rate", 0, 1),
-}
 
+@dataclass(kw_only=True)
+class SchedulerKnobs:
+    """The scheduler's knobs, the article's values as defaults. A strategy whose knob dataclass subclasses
+    this one (dspark's) lets a user set them as its own: `--set dspark.window_size=32`."""
 
-def scheduler_knob(name: str) -> Any:
-    """The dataclass field of scheduler knob `name`, for the scheduler and for a drafter's options."""
-    default, description, unit, low, high = _KNOBS[name]
-    return knob(default, description, unit, low, high)
+    window_size: int = knob(64, "scheduler: verifications in the acceptance-rate window", "verifications", low=1)
+    adjust_interval: int = knob(16, "scheduler: committed tokens between evaluations", "tokens", low=1)
+    k_min: int = knob(2, "scheduler: least verify length K (the last token + drafts)", "positions", low=2)
+    k_max: int = knob(8, "scheduler: largest verify length K, >= k_min", "positions", low=2)
+    hysteresis: bool = knob(True, "scheduler: a change needs two consecutive agreeing evaluations")
+    grow_above: float = knob(0.6, "scheduler: acceptance rate above which K grows, >= shrink_below", "rate",
+                             low=0, high=1)
+    shrink_below: float = knob(0.3, "scheduler: acceptance rate below which K shrinks", "rate", low=0, high=1)
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self, prefix: str = "") -> None:
+        """Refuse the first invalid knob, naming it (`prefix`: the strategy's, e.g. "dspark.")."""
+        check_ranges(self, prefix)
+        if self.k_max < self.k_min:
+            raise SpecbenchError(f"{prefix}k_max ({self.k_max}) must be at least {prefix}k_min ({self.k_min})")
+        if not self.shrink_below <= self.grow_above:
+            raise SpecbenchError(f"{prefix}grow_above ({self.grow_above}) must be at least "
+                                 f"{prefix}shrink_below ({self.shrink_below})")
 
 
 # searched only when the scheduler is the controller; around the article's values (N = 64, every 16
@@ -64,23 +75,21 @@ SCHEDULER_SPACE = SearchSpace((
 
 
 @dataclass
-class DSparkScheduler:
+class DSparkScheduler(SchedulerKnobs):
     k: int  # the verify length now
-    window_size: int = scheduler_knob("window_size")
-    adjust_interval: int = scheduler_knob("adjust_interval")
-    k_min: int = scheduler_knob("k_min")
-    k_max: int = scheduler_knob("k_max")
-    hysteresis: bool = scheduler_knob("hysteresis")
-    grow_above: float = scheduler_knob("grow_above")
-    shrink_below: float = scheduler_knob("shrink_below")
     history: deque = field(init=False, repr=False)  # (drafted, accepted) of the last window_size verifications
     pending: int = field(init=False, default=0)  # tokens committed since the last evaluation
     vote: int = field(init=False, default=0)  # the last evaluation's direction, for hysteresis
 
     def __post_init__(self) -> None:
-        check_knobs(self)
+        self.check()
         self.k = min(max(self.k, self.k_min), self.k_max)
         self.history = deque(maxlen=self.window_size)
+
+    @classmethod
+    def start(cls, budget: int, knobs: SchedulerKnobs) -> DSparkScheduler:
+        """A scheduler for a strategy whose starting draft depth is `budget`: K = budget + 1."""
+        return cls(budget + 1, **vars(knobs))
 
     def budget(self) -> int:
         return self.k - 1
@@ -108,21 +117,3 @@ class DSparkScheduler:
             self.vote = 0
         else:
             self.vote = direction
-
-
-def check_knobs(knobs: Any, prefix: str = "") -> None:
-    """Validate scheduler knobs (of a DSparkScheduler or a strategy's options), naming the bad one."""
-    check_ranges(knobs, prefix)
-    if knobs.k_max < knobs.k_min:
-        raise SpecbenchError(f"{prefix}k_max ({knobs.k_max}) must be at least {prefix}k_min ({knobs.k_min})")
-    if not knobs.shrink_below <= knobs.grow_above:
-        raise SpecbenchError(f"{prefix}grow_above ({knobs.grow_above}) must be at least "
-                             f"{prefix}shrink_below ({knobs.shrink_below})")
-
-
-KNOBS = tuple(_KNOBS)
-
-
-def from_options(budget: int, options: Any) -> DSparkScheduler:
-    """`--controller dspark` for any drafter: the knobs `options` has, the defaults for the rest; K = budget + 1."""
-    return DSparkScheduler(budget + 1, **{name: getattr(options, name) for name in KNOBS if hasattr(options, name)})
