@@ -455,6 +455,7 @@ def finish(bench: Bench, run: RunDir, complete: bool, noise: NoiseMonitor | None
     extra: dict[str, Any] = {"skipped_prompts": bench.skipped, "notes": bench.notes}
     if bench.vllm is not None:
         extra["vllm_start_s"] = bench.vllm.start_s
+        extra["vllm_idle_engines"] = bench.vllm.idle_engines
     if len(rows):
         rows["batch_size"] = rows.get("batch_size", pd.Series(1, index=rows.index)).fillna(1).astype(int)
         rows["engine"] = rows.get("engine", pd.Series(SPECBENCH, index=rows.index)).fillna(SPECBENCH)

@@ -5,6 +5,11 @@ declared translation (StrategyDef.serving) and the drafter converted once into t
 Time is measured around each `generate` call, one request at a time; tau and per-position acceptance
 come from vLLM's own counts for that request.
 
+An engine's processes are stopped (SIGSTOP) whenever it is not serving its own request, and continued
+(SIGCONT) for it: an idle vLLM worker busy-polls its shared-memory queue for a second after each
+request (vLLM's SpinCondition), measured here at 40-100% of a core, which on a small machine
+would be taken from whichever engine is timed next. Every engine is timed alone.
+
 vLLM starts its engine processes with spawn, so this module is imported only where an engine is
 made and has no side effects at import.
 """
@@ -16,6 +21,7 @@ import dataclasses
 import inspect
 import math
 import os
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,9 +152,17 @@ class VllmEngine:
         except (ValueError, TypeError, RuntimeError) as exc:
             raise SpecbenchError(f"vLLM refused {strategy.name}: {_reason(exc)}") from None
         self.start_s[strategy.name] = time.perf_counter() - started
-        runner = VllmRunner(strategy.name, llm)
+        runner = VllmRunner(strategy.name, llm, engine_processes(llm))
+        runner.pause()
         self.runners.append(runner)
         return runner
+
+    @property
+    def idle_engines(self) -> str:
+        """What was done with the engines while another one (or specbench's engine) was timed."""
+        if all(runner.processes for runner in self.runners):
+            return "stopped (SIGSTOP) outside their own requests"
+        return "left running: vLLM's engine processes were not found"
 
     def stop(self, runner: VllmRunner) -> None:
         runner.close()
@@ -166,6 +180,18 @@ class VllmRunner:
 
     name: str
     llm: Any
+    processes: list = dataclasses.field(default_factory=list)  # psutil.Process of its engine core and workers
+
+    def _signal(self, signum: int) -> None:
+        for process in self.processes:
+            with contextlib.suppress(Exception):  # a process that has exited
+                process.send_signal(signum)
+
+    def pause(self) -> None:
+        self._signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self._signal(signal.SIGCONT)
 
     def __call__(self, prompt: list[int], max_new_tokens: int, sampling: Sampling, seed: int) -> Generation:
         """One request, timed around the call, with vLLM's speculative-decoding counters for it."""
@@ -174,13 +200,34 @@ class VllmRunner:
 
         params = SamplingParams(max_tokens=max_new_tokens, temperature=sampling.temperature, top_p=sampling.top_p,
                                 top_k=sampling.top_k, seed=seed)
-        started = time.perf_counter()
-        (out,) = self.llm.generate([TokensPrompt(prompt_token_ids=prompt)], params, use_tqdm=False)
-        return generation(out, time.perf_counter() - started)
+        self.resume()
+        try:
+            started = time.perf_counter()
+            (out,) = self.llm.generate([TokensPrompt(prompt_token_ids=prompt)], params, use_tqdm=False)
+            wall_s = time.perf_counter() - started
+        finally:
+            self.pause()
+        return generation(out, wall_s)
 
     def close(self) -> None:
+        self.resume()  # a stopped process would not act on the shutdown's SIGTERM
         with contextlib.suppress(Exception):
             self.llm.llm_engine.engine_core.shutdown()
+
+
+def engine_processes(llm) -> list:
+    """The processes of an `LLM`'s engine: its engine core (vLLM's process manager) and their children
+    (the workers); empty where this vLLM keeps them elsewhere."""
+    import psutil
+
+    core = getattr(llm.llm_engine, "engine_core", None)
+    manager = getattr(getattr(core, "resources", None), "engine_manager", None)
+    processes = []
+    for started in getattr(manager, "processes", None) or []:
+        with contextlib.suppress(psutil.Error):
+            root = psutil.Process(started.pid)
+            processes += [root, *root.children(recursive=True)]
+    return processes
 
 
 def generation(out, wall_s: float) -> Generation:

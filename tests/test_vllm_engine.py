@@ -87,6 +87,18 @@ def test_vllm_figures_come_from_its_own_counters(both):
         assert row["steps"] > 1 and row["wall_s"] > 0 and row["ttft_s"] > 0
 
 
+def test_idle_engines_are_stopped_while_another_is_timed(both):
+    """Between its own requests every engine's processes are stopped, so none busy-polls beside the timed one."""
+    import psutil
+
+    runners = both["bench"].vllm.runners
+    assert len(runners) == 1 + len(STRATEGIES) and all(runner.processes for runner in runners)
+    for runner in runners:
+        assert {p.status() for p in runner.processes} == {psutil.STATUS_STOPPED}, runner.name
+        assert {p.name() for p in runner.processes} >= {"VLLM::EngineCore", "VLLM::Worker"}
+    assert both["report"]["vllm_idle_engines"] == "stopped (SIGSTOP) outside their own requests"
+
+
 def test_transfer_and_engine_agreement(both):
     report = both["report"]
     for strategy in STRATEGIES:

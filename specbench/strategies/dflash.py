@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specbench.engine.flat import fuse
 from specbench.engine.kv_cache import state_bytes
 from specbench.engine.protocol import DraftContext, Drafter, StepOutcome
 from specbench.engine.tree import DraftTree
@@ -117,22 +118,43 @@ class DraftLayer(nn.Module):
         self.up_proj = nn.Linear(h, a.intermediate_size, bias=False)
         self.down_proj = nn.Linear(a.intermediate_size, h, bias=False)
 
+    def fused_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """q|k|v and gate|up each as one matrix: one product instead of three and two. Under autograd a
+        concatenation (gradients reach the projections); at inference built once by flat.fuse, the
+        projections' weights becoming views into it, and built again if they were replaced (`.to`)."""
+        if torch.is_grad_enabled():
+            return (torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight]),
+                    torch.cat([self.gate_proj.weight, self.up_proj.weight]))
+        fused = self.__dict__.get("_fused")
+        if fused is None or fused[0].data_ptr() != self.q_proj.weight.data_ptr() \
+                or fused[1].data_ptr() != self.gate_proj.weight.data_ptr():
+            with torch.inference_mode(False):  # plain tensors: the weights stay trainable
+                fused = fuse(self.q_proj, self.k_proj, self.v_proj)[0], fuse(self.gate_proj, self.up_proj)[0]
+            self.__dict__["_fused"] = fused
+        return fused
+
+    def _keys_values(self, k: torch.Tensor, v: torch.Tensor,
+                     cos_sin: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        k = self.k_norm(k.unflatten(-1, (self.kv_heads, self.head_dim))).transpose(-3, -2)
+        return rotate(k, *cos_sin), v.unflatten(-1, (self.kv_heads, self.head_dim)).transpose(-3, -2)
+
     def kv(self, x: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys (normed, rotated) and values of x (..., n, H), each (..., kv_heads, n, head_dim)."""
-        k = self.k_norm(self.k_proj(x).unflatten(-1, (self.kv_heads, self.head_dim))).transpose(-3, -2)
-        v = self.v_proj(x).unflatten(-1, (self.kv_heads, self.head_dim)).transpose(-3, -2)
-        return rotate(k, *cos_sin), v
+        kv = F.linear(x, self.fused_weights()[0][self.heads * self.head_dim:])
+        return self._keys_values(*kv.chunk(2, -1), cos_sin)
 
     def forward(self, x: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor],
                 context: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor | None = None) -> torch.Tensor:
-        h = self.attn_norm(x)
-        q = rotate(self.q_norm(self.q_proj(h).unflatten(-1, (self.heads, self.head_dim))).transpose(-3, -2), *cos_sin)
-        k, v = self.kv(h, cos_sin)
+        qkv, gate_up = self.fused_weights()
+        q, k, v = F.linear(self.attn_norm(x), qkv).split(
+            [self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim], -1)
+        q = rotate(self.q_norm(q.unflatten(-1, (self.heads, self.head_dim))).transpose(-3, -2), *cos_sin)
+        k, v = self._keys_values(k, v, cos_sin)
         k, v = torch.cat([context[0], k], -2), torch.cat([context[1], v], -2)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.heads != self.kv_heads)
         x = x + self.o_proj(out.transpose(-3, -2).flatten(-2))
-        h = self.mlp_norm(x)
-        return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
+        gate, up = F.linear(self.mlp_norm(x), gate_up).chunk(2, -1)
+        return x + self.down_proj(F.silu(gate) * up)
 
 
 @dataclass

@@ -26,7 +26,7 @@ from torch import nn
 
 from specbench.engine.kv_cache import state_bytes
 from specbench.engine.protocol import DraftContext, Drafter, StepOutcome
-from specbench.engine.tree import DraftTree, tree_attention_mask
+from specbench.engine.tree import DraftTree
 from specbench.strategies.base import StrategyDef, load_trained
 from specbench.strategies.layers import KV, Arch, FeatureLayer, causal_mask, embed, lm_head
 from specbench.strategies.serving import DRAFTER, Serving, fixed_only
@@ -212,15 +212,16 @@ class EagleDrafter(Drafter):
             return DraftTree()
         model, device = self.model, ctx.tokens.device
         base = self.rows - 1  # row (and position) of the last committed row, the root
-        seen = DraftTree()  # the nodes run through the drafter, for the tree mask
-        state = {"ids": [-1], "hidden": self.last[None], "kv": self.kv}
+        # per node of the last expanded level: which of the nodes run so far it sees (its ancestors, itself)
+        state = {"hidden": self.last[None], "sees": torch.zeros(1, 0, dtype=torch.bool, device=device),
+                 "kv": self.kv}
 
         def expand(level: int, tokens: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
-            ids = [seen.add(t, state["ids"][p], self.name) for t, p in zip(tokens.tolist(), parents.tolist())]
-            mask = tree_attention_mask(seen, base, state["hidden"].dtype, device)[:, :, 1 + ids[0]:]
-            positions = torch.full((len(ids),), base + level, device=device)
+            sees = torch.cat([state["sees"][parents], torch.eye(len(tokens), dtype=torch.bool, device=device)], -1)
+            mask = torch.cat([sees.new_ones(len(tokens), self.rows), sees], -1)  # and every committed row
+            positions = torch.full((len(tokens),), base + level, device=device)
             out, state["kv"] = model.step(state["hidden"][parents][None], tokens[None], positions, mask, state["kv"])
-            state["ids"], state["hidden"] = ids, out[0]
+            state["sees"], state["hidden"] = sees, out[0]
             return model.logits(out[0])
 
         return eagle_tree(model.logits(self.last), expand, depth, self.options.top_k, self.options.total_tokens,

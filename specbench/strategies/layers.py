@@ -4,6 +4,7 @@ with a target layer's attention shape and an MLP of 2H, RoPE, and frozen use of 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -41,12 +42,23 @@ class Arch:
         return dataclasses.replace(arch, intermediate_size=2 * arch.hidden_size)
 
 
+@functools.lru_cache(maxsize=16)
+def rope_table(head_dim: int, theta: float, length: int, dtype: torch.dtype,
+               device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin of positions 0 .. length - 1, (length, head_dim), computed in float32; built once per
+    length, so that a drafting step indexes rows instead of recomputing them (a dozen tensor calls)."""
+    with torch.inference_mode(False), torch.no_grad():  # usable by training as well as by drafting
+        inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=device).float() / head_dim)
+        freqs = torch.arange(length, device=device)[:, None].float() * inv_freq
+        freqs = torch.cat([freqs, freqs], -1)
+        return freqs.cos().to(dtype), freqs.sin().to(dtype)
+
+
 def rope(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin of shape (rows, head_dim), computed in float32."""
-    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=positions.device).float() / head_dim)
-    freqs = positions[:, None].float() * inv_freq
-    freqs = torch.cat([freqs, freqs], -1)
-    return freqs.cos().to(dtype), freqs.sin().to(dtype)
+    """cos, sin of shape (rows, head_dim): rows of a table whose length doubles as positions grow."""
+    length = 1 << max(10, int(positions.max()).bit_length()) if len(positions) else 1
+    cos, sin = rope_table(head_dim, theta, length, dtype, positions.device)
+    return cos[positions], sin[positions]
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
