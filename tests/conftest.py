@@ -38,6 +38,12 @@ def tiny_target(shape: str = "qwen3-gqa", seed: int = 0, eos: int | None = None)
     return Target(model, tokenizer=None, name=f"tiny-{shape}-{seed}", eos_ids=eos_ids)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The vLLM tests first: theirs is the longest file (every vLLM engine starts processes of its own), and
+    with CI's two workers (.ci/run) the longest file handed out last would leave the other one idle at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("vllm") is None)
+
+
 @pytest.fixture(params=list(TINY_SHAPES))
 def target(request) -> Target:
     return tiny_target(request.param)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -34,8 +35,12 @@ SMALL_KV_CACHE = {"kv_cache_memory_bytes": 64 << 20}  # 10k tokens of the embedd
 
 @pytest.fixture(scope="module")
 def drafter_cache(tmp_path_factory):
-    """The converted drafters go to a cache of the tests' own, not the user's."""
+    """The converted drafters go to a cache of the tests' own, not the user's. vLLM's own cache stays where
+    vLLM keeps it: it holds what vLLM learnt of each model class, which costs a Python process per class
+    (half a minute on a loaded machine) wherever the cache is new."""
     with pytest.MonkeyPatch.context() as patch:
+        users_cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        patch.setenv("VLLM_CACHE_ROOT", os.environ.get("VLLM_CACHE_ROOT") or str(users_cache / "vllm"))
         patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
         yield
 
