@@ -42,13 +42,13 @@ def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     report = run_benchmark(RunConfig(strategies=STRATEGIES, engine="both", limit=args.limit,
                                      max_new_tokens=args.max_new_tokens, device="cpu", out=str(OUT.parent)))
-    by = {(r["engine"], r["strategy"]): r for r in report.results}
+    by = {(r.engine, r.strategy): r.as_dict() for r in report.summary}
     own_ar, vllm_ar = by[("specbench", "ar")], by[("vllm", "ar")]
     best = {engine: max((s for s in STRATEGIES), key=lambda s: by[(engine, s)]["tokens_per_s"])
             for engine in ("specbench", "vllm")}
     figures = {
-        "run_dir": str(report.run_dir), "noise": report.extra.get("noise"),
-        "vllm_start_s": report.extra.get("vllm_start_s"),
+        "run_dir": str(report.path), "noise": report.noise,
+        "vllm_start_s": report.vllm_start_s,
         "ar_tokens_per_s": {"specbench": own_ar["tokens_per_s"], "vllm": vllm_ar["tokens_per_s"],
                             "specbench_over_vllm": own_ar["tokens_per_s"] / vllm_ar["tokens_per_s"]},
         "best": {engine: {"strategy": s, "tokens_per_s": by[(engine, s)]["tokens_per_s"]}
@@ -86,7 +86,7 @@ def main() -> None:
               "- greedy mismatches against the same engine's ar: " + ", ".join(
                   f"{s} {by[('specbench', s)]['mismatches']}/{by[('vllm', s)]['mismatches']}" for s in STRATEGIES)
               + " (specbench/vLLM)",
-              "- noise: " + ("; ".join((report.extra.get("noise") or {}).get("reasons") or []) or "quiet"), ""]
+              "- noise: " + ("; ".join((report.noise or {}).get("reasons") or []) or "quiet"), ""]
     (OUT / "engines.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -8,6 +8,7 @@ keeps what was measured and `resume` carries on where it stopped.
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 import time
 import zlib
@@ -29,7 +30,7 @@ from specbench.engine.sampling import Sampling, seeded
 from specbench.engines import SPECBENCH, VLLM, label
 from specbench.errors import Interrupted, SpecbenchError
 from specbench.hardware import GpuProfile, get_profile, is_local_gpu, load_profiles
-from specbench.load_axis import load_axis
+from specbench.load_axis import load_axis, time_proposals
 from specbench.measure.cost_table import CHAIN, TREE, CostTable, Grid, load_table
 from specbench.measure.costs import drafter_context, drafter_key, measure_costs
 from specbench.measure.device_metrics import RunMetrics
@@ -43,7 +44,8 @@ from specbench.models import Target, encode_turns, load_target, resolve_device, 
 from specbench.plots import write_plots
 from specbench.projection import by_batch, workload_shape
 from specbench.projection import project as projection
-from specbench.results import RunDir, write_atomic
+from specbench.records import Row, RunResult, StrategySummary
+from specbench.results import RunDir, group_of, write_atomic
 from specbench.strategies.build import Strategy, build_strategy, verifies_trees
 from specbench.strategies.controllers import CappedController
 from specbench.strategies.knobs import validate_knobs
@@ -63,22 +65,6 @@ Estimate = Callable[[dict[str, Any]], None]  # after the warm-up: the plan (seco
 VERIFY_MARGIN = 64  # positions a verified draft may add beyond prompt + answer
 BATCHED_VERIFY_LENGTHS = (1, 2, 4, 8, 12, 16)  # the chains' verify blocks: the engine pads them to the longest draft
 MAX_MODEL_LEN = 4096  # vLLM's context at most (--engine-args max_model_len overrides): its KV cache is preallocated
-
-
-@dataclass
-class RunReport:
-    run_dir: Path
-    model: str
-    suite: str
-    results: list[dict[str, Any]]  # one summary per strategy (measure/stats.py)
-    complete: bool
-    # by_category, noise, projection, skipped_prompts, load (the batch axis: modelled speedups, where each
-    # strategy stops paying, draft schedules) and notes (what the run changed from its configuration)
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def as_json(self) -> dict[str, Any]:
-        return {"run_dir": str(self.run_dir), "model": self.model, "suite": self.suite,
-                "complete": self.complete, "results": self.results, **self.extra}
 
 
 @dataclass
@@ -209,8 +195,10 @@ def fitting_prompts(suite: Suite, target: Target, max_new_tokens: int) -> tuple[
     return Suite(suite.name, tuple(keep)), [item.id for item in skipped]
 
 
-def _seed(config: RunConfig, item: SuiteItem, turn: int, repeat: int) -> int:
-    return config.seed * 1_000_003 + zlib.crc32(f"{item.id}/{turn}/{repeat}".encode())
+def prompt_seed(run_seed: int, item: SuiteItem, turn: int, repeat: int = 0) -> int:
+    """The seed of one generation: the run's seed and the prompt, turn and repeat, so every strategy (at
+    every batch size, in run and in tune) samples a prompt from the same seed."""
+    return run_seed * 1_000_003 + zlib.crc32(f"{item.id}/{turn}/{repeat}".encode())
 
 
 def new_controller(bench: Bench, strategy: Strategy, batch_size: int) -> Controller | None:
@@ -249,28 +237,27 @@ def _peak_memory(device: torch.device) -> int:
 
 
 def make_row(model, strategy: Strategy, item: SuiteItem, turn: int, repeat: int, prompt: list[int], gen: Generation,
-             reference: list[int] | None, peak: int, order: int = 0) -> dict[str, Any]:
+             reference: list[int] | None, peak: int, order: int = 0) -> Row:
     """One measured generation as a row; `reference` is `ar`'s greedy output (None when sampling: no
     greedy check runs, and `mismatch` is None)."""
     n = len(gen.tokens)
     first = first_divergence(gen.tokens, reference) if reference is not None else None
     margin = divergence_margin(model, prompt, gen.tokens, reference, first) if first is not None else None
-    return {
-        "strategy": strategy.name, "prompt_id": item.id, "category": item.category, "turn": turn, "repeat": repeat,
-        "order": order, "prompt_tokens": len(prompt), "new_tokens": n, "wall_s": gen.wall_s, "ttft_s": gen.ttft_s,
-        "tpot_s": (gen.wall_s - gen.ttft_s) / (n - 1) if n > 1 else None,
-        "steps": gen.steps, "tau": n / gen.steps if gen.steps else None,
-        "drafted": gen.drafted, "accepted": gen.accepted, "verified": gen.verified, "max_verified": gen.max_verified,
-        "draft_depth": gen.draft_depth, "budget": gen.budget, "tree_steps": gen.tree_steps,
-        "accept_by_position": gen.accept_by_position,
-        "prefill_s": gen.prefill_s, "draft_s": gen.draft_s, "verify_s": gen.verify_s, "other_s": gen.other_s,
-        "memory_bytes": needed_bytes(model, strategy.drafter, len(prompt) + n + gen.max_verified,
-                                     gen.drafter_state_bytes),
-        "peak_mem_bytes": peak, "stop_reason": gen.stop_reason,
-        "mismatch": None if reference is None else first is not None, "first_divergence": first,
-        "divergence_margin": margin, "output_ids": gen.tokens, "batch_size": 1,
-        "steps_by_drafted": gen.steps_by_drafted, "engine": strategy.engine,
-    }
+    return Row(
+        strategy=strategy.name, prompt_id=item.id, category=item.category, turn=turn, repeat=repeat,
+        order=order, prompt_tokens=len(prompt), new_tokens=n, wall_s=gen.wall_s, ttft_s=gen.ttft_s,
+        tpot_s=(gen.wall_s - gen.ttft_s) / (n - 1) if n > 1 else None,
+        steps=gen.steps, tau=n / gen.steps if gen.steps else None,
+        drafted=gen.drafted, accepted=gen.accepted, verified=gen.verified, max_verified=gen.max_verified,
+        draft_depth=gen.draft_depth, budget=gen.budget, tree_steps=gen.tree_steps,
+        accept_by_position=gen.accept_by_position,
+        prefill_s=gen.prefill_s, draft_s=gen.draft_s, verify_s=gen.verify_s, other_s=gen.other_s,
+        memory_bytes=needed_bytes(model, strategy.drafter, len(prompt) + n + gen.max_verified, gen.drafter_state_bytes),
+        peak_mem_bytes=peak, stop_reason=gen.stop_reason,
+        mismatch=None if reference is None else first is not None, first_divergence=first,
+        divergence_margin=margin, output_ids=gen.tokens, batch_size=1,
+        steps_by_drafted=gen.steps_by_drafted, engine=strategy.engine,
+    )
 
 
 def engine_agreement(model, prompt: list[int], vllm_ar: list[int], specbench_ar: list[int]) -> dict[str, Any]:
@@ -283,7 +270,7 @@ def engine_agreement(model, prompt: list[int], vllm_ar: list[int], specbench_ar:
 
 def batch_rows(model, strategy: Strategy, items: list[SuiteItem], turn: int, repeat: int, prompts: list[list[int]],
                batch: BatchGeneration, references: list[list[int] | None], peak: int, batch_size: int,
-               order: int = 0) -> list[dict[str, Any]]:
+               order: int = 0) -> list[Row]:
     """One row per sequence of a batch. Time is the batch's, shared out equally, so that tokens/s over
     rows is the batch's throughput; `latency_s` is when the sequence itself finished. The memory is the
     whole batch's: weights once, every sequence's KV cache and drafter state."""
@@ -296,10 +283,10 @@ def batch_rows(model, strategy: Strategy, items: list[SuiteItem], turn: int, rep
                                     draft_s=batch.draft_s / n, verify_s=batch.verify_s / n, other_s=batch.other_s / n)
         row = make_row(model, strategy, item, turn, repeat, prompt, share, reference, peak, order)
         tokens = len(gen.tokens)
-        row.update(batch_size=batch_size, batch_rows=n, memory_bytes=memory, latency_s=gen.wall_s,
-                   tpot_s=(gen.wall_s - gen.ttft_s) / (tokens - 1) if tokens > 1 else None,
-                   batch_steps=batch.steps, batch_block=batch.verified / batch.rows if batch.rows else None)
-        rows.append(row)
+        rows.append(dataclasses.replace(
+            row, batch_size=batch_size, batch_rows=n, memory_bytes=memory, latency_s=gen.wall_s,
+            tpot_s=(gen.wall_s - gen.ttft_s) / (tokens - 1) if tokens > 1 else None,
+            batch_steps=batch.steps, batch_block=batch.verified / batch.rows if batch.rows else None))
     return rows
 
 
@@ -331,7 +318,7 @@ def strategy_order(bench: Bench, key: Any) -> list[Strategy]:
 
 
 def measure_prompt(bench: Bench, item: SuiteItem, done: set[tuple[str, int, int, int]],
-                   previous: dict[tuple[str, int, int], list[int]], on_rows: Callable[[list[dict]], None]) -> bool:
+                   previous: dict[tuple[str, int, int], list[int]], on_rows: Callable[[list[Row]], None]) -> bool:
     """All turns and repeats of one suite item, every strategy interleaved with `ar`; False when a later
     turn's context would not fit in the model (the turns before it are kept).
 
@@ -354,7 +341,7 @@ def measure_prompt(bench: Bench, item: SuiteItem, done: set[tuple[str, int, int,
                 if bench.target.device.type == "cuda":
                     torch.cuda.reset_peak_memory_stats(bench.target.device)
                 with bench.metrics.measure(strategy.label):
-                    gen = run_one(bench, strategy, prompt, _seed(bench.config, item, turn, repeat))
+                    gen = run_one(bench, strategy, prompt, prompt_seed(bench.config.seed, item, turn, repeat))
                 generations.append((position, strategy, gen, _peak_memory(bench.target.device)))
             ars = {strategy.engine: gen.tokens for _, strategy, gen, _ in generations if strategy.name == BASELINE}
             previous[key] = ars[SPECBENCH]
@@ -363,9 +350,9 @@ def measure_prompt(bench: Bench, item: SuiteItem, done: set[tuple[str, int, int,
                              ars[strategy.engine] if bench.sampling.greedy else None, peak, position)
                     for position, strategy, gen, peak in generations]
             if VLLM in ars and bench.sampling.greedy:
-                for row in rows:
-                    if row["engine"] == VLLM and row["strategy"] == BASELINE:
-                        row.update(engine_agreement(bench.target.model, prompt, row["output_ids"], ars[SPECBENCH]))
+                rows = [dataclasses.replace(row, **engine_agreement(bench.target.model, prompt, row.output_ids,
+                                                                    ars[SPECBENCH]))
+                        if row.engine == VLLM and row.strategy == BASELINE else row for row in rows]
             on_rows(rows)
         answers.append(tokenizer.decode(previous[(item.id, turn, 0)], skip_special_tokens=True))
     return True
@@ -388,7 +375,7 @@ def cost_inputs(bench: Bench) -> CostInputs:
 
 
 def measure_batch(bench: Bench, batch_size: int, items: list[SuiteItem], done: set[tuple[str, int, int, int]],
-                  previous: dict[tuple[str, int, int], list[int]], on_rows: Callable[[list[dict]], None]) -> None:
+                  previous: dict[tuple[str, int, int], list[int]], on_rows: Callable[[list[Row]], None]) -> None:
     """All turns and repeats of a batch of suite items decoded together, every strategy interleaved with
     batched `ar` at the same batch size.
 
@@ -406,7 +393,7 @@ def measure_batch(bench: Bench, batch_size: int, items: list[SuiteItem], done: s
             keys = [(item.id, turn, repeat) for item in members]
             if all((*key, batch_size) in done for key in keys):
                 continue
-            seeds = [_seed(bench.config, item, turn, repeat) for item in members]
+            seeds = [prompt_seed(bench.config.seed, item, turn, repeat) for item in members]
             generations = []
             for position, strategy in enumerate(strategy_order(bench, (keys[0], batch_size))):
                 if bench.target.device.type == "cuda":
@@ -423,12 +410,12 @@ def measure_batch(bench: Bench, batch_size: int, items: list[SuiteItem], done: s
                     for row in batch_rows(bench.target.model, strategy, members, turn, repeat, prompts, batch,
                                           references, peak, batch_size, position)]
             # a batch runs whole; of a batch an interruption cut, only the prompts it lost are stored again
-            on_rows([r for r in rows if (r["prompt_id"], turn, repeat, batch_size) not in done])
+            on_rows([r for r in rows if group_of(r) not in done])
         for item in members:
             answers[item.id].append(tokenizer.decode(previous[(item.id, turn, 0)], skip_special_tokens=True))
 
 
-def project(bench: Bench, rows: pd.DataFrame, summary: list[dict[str, Any]]) -> dict[str, Any]:
+def project(bench: Bench, rows: pd.DataFrame, summary: list[StrategySummary]) -> dict[str, Any]:
     """Each strategy's measured shape on the --gpu profile, at the run's batch size and swept over
     batch sizes (where speculation stops paying there).
 
@@ -439,65 +426,64 @@ def project(bench: Bench, rows: pd.DataFrame, summary: list[dict[str, Any]]) -> 
         return {"gpu": profile.name, "projected": False, "note": "measured on this GPU"}
     by_name = {s.name: s for s in bench.strategies}
     for result in summary:
-        part = rows[rows.strategy == result["strategy"]]
-        shape = workload_shape(bench.target.model, by_name[result["strategy"]].drafter, part)
-        result["projection"] = {**projection(shape, profile), "by_batch": by_batch(shape, profile)}
+        part = rows[rows.strategy == result.strategy]
+        shape = workload_shape(bench.target.model, by_name[result.strategy].drafter, part)
+        result.projection = {**projection(shape, profile), "by_batch": by_batch(shape, profile)}
     return {"gpu": profile.name, "projected": True}
 
 
-def finish(bench: Bench, run: RunDir, complete: bool, noise: NoiseMonitor | None,
-           costs: CostInputs | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Summaries (per strategy and batch size, per category), device metrics, noise, projection, the
-    load axis and plots of everything measured so far."""
-    rows = pd.DataFrame(run.read_rows())
-    summary: list[dict[str, Any]] = []
-    extra: dict[str, Any] = {"skipped_prompts": bench.skipped, "notes": bench.notes}
-    if bench.vllm is not None:
-        extra["vllm_start_s"] = bench.vllm.start_s
-    if len(rows):
-        rows["batch_size"] = rows.get("batch_size", pd.Series(1, index=rows.index)).fillna(1).astype(int)
-        rows["engine"] = rows.get("engine", pd.Series(SPECBENCH, index=rows.index)).fillna(SPECBENCH)
-        rows["speedup"] = paired_speedups(rows)
-        extra["by_category"] = []
-        for batch_size, part in rows.groupby("batch_size", sort=True):
-            # the cost model predicts batch size 1 (measure/cost_model.py); the load axis models every batch size
-            at = {"costs": costs if batch_size == 1 else None}
-            for result in summarize(part, bench.config.seed, **at):
-                named = label(result["strategy"], result["engine"])
-                result.update(batch_size=int(batch_size), **bench.metrics.summary(named, result["new_tokens"]))
-                summary.append(result)
-            extra["by_category"] += [{**r, "batch_size": int(batch_size)}
-                                     for r in summarize(part, bench.config.seed, by="category", **at)]
-        ratios = transfer(summary)
-        for result in summary:
-            ratio = ratios.get((result["strategy"], result["batch_size"]))
-            if ratio is not None and result["engine"] != SPECBENCH:
-                result["transfer"] = ratio
-        own = rows[rows.engine == SPECBENCH]  # the noise check, projection and load axis read specbench's engine
-        own_summary = [r for r in summary if r["engine"] == SPECBENCH]
-        smallest = int(own.batch_size.min())
-        first = own[own.batch_size == smallest]
-        if noise is not None:
-            extra["noise"] = noise.summary(first)
-        if bench.profile:
-            extra["projection"] = project(bench, first, [r for r in own_summary if r["batch_size"] == smallest])
-        extra["load"] = load_axis(bench.target, bench.strategies, own, own_summary, bench.config.out)
-    series = bench.metrics.series_frame()
-    if len(series):
-        write_atomic(run.path / "nvml_series.csv", series.to_csv(index=False))
-    run.finish(rows, summary, extra, complete)
-    if len(rows):
-        write_plots(run.path, run.path)
-        load = extra["load"]
-        if "schedule_toml" in load:
-            write_atomic(run.path / "draft_schedule.toml", load["schedule_toml"])
-        table = load_table(bench.config.out, load["cost_table"]) if "cost_table" in load else None
-        write_batch_plots(run.path, load, summary, table)
-    return summary, extra
+def summarise(bench: Bench, result: RunResult, noise: NoiseMonitor | None, costs: CostInputs | None) -> None:
+    """The result's summaries (per strategy and batch size, per category), device metrics, noise,
+    projection and load axis, from its rows (which gain their paired speedups)."""
+    rows = result.frame()
+    rows["speedup"] = paired_speedups(rows)
+    for row, speedup in zip(result.rows, rows.speedup):
+        row.speedup = None if math.isnan(speedup) else float(speedup)
+    for batch_size, part in rows.groupby("batch_size", sort=True):
+        # the cost model predicts batch size 1 (measure/cost_model.py); the load axis models every batch size
+        at = {"costs": costs if batch_size == 1 else None}
+        for summary in summarize(part, bench.config.seed, **at):
+            metrics = bench.metrics.summary(label(summary.strategy, summary.engine), summary.new_tokens)
+            result.summary.append(replace(summary, batch_size=int(batch_size), **metrics))
+        result.by_category += [replace(s, batch_size=int(batch_size))
+                               for s in summarize(part, bench.config.seed, by="category", **at)]
+    ratios = transfer(result.summary)
+    for summary in result.summary:
+        if summary.engine != SPECBENCH:
+            summary.transfer = ratios.get((summary.strategy, summary.batch_size))
+    own = rows[rows.engine == SPECBENCH]  # the noise check, projection and load axis read specbench's engine
+    own_summary = [s for s in result.summary if s.engine == SPECBENCH]
+    smallest = int(own.batch_size.min())
+    first = own[own.batch_size == smallest]
+    if noise is not None:
+        result.noise = noise.summary(first)
+    if bench.profile:
+        result.projection = project(bench, first, [s for s in own_summary if s.batch_size == smallest])
+    result.load = load_axis(bench.target, bench.strategies, own, own_summary, bench.config.out)
+
+
+def finish(bench: Bench, run: RunDir, rows: list[Row], complete: bool, noise: NoiseMonitor | None,
+           costs: CostInputs | None) -> RunResult:
+    """The run's result from every row measured (those of an interrupted run included), written to its
+    directory with the plots."""
+    result = RunResult(run.path, {**run.meta, "status": "complete" if complete else "incomplete"}, run.config,
+                       run.environment, rows, [], skipped_prompts=bench.skipped, notes=bench.notes,
+                       vllm_start_s=bench.vllm.start_s if bench.vllm is not None else {},
+                       nvml_series=bench.metrics.series_frame().to_dict("records"))
+    if rows:
+        summarise(bench, result, noise, costs)
+    run.finish(result)
+    if rows:
+        write_plots([result], run.path)
+        if "schedule_toml" in result.load:
+            write_atomic(run.path / "draft_schedule.toml", result.load["schedule_toml"])
+        table = load_table(bench.config.out, result.load["cost_table"]) if "cost_table" in result.load else None
+        write_batch_plots(result, table)
+    return result
 
 
 def run_benchmark(config: RunConfig, progress: Progress | None = None, resume: str | Path | None = None,
-                  on_estimate: Estimate | None = None) -> RunReport:
+                  on_estimate: Estimate | None = None) -> RunResult:
     """Measure every configured strategy against `ar` and write a run directory.
 
     With `resume`, reopen an interrupted run directory (its saved configuration wins) and measure
@@ -524,16 +510,21 @@ def run_benchmark(config: RunConfig, progress: Progress | None = None, resume: s
 
 
 def measure_run(bench: Bench, run: RunDir, progress: Progress | None = None, on_estimate: Estimate | None = None,
-                started: float | None = None) -> RunReport:
+                started: float | None = None) -> RunResult:
     """The measured part of run_benchmark, on a prepared run and its run directory; `started` is when
     the user's wait began (the start-up reported is from then)."""
     config = bench.config
     started = time.perf_counter() if started is None else started
     previous: dict[tuple[str, int, int], list[int]] = {}
-    done = run.keep_complete_groups({s.label for s in bench.runs})
-    for r in run.read_rows():  # batch size 1's rows come first, and its outputs are the reference
-        if r["strategy"] == BASELINE and r.get("engine", SPECBENCH) == SPECBENCH:
-            previous.setdefault((r["prompt_id"], r["turn"], r["repeat"]), r["output_ids"])
+    rows = run.keep_complete_groups({s.label for s in bench.runs})  # an interrupted run's, read once
+    done = {group_of(r) for r in rows}
+    for r in rows:  # batch size 1's rows come first, and its outputs are the reference
+        if r.strategy == BASELINE and r.engine == SPECBENCH:
+            previous.setdefault((r.prompt_id, r.turn, r.repeat), r.output_ids)
+
+    def keep(measured: list[Row]) -> None:
+        run.append_rows(measured)
+        rows.extend(measured)
 
     noise = NoiseMonitor()  # the load before this run adds its own
     per_prompt = warm_up(bench)
@@ -547,6 +538,7 @@ def measure_run(bench: Bench, run: RunDir, progress: Progress | None = None, on_
                      "skipped": list(bench.skipped), "context": context_limit(bench.target),
                      "startup_s": time.perf_counter() - started})
     costs = cost_inputs(bench) if config.cost_model and config.engine != VLLM else None
+    time_proposals(bench.target, bench.strategies, config.out)  # what the load axis prices, timed before measuring
     noise.restart()
     complete = False
     try:
@@ -556,10 +548,10 @@ def measure_run(bench: Bench, run: RunDir, progress: Progress | None = None, on_
             for start in range(0, len(items), batch_size):
                 batch = items[start:start + batch_size]
                 if batch_size == 1:
-                    if not measure_prompt(bench, batch[0], done, previous, run.append_rows):
+                    if not measure_prompt(bench, batch[0], done, previous, keep):
                         bench.skipped.append(batch[0].id)
                 else:
-                    measure_batch(bench, batch_size, batch, done, previous, run.append_rows)
+                    measure_batch(bench, batch_size, batch, done, previous, keep)
                 noise.tick()
                 finished += len(batch)
                 if progress:
@@ -568,5 +560,5 @@ def measure_run(bench: Bench, run: RunDir, progress: Progress | None = None, on_
     except KeyboardInterrupt as exc:
         raise Interrupted(run.path, "the prompts finished so far are kept; the run is marked incomplete") from exc
     finally:
-        results, extra = finish(bench, run, complete, noise, costs)
-    return RunReport(run.path, bench.target.name, bench.suite.name, results, complete, extra)
+        result = finish(bench, run, rows, complete, noise, costs)
+    return result

@@ -49,7 +49,7 @@ def write_run(root: Path, name: str, speedups: dict[str, Any], *, categories: tu
                                  strategy in mismatched))
     frame = pd.DataFrame(rows)
     frame["speedup"] = paired_speedups(frame)
-    summary = summarize(frame)
+    summary = [s.as_dict() for s in summarize(frame)]
     for result in summary:
         if projections and result["strategy"] in projections:
             result["projection"] = projections[result["strategy"]]
