@@ -27,7 +27,8 @@ import pandas as pd
 import torch
 
 from specbench.batch_tables import batch_frames, render_frame, stop_text
-from specbench.bench import prepare, run_benchmark
+from specbench.bench import prepare
+from specbench.benchmark import run_benchmark
 from specbench.config import RunConfig
 from specbench.hardware import BUILTIN_PROFILES
 from specbench.measure.cost_table import BATCH_GRID

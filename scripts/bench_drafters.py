@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from specbench.bench import run_benchmark
+from specbench.benchmark import run_benchmark
 from specbench.config import RunConfig
 from specbench.report import acceptance_table, comparison, render
 from specbench.strict_json import dumps

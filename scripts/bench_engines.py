@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from specbench.bench import run_benchmark
+from specbench.benchmark import run_benchmark
 from specbench.config import RunConfig
 from specbench.measure.stats import geometric_mean
 from specbench.strict_json import dumps

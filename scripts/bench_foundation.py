@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from specbench.bench import prepare, run_benchmark
+from specbench.bench import prepare
+from specbench.benchmark import run_benchmark
 from specbench.config import RunConfig
 from specbench.engine.decode import generate
 from specbench.measure.stats import geometric_mean_ci

@@ -27,7 +27,7 @@ import json
 from datetime import datetime
 from pathlib import Path
 
-from specbench.bench import run_benchmark
+from specbench.benchmark import run_benchmark
 from specbench.config import RunConfig
 from specbench.hardware import load_profiles
 from specbench.measure.stats import summarize

@@ -20,12 +20,14 @@ from typing import Any
 import numpy as np
 import optuna
 
-from specbench.bench import Bench, make_row, prompt_seed, run_one, vllm_strategy
+from specbench.bench import Bench, vllm_strategy
+from specbench.decoding import prompt_seed, run_one
 from specbench.engine.sampling import Sampling
 from specbench.errors import SpecbenchError
 from specbench.hardware import GpuProfile
 from specbench.measure.lossless import first_divergence, mismatch_detail
 from specbench.measure.stats import geometric_mean, paired_speedups
+from specbench.measuring import make_row
 from specbench.models import encode_turns
 from specbench.projection import memory_fit, project, workload_shape
 from specbench.records import Row, rows_frame
