@@ -133,13 +133,13 @@ def measure_group(bench: Bench, batch_size: int, items: list[SuiteItem], done: s
                 own_ar = [previous[key] for key in keys] if strategy.engine == SPECBENCH else \
                     [g.tokens for g in ars[strategy.engine].sequences]
                 references = own_ar if greedy else [None] * len(keys)
-                rows += make_rows(bench.target.model, strategy, members, turn, repeat, prompts, decoded, references,
-                                  peak, batch_size, position)
-            if greedy and VLLM in ars:
-                prompt_of = {item.id: prompt for item, prompt in zip(members, prompts)}
-                rows = [dataclasses.replace(row, **engine_agreement(bench.target.model, prompt_of[row.prompt_id],
-                                                                    row.output_ids, previous[group_of(row)[:3]]))
-                        if row.engine == VLLM and row.strategy == BASELINE else row for row in rows]
+                made = make_rows(bench.target.model, strategy, members, turn, repeat, prompts, decoded, references,
+                                 peak, batch_size, position)
+                if greedy and strategy.engine == VLLM and strategy.name == BASELINE:  # against specbench's `ar`
+                    made = [dataclasses.replace(row, **engine_agreement(bench.target.model, prompt, row.output_ids,
+                                                                        previous[key]))
+                            for row, prompt, key in zip(made, prompts, keys)]
+                rows += made
             # a batch runs whole; of a batch an interruption cut, only the prompts it lost are stored again
             on_rows([r for r in rows if group_of(r) not in done])
         for item in members:

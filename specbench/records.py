@@ -111,12 +111,11 @@ ROW_KEYS = tuple(_required(Row))
 
 
 def rows_frame(rows: list[Row]) -> pd.DataFrame:
-    """Rows as one frame, the form the statistics compute on; no rows is an empty frame of the row's columns."""
+    """Rows as one frame, the form the statistics compute on: a column for every field, the ones no row
+    has included (empty), so readers never ask which columns a run wrote."""
     import pandas as pd
 
-    if not rows:
-        return pd.DataFrame(columns=[f.name for f in fields(Row)])
-    return pd.DataFrame([r.as_dict() for r in rows])
+    return pd.DataFrame([asdict(r) for r in rows], columns=[f.name for f in fields(Row)])
 
 
 @dataclass

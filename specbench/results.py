@@ -195,7 +195,7 @@ class RunDir:
         # rows.jsonl is rewritten whole: no torn tail, so a resumed run appends after valid lines only
         self._write_rows(result.rows)
         if result.rows:
-            frame = result.frame()
+            frame = pd.DataFrame([r.as_dict() for r in result.rows])  # the columns the rows have, as rows.jsonl
             frame.to_parquet(self.path / "rows.parquet.tmp")
             os.replace(self.path / "rows.parquet.tmp", self.path / "rows.parquet")
             flat = frame.drop(columns=["output_ids"], errors="ignore")

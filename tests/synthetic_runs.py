@@ -1,7 +1,7 @@
 """Run directories in the bench's schema with planted speedups, for recommend's tests.
 
-Rows follow what `bench.make_row` writes; summary.json comes from `measure.stats.summarize` over
-them, as `bench.finish` writes it, so the readers meet the real schema.
+Rows follow what `measuring.make_rows` writes; summary.json comes from `measure.stats.summarize` over
+them, as `summarise.finish` writes it, so the readers meet the real schema.
 """
 
 from __future__ import annotations
