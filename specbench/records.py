@@ -95,11 +95,15 @@ class Row:
     engines_divergence_margin: float | None = None
     speedup: float | None = None  # tokens/s over `ar`'s on the same prompt (stats.paired_speedups), once summarised
 
-    OPTIONAL = ("batch_rows", "latency_s", "batch_steps", "batch_block", "engines_agree", "engines_first_divergence",
-                "engines_divergence_margin", "speedup")
+    OPTIONAL = {"batch_rows": ("batch_rows", "latency_s", "batch_steps", "batch_block"),
+                "engines_agree": ("engines_agree", "engines_first_divergence", "engines_divergence_margin"),
+                "speedup": ("speedup",)}
+    """The entries only some rows have: each group is written where the row has its first."""
 
     def as_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None or k not in self.OPTIONAL}
+        data = asdict(self)
+        absent = {k for first, group in self.OPTIONAL.items() if data[first] is None for k in group}
+        return {k: v for k, v in data.items() if k not in absent}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "a row") -> Row:
