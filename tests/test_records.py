@@ -43,3 +43,11 @@ def test_older_rows_read_with_their_defaults():
         Row.from_dict({"strategy": "ar"})
     assert StrategySummary.from_dict({"strategy": "ar"} | {k: None for k in StrategySummary.REQUIRED[2:]}).engine \
         == "specbench"
+
+
+def test_optional_entries_are_written_as_groups():
+    base = {key: 0 for key in ROW_KEYS} | {"accept_by_position": [], "mismatch": False, "first_divergence": None}
+    agreeing = Row.from_dict(base | {"engines_agree": True}).as_dict()
+    assert agreeing["engines_first_divergence"] is None and agreeing["engines_divergence_margin"] is None
+    batched = Row.from_dict(base | {"batch_rows": 2, "batch_size": 2}).as_dict()
+    assert "batch_block" in batched and "engines_agree" not in batched and "speedup" not in batched
