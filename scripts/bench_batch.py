@@ -27,7 +27,8 @@ import pandas as pd
 import torch
 
 from specbench.batch_tables import batch_frames, render_frame, stop_text
-from specbench.bench import prepare, run_benchmark
+from specbench.bench import prepare
+from specbench.benchmark import run_benchmark
 from specbench.config import RunConfig
 from specbench.files import write_atomic, write_json
 from specbench.hardware import BUILTIN_PROFILES
@@ -60,31 +61,31 @@ def main() -> None:
     config = RunConfig(strategies=list(STRATEGIES), limit=args.limit, max_new_tokens=args.max_new_tokens,
                        batch_sizes=batch_sizes, device="cpu", out=str(results_dir))
     report = run_benchmark(config)
-    load = report.extra["load"]
+    load = report.load
     figures = {
         "command": f"python scripts/bench_batch.py --limit {args.limit} --max-new-tokens {args.max_new_tokens} "
                    f"--batch-sizes {args.batch_sizes}",
-        "run_dir": str(report.run_dir), "cost_table": str(table_file), "complete": report.complete,
-        "mismatches": {f"{r['strategy']}@{r['batch_size']}": r["mismatches"] for r in report.results},
+        "run_dir": str(report.path), "cost_table": str(table_file), "complete": report.complete,
+        "mismatches": {f"{r.strategy}@{r.batch_size}": r.mismatches for r in report.summary},
         "measured_beside_modelled": [p for p in load["points"] if p["measured_speedup"] is not None],
         "modelled": load["points"],
         "stops_paying_on_this_cpu": load["stops_paying"],
         "best_draft_tokens": load["schedule"], "vllm": load["vllm"],
         "gpu_crossover_modelled": gpu_crossovers(config, report),
-        "noise": report.extra.get("noise"),
+        "noise": report.noise,
     }
     write_json(args.out / "batch.json", figures)
     write_atomic(args.out / "batch.md", markdown(figures, report) + "\n")
     for plot, name in (("speedup_by_batch.png", "batch_speedup.png"), ("verify_cost.png", "batch_verify_cost.png")):
-        if (report.run_dir / plot).is_file():
-            shutil.copy(report.run_dir / plot, args.out / name)
+        if (report.path / plot).is_file():
+            shutil.copy(report.path / plot, args.out / name)
     print((args.out / "batch.md").read_text())
 
 
 def gpu_crossovers(config: RunConfig, report) -> dict[str, dict]:
     """Per strategy and GPU profile: the projected speedup by batch size and where it falls below 1."""
     bench = prepare(config)
-    rows = pd.read_parquet(report.run_dir / "rows.parquet")
+    rows = pd.read_parquet(report.path / "rows.parquet")
     smallest = int(rows.batch_size.min())
     rows = rows[rows.batch_size == smallest]
     out: dict[str, dict] = {}
@@ -97,13 +98,13 @@ def gpu_crossovers(config: RunConfig, report) -> dict[str, dict]:
 
 
 def markdown(figures: dict, report) -> str:
-    load = report.extra["load"]
+    load = report.load
     lines = ["# Batch-size benchmark", "", f"`{figures['command']}` (CPU, greedy, embedded default model)", "",
              f"Run: `{figures['run_dir']}`; cost table: `{figures['cost_table']}`.", ""]
     noise = figures.get("noise") or {}
     if noise.get("noisy"):
         lines += [f"**The machine was noisy** ({'; '.join(noise['reasons'])}): rerun on a quiet machine.", ""]
-    for title, frame in batch_frames(report.results, load).items():
+    for title, frame in batch_frames(report.summary, load).items():
         lines.append(render_frame(frame, f"## {title}", markdown=True))
     lines += ["## Measured / modelled", "",
               "Rows: the mean sequences still active per batched step (measured; modelled from the sequences' "

@@ -16,10 +16,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from specbench.bench import run_benchmark
+from specbench.benchmark import run_benchmark
 from specbench.config import RunConfig
 from specbench.files import write_atomic, write_json
-from specbench.report import acceptance_table, comparison, load_runs, render
+from specbench.report import acceptance_table, comparison, render
 from specbench.strategies.spec import BASELINE
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "benchmarks"
@@ -39,12 +39,12 @@ def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     report = run_benchmark(RunConfig(strategies=["all"], limit=args.limit, max_new_tokens=args.max_new_tokens,
                                      device="cpu", out=str(OUT.parent)))
-    results = {r["strategy"]: r for r in report.results}
-    code = {s["strategy"]: s for s in report.extra["by_category"] if s["category"] == "code"}
+    results = {r.strategy: r.as_dict() for r in report.summary}
+    code = {s.strategy: s.as_dict() for s in report.by_category if s.category == "code"}
     fastest = max(("eagle", "dflash", "dspark"), key=lambda s: results[s]["speedup"])
     figures = {
-        "run_dir": str(report.run_dir),
-        "noise": report.extra.get("noise"),
+        "run_dir": str(report.path),
+        "noise": report.noise,
         "tau_code": {s: code[s]["tau"] for s in DRAFTERS},
         "acceptance_by_position": {s: results[s]["acceptance_by_position"] for s in DRAFTERS},
         "fastest_feature_drafter": {"strategy": fastest, "speedup": results[fastest]["speedup"],
@@ -64,14 +64,15 @@ def main() -> None:
         run = run_benchmark(RunConfig(strategies=SAMPLED, limit=8, max_new_tokens=args.max_new_tokens,
                                       temperature=temperature, device="cpu", out=str(OUT.parent)))
         sampled[f"temperature {temperature:g}"] = {
-            "run_dir": str(run.run_dir),
-            "results": {r["strategy"]: {k: r[k] for k in ("speedup", "speedup_ci", "tau", "acceptance_by_position",
-                                                            "draft_efficiency", "mismatches")}
-                        for r in run.results}}
+            "run_dir": str(run.path),
+            "results": {r.strategy: {k: getattr(r, k) for k in ("speedup", "speedup_ci", "tau",
+                                                                "acceptance_by_position", "draft_efficiency",
+                                                                "mismatches")}
+                        for r in run.summary}}
     figures["sampled_combinations"] = sampled
     write_json(OUT / "drafters.json", figures)
 
-    runs, _ = load_runs([report.run_dir])
+    runs = [report]
     table = comparison(runs)
     lines = ["# Drafter benchmarks", "",
              f"`python scripts/bench_drafters.py --limit {args.limit} --max-new-tokens {args.max_new_tokens}` "

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from specbench.bench import run_benchmark
+from specbench.benchmark import run_benchmark
 from specbench.config import RunConfig
 from specbench.files import write_atomic, write_json
 from specbench.measure.stats import geometric_mean
@@ -43,13 +43,13 @@ def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     report = run_benchmark(RunConfig(strategies=STRATEGIES, engine="both", limit=args.limit,
                                      max_new_tokens=args.max_new_tokens, device="cpu", out=str(OUT.parent)))
-    by = {(r["engine"], r["strategy"]): r for r in report.results}
+    by = {(r.engine, r.strategy): r.as_dict() for r in report.summary}
     own_ar, vllm_ar = by[("specbench", BASELINE)], by[("vllm", BASELINE)]
     best = {engine: max((s for s in STRATEGIES), key=lambda s: by[(engine, s)]["tokens_per_s"])
             for engine in ("specbench", "vllm")}
     figures = {
-        "run_dir": str(report.run_dir), "noise": report.extra.get("noise"),
-        "vllm_start_s": report.extra.get("vllm_start_s"),
+        "run_dir": str(report.path), "noise": report.noise,
+        "vllm_start_s": report.vllm_start_s,
         "ar_tokens_per_s": {"specbench": own_ar["tokens_per_s"], "vllm": vllm_ar["tokens_per_s"],
                             "specbench_over_vllm": own_ar["tokens_per_s"] / vllm_ar["tokens_per_s"]},
         "best": {engine: {"strategy": s, "tokens_per_s": by[(engine, s)]["tokens_per_s"]}
@@ -87,7 +87,7 @@ def main() -> None:
               "- greedy mismatches against the same engine's ar: " + ", ".join(
                   f"{s} {by[('specbench', s)]['mismatches']}/{by[('vllm', s)]['mismatches']}" for s in STRATEGIES)
               + " (specbench/vLLM)",
-              "- noise: " + ("; ".join((report.extra.get("noise") or {}).get("reasons") or []) or "quiet"), ""]
+              "- noise: " + ("; ".join((report.noise or {}).get("reasons") or []) or "quiet"), ""]
     write_atomic(OUT / "engines.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 

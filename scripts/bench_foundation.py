@@ -21,13 +21,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from specbench.bench import prepare, run_benchmark
+from specbench.bench import prepare
+from specbench.benchmark import run_benchmark
 from specbench.config import RunConfig
 from specbench.engine.decode import generate
 from specbench.files import write_atomic, write_json
 from specbench.measure.stats import geometric_mean_ci
 from specbench.models import encode_turns
-from specbench.report import comparison, load_runs, render
+from specbench.report import comparison, render
 from specbench.strategies.build import build_strategy
 from specbench.strategies.registry import definition
 from specbench.strategies.spec import BASELINE, StrategySpec
@@ -105,15 +106,15 @@ def main() -> None:
             prompts, args.max_new_tokens),
     }
     report = run_benchmark(config)
-    ar = next(r for r in report.results if r["strategy"] == BASELINE)
-    shares = ar["time_shares"]
+    ar = next(r for r in report.summary if r.strategy == BASELINE)
+    shares = ar.time_shares
     result["c_ar_outside_forward_share"] = shares["other"] / (shares["verify"] + shares["other"])
-    runs, _ = load_runs([report.run_dir])
-    by_category = comparison(runs, by="category")
+    by_category = comparison([report], by="category")
     result["d_speedup_by_category"] = by_category[["strategy", "category", "speedup", "tau"]].to_dict("records")
-    result["run_dir"] = str(report.run_dir)
-    result["summary"] = [{k: r[k] for k in ("strategy", "tokens_per_s", "speedup", "speedup_ci", "tau", "mismatches")}
-                         for r in report.results]
+    result["run_dir"] = str(report.path)
+    result["summary"] = [{k: getattr(r, k) for k in ("strategy", "tokens_per_s", "speedup", "speedup_ci", "tau",
+                                                     "mismatches")}
+                         for r in report.summary]
     write_json(OUT / "foundation.json", result)
     md = ["# Foundation benchmarks", "", f"`python scripts/bench_foundation.py --limit {args.limit} "
           f"--max-new-tokens {args.max_new_tokens}` (CPU, greedy, embedded default model)", ""]

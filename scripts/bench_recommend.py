@@ -27,7 +27,7 @@ import json
 from datetime import datetime
 from pathlib import Path
 
-from specbench.bench import run_benchmark
+from specbench.benchmark import run_benchmark
 from specbench.config import RunConfig
 from specbench.files import write_atomic, write_json
 from specbench.hardware import load_profiles
@@ -70,16 +70,16 @@ def measure(suite: Path, out: Path, max_new_tokens: int, batch: int) -> Path:
     report = run_benchmark(RunConfig(strategies=strategies_at(batch), suite=str(suite), limit=None,
                                      max_new_tokens=max_new_tokens, device="cpu", out=str(out),
                                      batch_sizes=[batch], cost_model=False))
-    return report.run_dir
+    return report.path
 
 
 def check_speedups(run_dir: Path) -> dict[str, dict[str, float]]:
     """category -> strategy -> the check run's speedup over ar in that category."""
     runs, _ = load_runs([run_dir])
     table: dict[str, dict[str, float]] = {}
-    for result in summarize(runs[0].rows, by="category"):
-        if result.get("speedup") is not None:
-            table.setdefault(result["category"], {})[result["strategy"]] = float(result["speedup"])
+    for result in summarize(runs[0].frame(), by="category"):
+        if result.speedup is not None:
+            table.setdefault(result.category, {})[result.strategy] = result.speedup
     return table
 
 

@@ -15,14 +15,16 @@ import pandas as pd  # noqa: E402
 
 from specbench.measure.cost_table import CHAIN, CostTable  # noqa: E402
 from specbench.measure.stats import BASELINE  # noqa: E402
+from specbench.records import RunResult, StrategySummary  # noqa: E402
 
 DPI = 130
 
 
-def speedup_by_batch(points: list[dict[str, Any]], summary: list[dict[str, Any]], path: Path) -> Path | None:
+def speedup_by_batch(points: list[dict[str, Any]], summary: list[StrategySummary], path: Path) -> Path | None:
     """Speedup over batched `ar` against batch size: modelled lines, measured points, the 1x line."""
     modelled = pd.DataFrame(points)
-    measured = pd.DataFrame([r for r in summary if r["strategy"] != BASELINE and r.get("speedup") is not None])
+    measured = pd.DataFrame([{"strategy": r.strategy, "batch_size": r.batch_size, "speedup": r.speedup}
+                             for r in summary if r.strategy != BASELINE and r.speedup is not None])
     if modelled.empty and measured.empty:
         return None
     strategies = list(dict.fromkeys([*modelled.get("strategy", []), *measured.get("strategy", [])]))
@@ -80,13 +82,13 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def write_batch_plots(out_dir: Path, load: dict[str, Any], summary: list[dict[str, Any]],
-                      table: CostTable | None) -> list[Path]:
-    """The load-axis plots a run has data for: speedup by batch size where it was modelled or measured at
-    more than one batch size, verify costs where there is a cost table."""
+def write_batch_plots(result: RunResult, table: CostTable | None) -> list[Path]:
+    """The load-axis plots a run has data for, into its directory: speedup by batch size where it was
+    modelled or measured at more than one batch size, verify costs where there is a cost table."""
     written = []
-    if load.get("points") or len({r["batch_size"] for r in summary}) > 1:
-        written.append(speedup_by_batch(load.get("points", []), summary, out_dir / "speedup_by_batch.png"))
+    points = result.load.get("points", [])
+    if points or len({r.batch_size for r in result.summary}) > 1:
+        written.append(speedup_by_batch(points, result.summary, result.path / "speedup_by_batch.png"))
     if table is not None:
-        written.append(verify_costs(table, out_dir / "verify_cost.png"))
+        written.append(verify_costs(table, result.path / "verify_cost.png"))
     return [p for p in written if p is not None]

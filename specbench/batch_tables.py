@@ -10,6 +10,7 @@ from rich.table import Table
 
 from specbench.measure.cost_table import CostTable
 from specbench.measure.stats import BASELINE
+from specbench.records import StrategySummary
 
 
 def cost_frames(table: CostTable) -> dict[str, pd.DataFrame]:
@@ -61,12 +62,12 @@ def _x(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
-def batch_frames(summary: list[dict[str, Any]], load: dict[str, Any]) -> dict[str, pd.DataFrame]:
+def batch_frames(summary: list[StrategySummary], load: dict[str, Any]) -> dict[str, pd.DataFrame]:
     """Speedup over batched ar per strategy and batch size (measured, modelled in brackets), tokens/s of the
     whole batch where measured, where each strategy stops paying, and the best draft tokens per batch size."""
-    measured = {(r["strategy"], r["batch_size"]): r for r in summary}
+    measured = {(r.strategy, r.batch_size): r for r in summary}
     modelled = {(p["strategy"], p["batch_size"]): p["modelled_speedup"] for p in load.get("points", [])}
-    strategies = list(dict.fromkeys(r["strategy"] for r in summary if r["strategy"] != BASELINE))
+    strategies = list(dict.fromkeys(r.strategy for r in summary if r.strategy != BASELINE))
     sizes = sorted({b for _, b in measured} | {b for _, b in modelled})
     if len(sizes) < 2:  # no load axis: one batch size measured, none other in the cost table
         return {}
@@ -76,7 +77,7 @@ def batch_frames(summary: list[dict[str, Any]], load: dict[str, Any]) -> dict[st
     measured_sizes = sorted({b for _, b in measured})
     if len(measured_sizes) > 1:
         frames["tokens/s of the whole batch (measured)"] = pd.DataFrame(
-            [{"strategy": s, **{f"B={b}": measured[(s, b)]["tokens_per_s"] if (s, b) in measured else None
+            [{"strategy": s, **{f"B={b}": measured[(s, b)].tokens_per_s if (s, b) in measured else None
                                 for b in measured_sizes}} for s in [BASELINE, *strategies]])
     stops = load.get("stops_paying", {})
     if stops:
@@ -91,8 +92,8 @@ def batch_frames(summary: list[dict[str, Any]], load: dict[str, Any]) -> dict[st
     return frames
 
 
-def _cell(measured: dict[str, Any] | None, modelled: float | None) -> str:
-    parts = [_x(measured.get("speedup"))] if measured else []
+def _cell(measured: StrategySummary | None, modelled: float | None) -> str:
+    parts = [_x(measured.speedup)] if measured else []
     if modelled is not None:
         parts.append(f"({modelled:.2f})")
     return " ".join(parts) or "-"

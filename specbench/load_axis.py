@@ -4,7 +4,8 @@ one, the batch size where each strategy stops paying, and the best draft length 
 The draft shape of a strategy (per-position acceptance, draft sizes, context) is taken at the run's
 smallest batch size: acceptance does not depend on the batch (greedy outputs are the same at every
 batch size). Costs come from the stored cost table (`specbench costs`); a drafter the table lacks
-(other knobs) has its proposals timed now, which takes seconds, and is stored for the next run.
+(other knobs) has its proposals timed before the run measures (`time_proposals`), which takes
+seconds, and is stored for the next run.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from specbench.measure.batch_model import DraftShape, best_caps, modelled, stops
 from specbench.measure.cost_table import load_table
 from specbench.measure.costs import drafter_context, drafter_key, table_key, time_drafters
 from specbench.measure.stats import position_sums
+from specbench.records import StrategySummary
 from specbench.strategies.build import Strategy
 from specbench.strategies.registry import vllm_method
 
@@ -30,31 +32,39 @@ MODEL_KEYS = ("speedup", "tokens_per_s", "tau", "rows", "block", "step_s", "veri
               "ar_step_s")
 
 
-def draft_shape(strategy: Strategy, rows: pd.DataFrame, result: dict[str, Any]) -> DraftShape:
+def time_proposals(target, strategies: list[Strategy], out_dir: str | Path) -> None:
+    """Time the proposals of the drafters the stored cost table lacks, so the load axis can price them;
+    nothing without a table (`specbench costs` measures one)."""
+    table = load_table(out_dir, table_key(target.model))
+    if table.target:
+        time_drafters(table, target.model, [s for s in strategies if s.drafter is not None],
+                      partial(drafter_context, target), out_dir)
+
+
+def draft_shape(strategy: Strategy, rows: pd.DataFrame, result: StrategySummary) -> DraftShape:
     """What the rows of one strategy at one batch size measured, independent of the batch size: a
     sequence's steps and tokens are too (each decodes what it decodes alone), in the order the run
     batches them (turn by turn, in suite order)."""
     context = float((rows.prompt_tokens + rows.new_tokens / 2).mean())
     steps_by_drafted = position_sums(rows.steps_by_drafted)
     ordered = rows.sort_values(["turn", "repeat"], kind="stable")
-    return DraftShape.measured(result["acceptance_by_position"], steps_by_drafted, context, drafter_key(strategy),
+    return DraftShape.measured(result.acceptance_by_position, steps_by_drafted, context, drafter_key(strategy),
                                rows.budget.sum() / rows.steps.sum(), strategy.tree,
                                list(zip(ordered.steps, ordered.new_tokens)))
 
 
-def load_axis(target, strategies: list[Strategy], rows: pd.DataFrame, summary: list[dict[str, Any]],
+def load_axis(target, strategies: list[Strategy], rows: pd.DataFrame, summary: list[StrategySummary],
               out_dir: str | Path) -> dict[str, Any]:
     """Modelled figures beside the measured ones; each measured summary gains a `modelled` entry."""
     table = load_table(out_dir, table_key(target.model))
-    if not table.target or "steps_by_drafted" not in rows:
+    if not table.target:
         return {"note": NO_TABLE}
     first = int(rows.batch_size.min())
     drafting = [s for s in strategies if s.drafter is not None]
-    time_drafters(table, target.model, drafting, partial(drafter_context, target), out_dir)
     sizes = table.batch_sizes()
     points, stops, schedules = [], {}, {}
     for strategy in drafting:
-        measured = {r["batch_size"]: r for r in summary if r["strategy"] == strategy.name}
+        measured = {r.batch_size: r for r in summary if r.strategy == strategy.name}
         part = rows[(rows.strategy == strategy.name) & (rows.batch_size == first)]
         shape = draft_shape(strategy, part, measured[first])
         sweep = [modelled(table, shape, b) for b in sizes]
@@ -62,12 +72,12 @@ def load_axis(target, strategies: list[Strategy], rows: pd.DataFrame, summary: l
         for point in sweep:
             result = measured.get(point["batch_size"])
             if result is not None:
-                result["modelled"] = {k: point[k] for k in MODEL_KEYS}
+                result.modelled = {k: point[k] for k in MODEL_KEYS}
             points.append({**point_row(strategy.name, point, result),
                            "continuous_speedup": modelled(table, full, point["batch_size"])["speedup"],
                            "measured_rows": active_rows(rows[(rows.strategy == strategy.name)
                                                              & (rows.batch_size == point["batch_size"])])})
-        measured_points = [{"batch_size": b, "speedup": r["speedup"]} for b, r in sorted(measured.items())]
+        measured_points = [{"batch_size": b, "speedup": r.speedup} for b, r in sorted(measured.items())]
         stops[strategy.name] = {"measured": stops_paying(measured_points), "modelled": stops_paying(sweep),
                                 "measured_up_to": max(measured), "modelled_up_to": sizes[-1]}
         schedules[strategy.name] = best_caps(table, shape, sizes)
@@ -77,9 +87,9 @@ def load_axis(target, strategies: list[Strategy], rows: pd.DataFrame, summary: l
             "vllm": {name: form for name, entry in entries.items() if (form := vllm_config(vllm_method(name), entry))}}
 
 
-def point_row(strategy: str, point: dict[str, Any], measured: dict[str, Any] | None) -> dict[str, Any]:
+def point_row(strategy: str, point: dict[str, Any], measured: StrategySummary | None) -> dict[str, Any]:
     """One strategy at one batch size: the modelled speedup, and the measured one where it ran."""
-    speedup = measured.get("speedup") if measured else None
+    speedup = measured.speedup if measured else None
     return {"strategy": strategy, "batch_size": point["batch_size"], "modelled_speedup": point["speedup"],
             "measured_speedup": speedup, "measured_over_modelled": speedup / point["speedup"] if speedup else None,
             "modelled_tokens_per_s": point["tokens_per_s"], "block": point["block"], "modelled_rows": point["rows"]}

@@ -22,7 +22,8 @@ import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from specbench.errors import SpecbenchError  # noqa: E402
-from specbench.report import Run, comparison, load_runs  # noqa: E402
+from specbench.records import RunResult  # noqa: E402
+from specbench.report import comparison  # noqa: E402
 from specbench.strategies.spec import BASELINE, all_strategies  # noqa: E402
 
 DPI = 130
@@ -43,9 +44,8 @@ def style(strategy: str) -> tuple[str, str]:
     return COLOURS[i % len(COLOURS)], MARKERS[i % len(MARKERS)]
 
 
-def write_plots(source: Path | str | Sequence[Run], out_dir: Path | str) -> list[Path]:
-    """Write the plots for a run directory (or already loaded runs) into out_dir; returns the files."""
-    runs = load_runs([source])[0] if isinstance(source, (str, Path)) else list(source)
+def write_plots(runs: Sequence[RunResult], out_dir: Path | str) -> list[Path]:
+    """Write the plots of runs (measured now or read back) into out_dir; returns the files."""
     if not runs:
         raise SpecbenchError("no runs to plot")
     out = Path(out_dir)
@@ -196,9 +196,9 @@ def _throughput_memory(frame: pd.DataFrame) -> Figure | None:
     return fig
 
 
-def _nvml(runs: Sequence[Run]) -> Figure | None:
-    series = [(run, run.nvml_series[run.nvml_series["metric"].isin(NVML_METRICS)])
-              for run in runs if run.nvml_series is not None]
+def _nvml(runs: Sequence[RunResult]) -> Figure | None:
+    frames = [(run, pd.DataFrame(run.nvml_series)) for run in runs if run.nvml_series]
+    series = [(run, frame[frame["metric"].isin(NVML_METRICS)]) for run, frame in frames]
     metrics = [m for m in NVML_METRICS if any((s["metric"] == m).any() for _, s in series)]
     if not metrics:
         return None

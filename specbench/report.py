@@ -1,37 +1,28 @@
-"""Read run directories and render their summaries as comparison tables.
+"""Render runs' summaries as comparison tables.
 
-A run directory holds run.json (status, model, suite, strategies), config.json, environment.json,
-rows.jsonl (or rows.parquet: one row per strategy, prompt, turn and repeat), summary.json (the
-summaries measure/stats.py computed when the run finished) and optionally nvml_series.csv. Every
-figure comes from measure/stats.py: a finished run's summary.json, or for a run that never finished
-(interrupted, killed) the same `summarize` over the rows it holds. This module only renders.
+Every figure comes from measure/stats.py, through the RunResult a run produced or read back from its
+directory (results.read_run: a finished run's summary.json, or for a run that never finished the same
+`summarize` over the rows it holds). This module only renders.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 from rich.table import Table
 
-from specbench.engines import SPECBENCH, label
+from specbench.engines import label
 from specbench.errors import SpecbenchError
 from specbench.measure.lossless import divergences, mismatch_detail
-from specbench.measure.stats import BASELINE, summarize
+from specbench.measure.stats import BASELINE
+from specbench.records import RunResult, StrategySummary
+from specbench.results import read_run
 from specbench.strict_json import dumps
 
-ROW_KEYS = (
-    "strategy", "prompt_id", "category", "turn", "repeat", "prompt_tokens", "new_tokens", "wall_s", "steps",
-    "drafted", "accepted", "accept_by_position", "prefill_s", "draft_s", "verify_s", "other_s", "memory_bytes",
-    "peak_mem_bytes", "mismatch", "first_divergence",
-)
-"""What `summarize` reads from each row."""
-STATUSES = ("complete", "incomplete")
 FORMATS = ("table", "markdown", "csv", "json")
 GROUPINGS = ("strategy", "category")
 SETTINGS = ("model", "max_new_tokens", "temperature", "top_p", "top_k", "dtype")
@@ -84,38 +75,15 @@ PERCENT = {"draft_efficiency", "share_prefill", "share_draft", "share_verify", "
 TIMES_X = {"predicted_speedup", "projected_speedup", "measured_over_predicted"}
 
 
-@dataclass
-class Run:
-    """One loaded run directory, with the summaries of what it holds."""
-
-    path: Path
-    label: str
-    meta: dict[str, Any]
-    config: dict[str, Any]
-    environment: dict[str, Any]
-    rows: pd.DataFrame
-    summary: list[dict[str, Any]]
-    by_category: list[dict[str, Any]]
-    extra: dict[str, Any] = field(default_factory=dict)  # noise, projection, skipped prompts
-    nvml_series: pd.DataFrame | None = None
-
-    @property
-    def complete(self) -> bool:
-        return self.meta["status"] == "complete"
-
-    @property
-    def settings(self) -> tuple:
-        """What must match for two runs' figures to be compared."""
-        return tuple(self.meta.get(k) if k == "model" else self.config.get(k) for k in SETTINGS)
-
-    def strategies(self) -> list[str]:
-        return [s["strategy"] for s in self.summary]
+def settings(run: RunResult) -> tuple:
+    """What must match for two runs' figures to be compared."""
+    return tuple(run.meta.get(k) if k == "model" else run.config.get(k) for k in SETTINGS)
 
 
 # -- loading ---------------------------------------------------------------------------------
 
 
-def load_runs(dirs: Sequence[Path | str]) -> tuple[list[Run], list[str]]:
+def load_runs(dirs: Sequence[Path | str]) -> tuple[list[RunResult], list[str]]:
     """Load run directories; returns the runs and warnings for the caller to print.
 
     Not a run directory -> SpecbenchError. A run that never finished (interrupted, or killed with its
@@ -126,149 +94,65 @@ def load_runs(dirs: Sequence[Path | str]) -> tuple[list[Run], list[str]]:
         raise SpecbenchError("no run directories given")
     paths = [Path(d) for d in dirs]
     names = [p.resolve().name for p in paths]
-    runs: list[Run] = []
+    runs: list[RunResult] = []
     warnings: list[str] = []
     for path, name in zip(paths, names, strict=True):
-        run = _load_run(path, name if names.count(name) == 1 else str(path), warnings)
+        run = read_run(path, name if names.count(name) == 1 else str(path), warnings)
         runs.append(run)
         if not run.complete:
             warnings.append(f"run {path} is incomplete: showing what its {len(run.rows)} rows hold")
-        if len(run.rows) and run.rows["mismatch"].notna().any():
-            bad = run.rows[run.rows["mismatch"].fillna(False).astype(bool)]
-            for strategy, rows in bad.groupby("strategy"):
-                warnings.append(f"run {path}: strategy {strategy} has {len(rows)} greedy mismatch(es) against ar"
-                                + mismatch_detail(*divergences(rows)))
-    if len({run.settings for run in runs}) > 1:
+        bad = run.frame()
+        bad = bad[bad["mismatch"].fillna(False).astype(bool)]
+        for strategy, rows in bad.groupby("strategy"):
+            warnings.append(f"run {path}: strategy {strategy} has {len(rows)} greedy mismatch(es) against ar"
+                            + mismatch_detail(*divergences(rows)))
+    if len({settings(run) for run in runs}) > 1:
         warnings.append("the runs differ in model or settings (" + ", ".join(SETTINGS) + "): they are shown in "
                         "separate groups, not compared")
     return runs, warnings
 
 
-def _read_json(path: Path, what: str) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise SpecbenchError(f"cannot read {what} {path}: {err}") from None
-
-
-def _optional_dict(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        return {}
-    data = _read_json(path, path.name)
-    if not isinstance(data, dict):
-        raise SpecbenchError(f"{path} must hold a JSON object")
-    return data
-
-
-def _load_run(path: Path, label: str, warnings: list[str]) -> Run:
-    if not path.is_dir():
-        raise SpecbenchError(f"{path} is not a specbench run directory (not a directory)")
-    if not (path / "run.json").is_file():
-        raise SpecbenchError(f"{path} is not a specbench run directory (no run.json)")
-    meta = _read_json(path / "run.json", "run metadata")
-    if not isinstance(meta, dict) or meta.get("status") not in STATUSES:
-        raise SpecbenchError(f"{path / 'run.json'}: 'status' must be one of {', '.join(STATUSES)}")
-    complete = meta["status"] == "complete"
-    rows = _load_rows(path, complete, warnings)
-    saved = _optional_dict(path / "summary.json")
-    if complete and not saved:
-        raise SpecbenchError(f"run {path} is marked complete but has no summary.json")
-    if complete:
-        if not isinstance(saved.get("results"), list) or not all(
-                isinstance(r, dict) and isinstance(r.get("strategy"), str) for r in saved["results"]):
-            raise SpecbenchError(f"{path / 'summary.json'} must hold {{\"results\": [...]}} with a strategy each")
-        summary, by_category = saved["results"], saved.get("by_category", [])
-    else:  # what the rows hold, summarised as a finished run would be
-        summary = summarize(rows) if len(rows) else []
-        by_category = summarize(rows, by="category") if len(rows) else []
-    nvml_series = None
-    if (path / "nvml_series.csv").is_file():
-        nvml_series = pd.read_csv(path / "nvml_series.csv")
-        missing = {"strategy", "t_s", "metric", "value"} - set(nvml_series.columns)
-        if missing:
-            raise SpecbenchError(f"{path / 'nvml_series.csv'} lacks column(s) {', '.join(sorted(missing))}")
-    extra = {k: v for k, v in saved.items() if k not in ("results", "by_category")}
-    return Run(path, label, meta, _optional_dict(path / "config.json"), _optional_dict(path / "environment.json"),
-               rows, summary, by_category, extra, nvml_series)
-
-
-def _load_rows(path: Path, complete: bool, warnings: list[str]) -> pd.DataFrame:
-    jsonl, parquet = path / "rows.jsonl", path / "rows.parquet"
-    if jsonl.is_file():
-        records = []
-        lines = jsonl.read_text(encoding="utf-8").splitlines()
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                if not complete and number == len(lines):
-                    warnings.append(f"run {path}: skipped the cut-off last line of rows.jsonl")
-                    continue
-                raise SpecbenchError(f"{jsonl} line {number} is not valid JSON: {err}") from None
-        rows = pd.DataFrame.from_records(records)
-    elif parquet.is_file():
-        rows = pd.read_parquet(parquet)
-    elif complete:
-        raise SpecbenchError(f"run {path} is marked complete but has no rows.jsonl or rows.parquet")
-    else:
-        rows = pd.DataFrame()
-    if rows.empty:
-        return pd.DataFrame(columns=list(ROW_KEYS))
-    missing = [k for k in ROW_KEYS if k not in rows.columns]
-    if missing:
-        raise SpecbenchError(f"rows of run {path} lack key(s): {', '.join(missing)}")
-    return rows
-
-
 # -- the comparison frame ----------------------------------------------------------------------
 
 
-def _flat(summary: dict[str, Any]) -> dict[str, Any]:
+def _flat(summary: StrategySummary) -> dict[str, Any]:
     """One summary as flat columns (the figures, renamed for tables; nothing recomputed)."""
-    ci = summary.get("speedup_ci") or [None, None]
-    out = {k: summary.get(k) for k in ("prompts", "new_tokens", "tokens_per_s", "speedup", "tau",
-                                       "draft_efficiency", "mismatches", "transfer")}
-    out.update(speedup_ci_low=ci[0], speedup_ci_high=ci[1],
-               accept_by_position=summary.get("acceptance_by_position") or [])
-    for part, share in (summary.get("time_shares") or {}).items():
+    out = {k: getattr(summary, k) for k in ("prompts", "new_tokens", "tokens_per_s", "speedup", "tau",
+                                            "draft_efficiency", "mismatches", "transfer")}
+    out.update(speedup_ci_low=summary.speedup_ci[0], speedup_ci_high=summary.speedup_ci[1],
+               accept_by_position=summary.acceptance_by_position)
+    for part, share in summary.time_shares.items():
         out[f"share_{part}"] = share
-    for key, column in (("memory_bytes", "memory_gb"), ("peak_mem_bytes", "peak_mem_gb")):
-        if summary.get(key) is not None:
-            out[column] = summary[key] / 1e9
-    cost = summary.get("cost_model") or {}
-    if cost:
-        out["predicted_speedup"] = cost.get("predicted_speedup")
-        out["measured_over_predicted"] = cost.get("measured_over_predicted")
-    nvml = summary.get("nvml") or {}
-    if nvml.get("available"):
+    out.update(memory_gb=summary.memory_bytes / 1e9, peak_mem_gb=summary.peak_mem_bytes / 1e9)
+    if summary.cost_model:
+        out["predicted_speedup"] = summary.cost_model["predicted_speedup"]
+        out["measured_over_predicted"] = summary.cost_model["measured_over_predicted"]
+    nvml = summary.nvml
+    if nvml and nvml["available"]:
         out.update(mem_util_pct=nvml.get("mem_util_pct_mean"), dram_bw_gbs=nvml.get("dram_bw_gbs_mean"),
-                   energy_j=nvml.get("energy_j"))
-    projection = summary.get("projection") or {}
+                   energy_j=nvml["energy_j"])
+    projection = summary.projection
     if projection:
         out.update(projected_gpu=projection.get("gpu"), projected_speedup=projection.get("speedup"),
                    projected_tokens_per_s=projection.get("tokens_per_s"),
-                   projected_fits=(projection.get("memory_fit") or {}).get("fits"))
+                   projected_fits=projection["memory_fit"]["fits"] if "memory_fit" in projection else None)
     return out
 
 
-def comparison(runs: Sequence[Run], by: str = "strategy") -> pd.DataFrame:
+def comparison(runs: Sequence[RunResult], by: str = "strategy") -> pd.DataFrame:
     """One row per (run, strategy), or per (run, strategy, category) with by="category", from the runs'
     summaries; `group` numbers the sets of runs with the same model and settings."""
     if by not in GROUPINGS:
         raise SpecbenchError(f"unknown grouping '{by}'; choose one of {', '.join(GROUPINGS)}")
-    groups = list(dict.fromkeys(run.settings for run in runs))
+    groups = list(dict.fromkeys(settings(run) for run in runs))
     records = []
     for run in runs:
-        head = {"group": groups.index(run.settings) + 1, "run": run.label, "model": run.meta.get("model"),
-                "suite": run.meta.get("suite")}
+        head = {"group": groups.index(settings(run)) + 1, "run": run.label, "model": run.model, "suite": run.suite}
         for summary in run.summary if by == "strategy" else run.by_category:
-            extra = {"category": summary.get("category")} if by == "category" else {}
-            extra["batch_size"] = summary.get("batch_size", 1)  # a batched run has one summary per batch size
-            engine = summary.get("engine", SPECBENCH)
-            records.append({**head, "strategy": label(summary["strategy"], engine), "engine": engine,
-                            "baseline": summary["strategy"] == BASELINE, **extra, **_flat(summary)})
+            extra = {"category": summary.category} if by == "category" else {}
+            extra["batch_size"] = summary.batch_size  # a batched run has one summary per batch size
+            records.append({**head, "strategy": label(summary.strategy, summary.engine), "engine": summary.engine,
+                            "baseline": summary.strategy == BASELINE, **extra, **_flat(summary)})
     return pd.DataFrame.from_records(records)
 
 
@@ -378,21 +262,21 @@ def acceptance_table(frame: pd.DataFrame, fmt: str = "table", positions: int = 8
     return table
 
 
-def footer(runs: Sequence[Run]) -> list[str]:
+def footer(runs: Sequence[RunResult]) -> list[str]:
     """What a reader must know about the runs' trustworthiness: noise, few prompts, skipped prompts."""
     lines = []
     for run in runs:
-        noise = run.extra.get("noise") or {}
+        noise = run.noise or {}
         name = f"run {run.label}: " if len(runs) > 1 else ""
         if noise.get("noisy"):
             lines.append(f"~ {name}noisy machine: {'; '.join(noise['reasons'])}; the timings are marked ~")
         if noise.get("advice"):
             lines.append(f"{name}note: " + "; ".join(noise["advice"]))
-        if run.extra.get("skipped_prompts"):
-            lines.append(f"{name}{len(run.extra['skipped_prompts'])} prompt(s) skipped: longer than the model's "
+        if run.skipped_prompts:
+            lines.append(f"{name}{len(run.skipped_prompts)} prompt(s) skipped: longer than the model's "
                          "context with the answer")
     return lines
 
 
-def noisy_runs(runs: Sequence[Run]) -> list[str]:
-    return [run.label for run in runs if (run.extra.get("noise") or {}).get("noisy")]
+def noisy_runs(runs: Sequence[RunResult]) -> list[str]:
+    return [run.label for run in runs if run.noise and run.noise["noisy"]]

@@ -20,18 +20,16 @@ import subprocess
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from specbench import __version__
 from specbench.config import FIELDS, RunConfig
-from specbench.engines import SPECBENCH, label
+from specbench.engines import label
 from specbench.errors import SpecbenchError
 from specbench.files import write_atomic, write_json
 from specbench.paths import check_output_dir
+from specbench.records import Row, RunResult, StrategySummary, rows_frame
 from specbench.strict_json import dumps
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 STATUSES = ("complete", "incomplete")
 
@@ -57,9 +55,9 @@ def environment() -> dict[str, Any]:
     return env
 
 
-def _group(row: dict[str, Any]) -> tuple[str, int, int, int]:
-    """A row's measured group: prompt, turn, repeat and batch size (1 in runs from before batching)."""
-    return row["prompt_id"], row["turn"], row["repeat"], row.get("batch_size", 1)
+def group_of(row: Row) -> tuple[str, int, int, int]:
+    """A row's measured group: prompt, turn, repeat and batch size."""
+    return row.prompt_id, row.turn, row.repeat, row.batch_size
 
 
 def run_name(config: RunConfig, strategies: list[str]) -> str:
@@ -87,21 +85,24 @@ def _read_object(path: Path, name: str) -> dict[str, Any]:
 class RunDir:
     """One run's directory: created fresh or reopened to resume."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, meta: dict[str, Any], config: dict[str, Any], environment: dict[str, Any]):
         self.path = path
         self.rows_file = path / "rows.jsonl"
+        self.meta = meta  # run.json, config.json and environment.json as written
+        self.config = config
+        self.environment = environment
 
     @classmethod
     def create(cls, out: str | Path, config: RunConfig, model: str, suite: str, strategies: list[str],
                drafters: dict[str, Any] | None = None) -> RunDir:
         """A fresh run directory; `drafters` (each strategy's drafter formats and knobs) joins environment.json."""
         path = cls._new_path(Path(out) / "runs", run_name(config, strategies))
-        run = cls(path)
-        write_json(path / "config.json", asdict(config))
-        write_json(path / "environment.json", {**environment(), "drafters": drafters or {}})
-        write_json(path / "run.json", {"status": "incomplete", "model": model, "suite": suite, "started": _now(),
-                                       "finished": None, "specbench_version": __version__,
-                                       "strategies": strategies, "gpu_profile": config.gpu})
+        run = cls(path, {"status": "incomplete", "model": model, "suite": suite, "started": _now(), "finished": None,
+                         "specbench_version": __version__, "strategies": strategies, "gpu_profile": config.gpu},
+                  asdict(config), {**environment(), "drafters": drafters or {}})
+        write_json(path / "config.json", run.config)
+        write_json(path / "environment.json", run.environment)
+        write_json(path / "run.json", run.meta)
         run.rows_file.touch()
         return run
 
@@ -134,7 +135,8 @@ class RunDir:
         if unknown:
             raise SpecbenchError(f"{path / 'config.json'} is damaged: unknown key(s) {', '.join(unknown)} "
                                  "(or written by another specbench version)")
-        return cls(path), RunConfig(**values).validate(where=str(path / "config.json"))
+        run = cls(path, meta, values, _optional_dict(path / "environment.json"))
+        return run, RunConfig(**values).validate(where=str(path / "config.json"))
 
     @classmethod
     def resume(cls, path: str | Path) -> tuple[RunDir, RunConfig]:
@@ -146,60 +148,151 @@ class RunDir:
         check_output_dir(run.path, "--resume")
         return run, config
 
-    @property
-    def meta(self) -> dict[str, Any]:
-        return json.loads((self.path / "run.json").read_text())
-
-    def read_rows(self) -> list[dict[str, Any]]:
+    def read_rows(self) -> list[Row]:
         """Rows measured so far; a last line cut off by an interruption is dropped."""
         rows = []
         for line in self.rows_file.read_text().splitlines():
             try:
-                rows.append(json.loads(line))
+                rows.append(Row.from_dict(json.loads(line), f"rows of run {self.path}"))
             except json.JSONDecodeError:
                 break
         return rows
 
-    def append_rows(self, rows: list[dict[str, Any]]) -> None:
+    def append_rows(self, rows: list[Row]) -> None:
         with self.rows_file.open("a") as f:
-            f.write("".join(dumps(r) + "\n" for r in rows))
+            f.write("".join(dumps(r.as_dict()) + "\n" for r in rows))
             f.flush()
             os.fsync(f.fileno())
 
-    def _write_rows(self, rows: list[dict[str, Any]]) -> None:
-        write_atomic(self.rows_file, "".join(dumps(r) + "\n" for r in rows))
+    def _write_rows(self, rows: list[Row]) -> None:
+        write_atomic(self.rows_file, "".join(dumps(r.as_dict()) + "\n" for r in rows))
 
-    def keep_complete_groups(self, strategies: set[str]) -> set[tuple[str, int, int, int]]:
-        """Drop rows of a (prompt, turn, repeat, batch size) that not every strategy finished; return the
-        finished keys."""
+    def keep_complete_groups(self, strategies: set[str]) -> list[Row]:
+        """Drop rows of a (prompt, turn, repeat, batch size) that not every strategy finished; return the rows kept."""
         rows = self.read_rows()
         seen: dict[tuple[str, int, int, int], set[str]] = {}
         for r in rows:
-            seen.setdefault(_group(r), set()).add(label(r["strategy"], r.get("engine", SPECBENCH)))
+            seen.setdefault(group_of(r), set()).add(label(r.strategy, r.engine))
         done = {k for k, v in seen.items() if v >= strategies}
-        self._write_rows([r for r in rows if _group(r) in done])
-        return done
+        kept = [r for r in rows if group_of(r) in done]
+        self._write_rows(kept)
+        return kept
 
-    def finish(self, frame: pd.DataFrame, summary: list[dict[str, Any]], extra: dict[str, Any], complete: bool) -> None:
-        """Write the tables of everything measured; mark the run complete only if nothing is missing.
-
-        `frame` is every row measured, with the paired speedup the run computed from them.
-        """
+    def finish(self, result: RunResult) -> None:
+        """Write the tables of everything measured, and run.json with the result's status; the result's
+        `meta` becomes run.json as written."""
         import pandas as pd
 
         # rows.jsonl is rewritten whole: no torn tail, so a resumed run appends after valid lines only
-        self._write_rows(frame.to_dict("records"))
-        if len(frame):
+        self._write_rows(result.rows)
+        if result.rows:
+            frame = pd.DataFrame([r.as_dict() for r in result.rows])  # the columns the rows have, as rows.jsonl
             frame.to_parquet(self.path / "rows.parquet.tmp")
             os.replace(self.path / "rows.parquet.tmp", self.path / "rows.parquet")
             flat = frame.drop(columns=["output_ids"], errors="ignore")
             write_atomic(self.path / "rows.csv", flat.to_csv(index=False))
-        write_json(self.path / "summary.json", {"results": summary, **extra})
-        table = pd.DataFrame([{k: v for k, v in s.items() if not isinstance(v, (list, dict))} for s in summary])
+        if result.nvml_series:
+            write_atomic(self.path / "nvml_series.csv", pd.DataFrame(result.nvml_series).to_csv(index=False))
+        write_json(self.path / "summary.json", result.summary_json())
+        summaries = [s.as_dict() for s in result.summary]
+        table = pd.DataFrame([{k: v for k, v in s.items() if not isinstance(v, (list, dict))} for s in summaries])
         write_atomic(self.path / "summary.csv", table.to_csv(index=False))
         write_atomic(self.path / "summary.md", table.to_markdown(index=False, floatfmt=".3g") + "\n")
-        meta = self.meta
-        meta.update(status="complete" if complete else "incomplete", finished=_now())
-        if "noise" in extra:
-            meta["noise"] = {k: extra["noise"][k] for k in ("noisy", "reasons", "advice")}
-        write_json(self.path / "run.json", meta)
+        result.meta = {**result.meta, "finished": _now()}
+        if result.noise is not None:
+            result.meta["noise"] = {k: result.noise[k] for k in ("noisy", "reasons", "advice")}
+        self.meta = result.meta
+        write_json(self.path / "run.json", result.meta)
+
+
+# -- reading a run directory back --------------------------------------------------------------
+
+
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise SpecbenchError(f"cannot read {what} {path}: {err}") from None
+
+
+def _optional_dict(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    data = _read_json(path, path.name)
+    if not isinstance(data, dict):
+        raise SpecbenchError(f"{path} must hold a JSON object")
+    return data
+
+
+def read_run(path: Path, label: str = "", warnings: list[str] | None = None) -> RunResult:
+    """A run directory as the RunResult that wrote it. A run that never finished (interrupted, killed
+    with its last row cut off) gives the summaries of the rows it holds, as a finished run would; what
+    a reader should know about it joins `warnings`."""
+    warnings = [] if warnings is None else warnings
+    if not path.is_dir():
+        raise SpecbenchError(f"{path} is not a specbench run directory (not a directory)")
+    if not (path / "run.json").is_file():
+        raise SpecbenchError(f"{path} is not a specbench run directory (no run.json)")
+    meta = _read_json(path / "run.json", "run metadata")
+    if not isinstance(meta, dict) or meta.get("status") not in STATUSES:
+        raise SpecbenchError(f"{path / 'run.json'}: 'status' must be one of {', '.join(STATUSES)}")
+    complete = meta["status"] == "complete"
+    config = _optional_dict(path / "config.json")
+    rows = _read_rows(path, complete, warnings, {"batch_size": config.get("batch_size") or 1})
+    saved = _optional_dict(path / "summary.json")
+    if complete and not saved:
+        raise SpecbenchError(f"run {path} is marked complete but has no summary.json")
+    where = str(path / "summary.json")
+    if complete:
+        if not isinstance(saved.get("results"), list) or not all(
+                isinstance(r, dict) and isinstance(r.get("strategy"), str) for r in saved["results"]):
+            raise SpecbenchError(f"{where} must hold {{\"results\": [...]}} with a strategy each")
+        summary = [StrategySummary.from_dict(r, where) for r in saved["results"]]
+        by_category = [StrategySummary.from_dict(r, where) for r in saved.get("by_category", [])]
+    else:  # what the rows hold, summarised as a finished run would be
+        from specbench.measure.stats import summarize
+
+        frame = rows_frame(rows)
+        summary = summarize(frame) if rows else []
+        by_category = summarize(frame, by="category") if rows else []
+    series = []
+    if (path / "nvml_series.csv").is_file():
+        import pandas as pd
+
+        frame = pd.read_csv(path / "nvml_series.csv")
+        missing = {"strategy", "t_s", "metric", "value"} - set(frame.columns)
+        if missing:
+            raise SpecbenchError(f"{path / 'nvml_series.csv'} lacks column(s) {', '.join(sorted(missing))}")
+        series = frame.to_dict("records")
+    noted = {k: saved[k] for k in RunResult.EXTRA if k in saved and k != "by_category"}
+    return RunResult(path, meta, config, _optional_dict(path / "environment.json"),
+                     rows, summary, by_category, nvml_series=series, label=label, **noted)
+
+
+def _read_rows(path: Path, complete: bool, warnings: list[str], defaults: dict[str, Any]) -> list[Row]:
+    """The rows of a run directory; `defaults` fills what rows of older versions lack (their batch size
+    was the run's)."""
+    jsonl, parquet = path / "rows.jsonl", path / "rows.parquet"
+    where = f"rows of run {path}"
+    if jsonl.is_file():
+        records = []
+        lines = jsonl.read_text(encoding="utf-8").splitlines()
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                if not complete and number == len(lines):
+                    warnings.append(f"run {path}: skipped the cut-off last line of rows.jsonl")
+                    continue
+                raise SpecbenchError(f"{jsonl} line {number} is not valid JSON: {err}") from None
+    elif parquet.is_file():
+        import pandas as pd
+
+        records = pd.read_parquet(parquet).to_dict("records")
+    elif complete:
+        raise SpecbenchError(f"run {path} is marked complete but has no rows.jsonl or rows.parquet")
+    else:
+        records = []
+    return [Row.from_dict({**defaults, **r}, where) for r in records]

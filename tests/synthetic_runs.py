@@ -1,7 +1,7 @@
 """Run directories in the bench's schema with planted speedups, for recommend's tests.
 
-Rows follow what `bench.make_row` writes; summary.json comes from `measure.stats.summarize` over
-them, as `bench.finish` writes it, so the readers meet the real schema.
+Rows follow what `measuring.make_rows` writes; summary.json comes from `measure.stats.summarize` over
+them, as `summarise.finish` writes it, so the readers meet the real schema.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def write_run(root: Path, name: str, speedups: dict[str, Any], *, categories: tu
                                  strategy in mismatched))
     frame = pd.DataFrame(rows)
     frame["speedup"] = paired_speedups(frame)
-    summary = summarize(frame)
+    summary = [s.as_dict() for s in summarize(frame)]
     for result in summary:
         if projections and result["strategy"] in projections:
             result["projection"] = projections[result["strategy"]]

@@ -136,9 +136,9 @@ def test_multi_turn_suite_runs_turn_by_turn(tiny_model_dir, tmp_path):
 
 
 def test_interrupt_keeps_finished_prompts(tiny_model_dir, tmp_path, monkeypatch):
-    import specbench.bench as bench
+    import specbench.benchmark as benchmark
 
-    real = bench.measure_prompt
+    real = benchmark.measure_group
     calls = []
 
     def interrupted_after_two(*args, **kwargs):
@@ -147,7 +147,7 @@ def test_interrupt_keeps_finished_prompts(tiny_model_dir, tmp_path, monkeypatch)
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(bench, "measure_prompt", interrupted_after_two)
+    monkeypatch.setattr(benchmark, "measure_group", interrupted_after_two)
     result = invoke("run", "--model", tiny_model_dir, "--strategy", "ngram", "--limit", 4, "--max-new-tokens", 4,
                     "--out", tmp_path, "--warmup", 0)
     assert result.exit_code == 130

@@ -52,10 +52,10 @@ def resume_command(stderr: str) -> list[str]:
 
 
 def test_ctrl_c_in_run_prints_the_resume_command_that_finishes_it(tiny_model_dir, tmp_path, monkeypatch):
-    import specbench.bench as bench
+    import specbench.benchmark as benchmark
 
-    real = bench.measure_prompt
-    monkeypatch.setattr(bench, "measure_prompt", interrupt_on_call(2, real)[0])
+    real = benchmark.measure_group
+    monkeypatch.setattr(benchmark, "measure_group", interrupt_on_call(2, real)[0])
     result = invoke("run", "--model", tiny_model_dir, "--strategy", "ngram", "--limit", 3, "--max-new-tokens", 4,
                     "--out", tmp_path, "--warmup", 0)
     assert result.exit_code == 130, result.output
@@ -64,7 +64,7 @@ def test_ctrl_c_in_run_prints_the_resume_command_that_finishes_it(tiny_model_dir
     run_dir = Path(command[-1])
     assert json.loads((run_dir / "run.json").read_text())["status"] == "incomplete"
 
-    monkeypatch.setattr(bench, "measure_prompt", real)
+    monkeypatch.setattr(benchmark, "measure_group", real)
     result = invoke(*command[1:], "--json")
     assert result.exit_code == 0, result.output
     assert json.loads((run_dir / "run.json").read_text())["status"] == "complete"
@@ -72,12 +72,12 @@ def test_ctrl_c_in_run_prints_the_resume_command_that_finishes_it(tiny_model_dir
 
 
 def test_ctrl_c_while_loading_writes_nothing(tiny_model_dir, tmp_path, monkeypatch):
-    import specbench.bench as bench
+    import specbench.benchmark as benchmark
 
     def interrupted(config):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(bench, "prepare", interrupted)
+    monkeypatch.setattr(benchmark, "prepare", interrupted)
     result = invoke("run", "--model", tiny_model_dir, "--strategy", "ngram", "--limit", 1, "--out", tmp_path)
     assert result.exit_code == 130
     assert "interrupted before anything was measured" in result.stderr
@@ -85,7 +85,7 @@ def test_ctrl_c_while_loading_writes_nothing(tiny_model_dir, tmp_path, monkeypat
 
 
 def test_ctrl_c_while_resuming_says_the_run_is_unchanged(tiny_model_dir, tmp_path, monkeypatch):
-    import specbench.bench as bench
+    import specbench.benchmark as benchmark
 
     result = invoke("run", "--model", tiny_model_dir, "--strategy", "ngram", "--limit", 1, "--max-new-tokens", 2,
                     "--out", tmp_path, "--warmup", 0, "--json")
@@ -97,7 +97,7 @@ def test_ctrl_c_while_resuming_says_the_run_is_unchanged(tiny_model_dir, tmp_pat
     def interrupted(config):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(bench, "prepare", interrupted)
+    monkeypatch.setattr(benchmark, "prepare", interrupted)
     result = invoke("run", "--resume", run_dir)
     assert result.exit_code == 130
     assert f"anything new was measured; resume it with: specbench run --resume {run_dir}" in result.stderr

@@ -82,7 +82,8 @@ def write_run(root: Path, name: str = "run-1", status: str = "complete", strateg
     if status == "complete":
         frame = pd.DataFrame(rows)
         (run / "summary.json").write_text(json.dumps({
-            "results": summarize(frame), "by_category": summarize(frame, by="category"),
+            "results": [s.as_dict() for s in summarize(frame)],
+            "by_category": [s.as_dict() for s in summarize(frame, by="category")],
             **({"noise": noise} if noise else {})}))
     if nvml:
         series = [{"strategy": s, "t_s": 0.1 * t, "metric": m, "value": 40 + 10 * i + 5 * ((t % 5) - 2)}
@@ -104,7 +105,7 @@ def test_loads_complete_run(tmp_path):
     runs, warnings = load_runs([write_run(tmp_path)])
     assert warnings == []
     (run,) = runs
-    assert run.complete and run.strategies() == list(STRATEGIES)
+    assert run.complete and [s.strategy for s in run.summary] == list(STRATEGIES)
     assert len(run.rows) == len(STRATEGIES) * len(CATEGORIES) * 3
     assert run.nvml_series is not None
 
@@ -159,12 +160,12 @@ def test_comparison_renders_the_summaries(tmp_path):
     df = comparison(runs)
     assert list(df["strategy"]) == list(STRATEGIES)
     for (_, row), summary in zip(df.iterrows(), runs[0].summary):
-        assert row["speedup"] == summary["speedup"] and row["tau"] == summary["tau"]
-        assert row["accept_by_position"] == summary["acceptance_by_position"]
+        assert row["speedup"] == summary.speedup and row["tau"] == summary.tau
+        assert row["accept_by_position"] == summary.acceptance_by_position
         assert sum(row[f"share_{p}"] for p in ("prefill", "draft", "verify", "other")) == pytest.approx(1.0)
     by_category = comparison(runs, by="category")
     assert len(by_category) == len(STRATEGIES) * len(CATEGORIES)
-    assert list(by_category["speedup"]) == [s["speedup"] for s in runs[0].by_category]
+    assert list(by_category["speedup"]) == [s.speedup for s in runs[0].by_category]
     with pytest.raises(SpecbenchError, match="grouping"):
         comparison(runs, by="prompt")
 
@@ -197,7 +198,7 @@ def test_the_default_table_fits_80_columns_with_a_legend(tmp_path):
 
 def test_sampling_runs_show_no_mismatch_count(tmp_path):
     runs, _ = load_runs([write_run(tmp_path, sampling=True)])
-    assert all(s["mismatches"] is None for s in runs[0].summary)
+    assert all(s.mismatches is None for s in runs[0].summary)
     text = printed(runs, "markdown")
     assert "| n/a |" in text and "n/a when sampling" in text
 
@@ -242,7 +243,7 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 def test_plots_are_valid_readable_pngs(tmp_path):
     run = write_run(tmp_path)
-    paths = write_plots(run, tmp_path / "plots")
+    paths = write_plots(load_runs([run])[0], tmp_path / "plots")
     names = {p.name for p in paths}
     assert names == {"speedup.png", "tau_by_category.png", "acceptance_by_position.png",
                      "time_breakdown.png", "throughput_vs_memory.png", "nvml_bandwidth.png"}
@@ -264,6 +265,6 @@ def test_every_strategy_has_its_own_colour_and_marker():
 def test_plots_of_several_runs(tmp_path):
     a = write_run(tmp_path / "a", name="gpu-run")
     b = write_run(tmp_path / "b", name="cpu-run", nvml=False)
-    assert "nvml_bandwidth.png" not in {p.name for p in write_plots(b, tmp_path / "pb")}
+    assert "nvml_bandwidth.png" not in {p.name for p in write_plots(load_runs([b])[0], tmp_path / "pb")}
     runs, _ = load_runs([a, b])
     assert len(write_plots(runs, tmp_path / "both")) == 6

@@ -18,11 +18,13 @@ import pytest
 from typer.testing import CliRunner
 
 from specbench import engines
-from specbench.bench import make_row, measure_run, prepare
+from specbench.bench import prepare
+from specbench.benchmark import measure_run
 from specbench.cli import app
 from specbench.config import RunConfig
 from specbench.engines import VLLM
 from specbench.errors import SpecbenchError
+from specbench.measuring import make_row
 from specbench.results import RunDir
 from specbench.strategies.registry import definitions
 
@@ -131,8 +133,8 @@ def test_the_lossless_check_catches_a_planted_mismatch(both):
     planted = dataclasses.replace(gen, tokens=gen.tokens[:5] + [(gen.tokens[5] + 1) % 4096] + gen.tokens[6:])
     item = bench.suite.items[0]
     row = make_row(bench.target.model, ngram, item, 0, 0, prompt, planted, reference, 0)
-    assert row["mismatch"] is True and row["first_divergence"] == 5 and row["engine"] == VLLM
-    assert make_row(bench.target.model, ngram, item, 0, 0, prompt, gen, reference, 0)["mismatch"] is False
+    assert row.mismatch is True and row.first_divergence == 5 and row.engine == VLLM
+    assert make_row(bench.target.model, ngram, item, 0, 0, prompt, gen, reference, 0).mismatch is False
 
 
 def test_each_method_translates_to_fields_vllm_takes():

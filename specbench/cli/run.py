@@ -24,13 +24,13 @@ from specbench.cli.app import (
 )
 from specbench.cli.options import default
 from specbench.config import load_config_file, resolve
-from specbench.engines import parse_engine_args
+from specbench.engines import SPECBENCH, parse_engine_args
 from specbench.errors import SpecbenchError
 from specbench.ranges import check_range, check_sizes
 from specbench.results import RunDir
 from specbench.strategies.controllers import CONTROLLERS
 from specbench.strategies.knobs import parse_sets
-from specbench.strategies.spec import COMBINATIONS, DEFAULT_STRATEGIES
+from specbench.strategies.spec import BASELINE, COMBINATIONS, DEFAULT_STRATEGIES
 
 
 @app.command()
@@ -85,9 +85,8 @@ def run(
         cfg = resolve(load_config_file(config) if config else {}, flags, saved)
 
         from specbench.batch_tables import batch_frames, render_frame
-        from specbench.bench import run_benchmark
+        from specbench.benchmark import run_benchmark
         from specbench.measure.lossless import mismatch_detail
-        from specbench.report import load_runs
         from specbench.strict_json import dumps
 
         def how_to_resume(run_dir: Path) -> str:
@@ -114,41 +113,40 @@ def run(
                     err.print(f"warning: the machine is busy before the run (load {plan['load']:.1f} on "
                               f"{plan['cpus']} CPUs): timings will be noisy", style="yellow", highlight=False, soft_wrap=True)
 
-            report = run_benchmark(cfg, advance, resume, estimate)
-        for name, seconds in report.extra.get("vllm_start_s", {}).items():
+            result = run_benchmark(cfg, advance, resume, estimate)
+        for name, seconds in result.vllm_start_s.items():
             err.print(f"vLLM engine for {name} started in {seconds:.0f} s", highlight=False)
-        for note in report.extra.get("notes", []):
+        for note in result.notes:
             err.print(f"note: {note}", highlight=False, soft_wrap=True)
         if as_json:
-            sys.stdout.write(dumps(report.as_json(), indent=2) + "\n")
+            sys.stdout.write(dumps(result.as_json(), indent=2) + "\n")
             return
-        runs, _ = load_runs([report.run_dir])
-        print_report(runs, table_format("table"), wide)
-        for title, frame in batch_frames(report.results, report.extra.get("load", {})).items():
+        print_report([result], table_format("table"), wide)
+        for title, frame in batch_frames(result.summary, result.load).items():
             print_table(render_frame(frame, title, markdown=table_format("table") == "markdown"))
-        for r in report.results:
-            stops = (r.get("projection") or {}).get("by_batch")
-            if stops and r["strategy"] != "ar":
+        for r in result.summary:
+            stops = r.projection["by_batch"] if r.projection else None
+            if stops and r.strategy != BASELINE:
                 where = (f"stops paying at batch size {stops['stops_paying_at']}" if stops["stops_paying_at"]
                          else f"still pays at batch size {stops['points'][-1]['batch_size']}")
-                err.print(f"projected on {stops['gpu']}: {r['strategy']} {where}", highlight=False)
-        if report.extra.get("load", {}).get("note") and cfg.batch_sizes != [1]:
-            err.print(f"note: {report.extra['load']['note']}", highlight=False)
+                err.print(f"projected on {stops['gpu']}: {r.strategy} {where}", highlight=False)
+        if "note" in result.load and cfg.batch_sizes != [1]:
+            err.print(f"note: {result.load['note']}", highlight=False)
         if cfg.temperature == 0:
-            for r in report.results:
-                if r["mismatches"]:
-                    at = f" at batch size {r['batch_size']}" if r["batch_size"] > 1 else ""
-                    where = "" if r.get("engine", "specbench") == "specbench" else f" in {r['engine']}"
-                    err.print(f"LOSSLESS CHECK FAILED: {r['strategy']}{where}{at}: {r['mismatches']} of {r['prompts']} "
+            for r in result.summary:
+                if r.mismatches:
+                    at = f" at batch size {r.batch_size}" if r.batch_size > 1 else ""
+                    where = "" if r.engine == SPECBENCH else f" in {r.engine}"
+                    err.print(f"LOSSLESS CHECK FAILED: {r.strategy}{where}{at}: {r.mismatches} of {r.prompts} "
                               f"greedy outputs differ from ar{where}"
-                              + mismatch_detail(r["first_divergence"], r["divergence_margin"]),
+                              + mismatch_detail(r.first_divergence, r.divergence_margin),
                               style="bold red", highlight=False, soft_wrap=True)
-            for r in report.results:
-                agreement = r.get("engine_agreement")
+            for r in result.summary:
+                agreement = r.engine_agreement
                 if agreement:
                     parted = agreement["prompts"] - agreement["agreeing"]
                     err.print(f"engines: vLLM's ar and specbench's agree on {agreement['agreeing']} of "
                               f"{agreement['prompts']} greedy outputs"
                               + (mismatch_detail(agreement["first_divergence"], agreement["divergence_margin"])
                                  if parted else ""), highlight=False, soft_wrap=True)
-        err.print(f"results: {report.run_dir}", highlight=False)
+        err.print(f"results: {result.path}", highlight=False)

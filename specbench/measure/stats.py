@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -32,6 +32,7 @@ from scipy.stats import bootstrap
 from specbench.measure.cost_model import StepShape, predict
 from specbench.measure.cost_table import CostTable
 from specbench.measure.lossless import divergences
+from specbench.records import StrategySummary
 from specbench.strategies.spec import BASELINE
 
 ENGINE = "specbench"  # the engine of a row that names none (runs before there was a second engine)
@@ -108,7 +109,12 @@ def step_shape(rows: pd.DataFrame) -> StepShape:
                      tree=bool(rows.tree_steps.sum() > 0))
 
 
-def summarize_strategy(rows: pd.DataFrame, seed: int = 0, costs: CostInputs | None = None) -> dict[str, Any]:
+def _figure(value: float) -> float | None:
+    """NaN (no pairs to compute it from) is no figure."""
+    return None if math.isnan(value) else value
+
+
+def summarize_strategy(rows: pd.DataFrame, seed: int = 0, costs: CostInputs | None = None) -> StrategySummary:
     """One strategy's summary from its rows (which carry their paired `speedup`)."""
     name = rows.strategy.iloc[0]
     engine = rows.engine.iloc[0] if "engine" in rows else ENGINE
@@ -119,36 +125,36 @@ def summarize_strategy(rows: pd.DataFrame, seed: int = 0, costs: CostInputs | No
     first_divergences, margins = divergences(rows)
     times = {part: float(rows[f"{part}_s"].sum()) for part in SHARES}
     total = sum(times.values())
-    summary = {
-        "strategy": name,
-        "engine": engine,
-        "prompts": int(rows.groupby(PROMPT).ngroups),
-        "new_tokens": new_tokens,
-        "wall_s": float(rows.wall_s.sum()),
-        "tokens_per_s": _ratio(new_tokens, rows.wall_s.sum()),
-        "speedup": speedup,
-        "speedup_ci": [low, high],
-        "tau": _ratio(new_tokens, steps),
-        "acceptance_by_position": acceptance_by_position(position_sums(rows.accept_by_position), steps)
+    summary = StrategySummary(
+        strategy=name,
+        engine=engine,
+        prompts=int(rows.groupby(PROMPT).ngroups),
+        new_tokens=new_tokens,
+        wall_s=float(rows.wall_s.sum()),
+        tokens_per_s=_ratio(new_tokens, rows.wall_s.sum()),
+        speedup=_figure(speedup),
+        speedup_ci=[_figure(low), _figure(high)],
+        tau=_ratio(new_tokens, steps),
+        acceptance_by_position=acceptance_by_position(position_sums(rows.accept_by_position), steps)
         or ([0.0] if rows.drafted.sum() else []),  # drafted, never accepted: a_1 = 0
-        "draft_efficiency": _ratio(rows.accepted.sum(), rows.drafted.sum()),
-        "mismatches": int(rows.mismatch.astype(bool).sum()) if checked else None,
-        "first_divergence": first_divergences,
-        "divergence_margin": margins,
-        "time_shares": {part: times[part] / total if total else None for part in SHARES},
-        "memory_bytes": int(rows.memory_bytes.max()),
-        "peak_mem_bytes": int(rows.peak_mem_bytes.max()),
-    }
+        draft_efficiency=_ratio(rows.accepted.sum(), rows.drafted.sum()),
+        mismatches=int(rows.mismatch.astype(bool).sum()) if checked else None,
+        first_divergence=first_divergences,
+        divergence_margin=margins,
+        time_shares={part: times[part] / total if total else None for part in SHARES},
+        memory_bytes=int(rows.memory_bytes.max()),
+        peak_mem_bytes=int(rows.peak_mem_bytes.max()),
+    )
     if "engines_agree" in rows and rows.engines_agree.notna().any():
-        summary["engine_agreement"] = engine_agreement(rows)
+        summary.engine_agreement = engine_agreement(rows)
     if costs is not None and engine == ENGINE and name != BASELINE and name in costs.drafter_keys and steps:
         model = predict(step_shape(rows), costs.table, costs.drafter_keys[name])
-        summary["cost_model"] = {**model, "measured_over_predicted": speedup / model["predicted_speedup"]}
+        summary.cost_model = {**model, "measured_over_predicted": speedup / model["predicted_speedup"]}
     return summary
 
 
 def summarize(rows: pd.DataFrame, seed: int = 0, by: str | None = None,
-              costs: CostInputs | None = None) -> list[dict[str, Any]]:
+              costs: CostInputs | None = None) -> list[StrategySummary]:
     """Summaries of every strategy in a run's rows, in order of appearance with `ar` first; with
     `by="category"` one per strategy and category (the category named in each)."""
     if "speedup" not in rows or rows.speedup.isna().all():
@@ -167,7 +173,7 @@ def summarize(rows: pd.DataFrame, seed: int = 0, by: str | None = None,
         for key in keys:
             part = part_of(group, key)
             if len(part):
-                out.append({by: value, **summarize_strategy(part, seed, costs)})
+                out.append(replace(summarize_strategy(part, seed, costs), **{by: value}))
     return out
 
 
@@ -180,9 +186,9 @@ def engine_agreement(rows: pd.DataFrame) -> dict[str, Any]:
             "divergence_margin": [None if pd.isna(v) else float(v) for v in parted.engines_divergence_margin]}
 
 
-def transfer(summaries: list[dict[str, Any]]) -> dict[tuple[str, int], float]:
+def transfer(summaries: list[StrategySummary]) -> dict[tuple[str, int], float]:
     """(strategy, batch size) -> vLLM's speedup over specbench's, where both engines ran it."""
-    speedups = {(s["engine"], s["strategy"], s.get("batch_size", 1)): s["speedup"] for s in summaries
-                if s["strategy"] != BASELINE and s.get("speedup") is not None}
+    speedups = {(s.engine, s.strategy, s.batch_size): s.speedup for s in summaries
+                if s.strategy != BASELINE and s.speedup is not None}
     return {(name, batch): value / speedups[(ENGINE, name, batch)] for (engine, name, batch), value in speedups.items()
             if engine != ENGINE and (ENGINE, name, batch) in speedups and speedups[(ENGINE, name, batch)]}

@@ -1,6 +1,6 @@
 """Evidence under a results directory, and the candidates it offers a workload.
 
-Readers: run directories (anywhere below the results directory, read with `report.load_runs`) and
+Readers: run directories (anywhere below the results directory, read with `results.read_run`) and
 tuned studies (results/tuned/<study>.json with the run config <study>.toml beside it). Whatever
 cannot be read is skipped and named; recommend goes on without it.
 
@@ -33,7 +33,8 @@ from specbench.hardware import match_profile
 from specbench.measure.stats import BASELINE, paired_speedups, summarize_strategy
 from specbench.recommend.prior import members
 from specbench.recommend.workload import Workload
-from specbench.report import Run, load_runs
+from specbench.records import RunResult
+from specbench.results import read_run
 
 SOURCES = ("measured", "modelled", "projected", "prior")
 """Every recommendation names one; evidence ranks in this order (the prior only speaks without it)."""
@@ -93,7 +94,7 @@ class Candidate:
 class RunRecord:
     """A readable run directory and the workload it measured."""
 
-    run: Run
+    run: RunResult
     device: str | None  # the GPU profile it ran on ("cpu" without a GPU); None when no profile matches
     model: str
     temperature: float
@@ -155,23 +156,18 @@ def read_runs(results: Path, evidence: Evidence) -> None:
 
 
 def _run_record(path: Path) -> RunRecord:
-    runs, _warnings = load_runs([path])  # mismatches are handled per strategy in `run_candidates`
-    run = runs[0]
-    rows = run.rows.copy()
-    config = run.config
+    run = read_run(path)  # mismatches are handled per strategy in `run_candidates`
+    rows = run.frame()
     if len(rows):
         if BASELINE not in set(rows["strategy"]):
             raise SpecbenchError(f"{path}: no ar rows to pair the speedups with")
-        if "speedup" not in rows or rows["speedup"].isna().all():  # a run that never finished
+        if rows["speedup"].isna().all():  # a run that never finished
             rows["speedup"] = paired_speedups(rows)
-    if "batch_size" not in rows:
-        rows["batch_size"] = int(config.get("batch_size") or 1)
-    rows["engine"] = rows["engine"].fillna(SPECBENCH) if "engine" in rows else SPECBENCH
-    return RunRecord(run=run, device=run_device(run), model=str(run.meta.get("model")),
-                     temperature=float(config.get("temperature", 0.0)), rows=rows)
+    return RunRecord(run=run, device=run_device(run), model=str(run.model),
+                     temperature=float(run.config.get("temperature", 0.0)), rows=rows)
 
 
-def run_device(run: Run) -> str | None:
+def run_device(run: RunResult) -> str | None:
     """The profile of the device a run measured on: its CUDA GPU, or `cpu`."""
     cuda = run.environment.get("cuda")
     if run.config.get("device") == "cpu" or not cuda:
@@ -247,7 +243,7 @@ def _own_knobs(knobs: dict[str, dict], strategy: str) -> dict[str, dict]:
 
 
 def _config_of(record: RunRecord, strategy: str, engine: str = SPECBENCH) -> StrategyConfig:
-    own = _own_knobs(record.run.config.get("knobs") or {}, strategy)
+    own = _own_knobs(record.run.config.get("knobs", {}), strategy)
     return StrategyConfig(strategy, own, record.run.config.get("controller") if strategy != BASELINE else None,
                           engine=engine)
 
@@ -332,8 +328,7 @@ def run_candidates(evidence: Evidence, workload: Workload) -> tuple[list[Candida
 
 def _modelled(record: RunRecord, workload: Workload) -> dict[str, dict[str, Any]]:
     """strategy -> its point on the run's load axis at the workload's batch size."""
-    load = record.run.extra.get("load") or {}
-    return {p["strategy"]: p for p in load.get("points") or []
+    return {p["strategy"]: p for p in record.run.load.get("points", [])
             if p.get("batch_size") == workload.batch_size and p.get("modelled_speedup")}
 
 
@@ -366,11 +361,11 @@ def _modelled_candidates(record: RunRecord, workload: Workload, lossless: list[s
 def _pooled_candidate(pool: _Pool, ar_rows: pd.DataFrame, workload: Workload) -> Candidate:
     rows = pd.concat(pool.frames, ignore_index=True)
     summary = summarize_strategy(rows)
-    low, high = summary["speedup_ci"]
+    low, high = summary.speedup_ci
     kv = _kv_bytes_per_token(ar_rows)
-    ci = (float(low), float(high)) if summary["prompts"] > 1 else None  # one prompt has no interval
-    return Candidate(pool.config, "measured", float(summary["speedup"]), ci,
-                     tuple(sorted(pool.paths)), int(summary["prompts"]),
+    ci = (float(low), float(high)) if summary.prompts > 1 else None  # one prompt has no interval
+    return Candidate(pool.config, "measured", float(summary.speedup), ci,
+                     tuple(sorted(pool.paths)), summary.prompts,
                      _need_bytes(rows, kv, workload.context_len), _need_bytes(ar_rows, kv, workload.context_len),
                      incomplete=_interrupted(pool.interrupted))
 
@@ -378,11 +373,11 @@ def _pooled_candidate(pool: _Pool, ar_rows: pd.DataFrame, workload: Workload) ->
 def _projections(record: RunRecord, workload: Workload) -> dict[str, dict[str, Any]]:
     """strategy -> its projection onto the workload's GPU, from the run's summary."""
     found = {}
-    for result in record.run.summary or []:
-        projection = result.get("projection") or {}
-        if projection.get("projected") and projection.get("gpu") == workload.gpu.name \
-                and result.get("batch_size", 1) == workload.batch_size:
-            found[result["strategy"]] = projection
+    for result in record.run.summary:
+        projection = result.projection
+        if projection and projection.get("projected") and projection.get("gpu") == workload.gpu.name \
+                and result.batch_size == workload.batch_size:
+            found[result.strategy] = projection
     return found
 
 

@@ -14,22 +14,23 @@ import os
 import random
 import socket
 import time
-import zlib
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import optuna
-import pandas as pd
 
-from specbench.bench import Bench, make_row, run_one, vllm_strategy
+from specbench.bench import Bench, vllm_strategy
+from specbench.decoding import prompt_seed, run_one
 from specbench.engine.sampling import Sampling
 from specbench.errors import SpecbenchError
 from specbench.hardware import GpuProfile
 from specbench.measure.lossless import first_divergence, mismatch_detail
 from specbench.measure.stats import geometric_mean, paired_speedups
+from specbench.measuring import make_row
 from specbench.models import encode_turns
 from specbench.projection import memory_fit, project, workload_shape
+from specbench.records import Row, rows_frame
 from specbench.strategies.build import Strategy, build_strategy
 from specbench.strategies.published.formats import drafter_dirs_by_strategy
 from specbench.strategies.spec import StrategySpec, parse_strategies
@@ -53,7 +54,7 @@ class Unit:
     turn: int
     prompt: list[int]
     seed: int
-    ar_row: dict[str, Any] | None = None
+    ar_row: Row | None = None
     ar_age: int = 0  # this worker's trial count when ar_row was measured
     greedy_reference: list[int] | None = None  # ar's greedy output, for the check of sampling studies
 
@@ -63,7 +64,7 @@ class Measured:
     """What one configuration did on some prompts."""
 
     values: dict[str, float]  # prompt id -> speedup (projected or measured)
-    rows: list[dict[str, Any]]
+    rows: list[Row]
 
     @property
     def value(self) -> float:
@@ -90,9 +91,9 @@ class Evaluator:
             for turn in range(len(item.turns)):
                 unit_id = f"{item.id}/{turn}"
                 unit = Unit(unit_id, item, turn, encode_turns(tokenizer, list(item.turns[:turn + 1]), answers),
-                            self.bench.config.seed * 1_000_003 + zlib.crc32(unit_id.encode()))
+                            prompt_seed(self.bench.config.seed, item, turn))
                 self.measure_ar(unit)
-                answers.append(tokenizer.decode(unit.ar_row["output_ids"], skip_special_tokens=True))
+                answers.append(tokenizer.decode(unit.ar_row.output_ids, skip_special_tokens=True))
                 units.append(unit)
         return units
 
@@ -103,9 +104,9 @@ class Evaluator:
         unit.ar_age = self.trials
         if previous is None:
             return None
-        return (unit.ar_row["new_tokens"] / unit.ar_row["wall_s"]) / (previous["new_tokens"] / previous["wall_s"])
+        return (unit.ar_row.new_tokens / unit.ar_row.wall_s) / (previous.new_tokens / previous.wall_s)
 
-    def _row(self, strategy: Strategy, unit: Unit, gen, reference: list[int] | None) -> dict[str, Any]:
+    def _row(self, strategy: Strategy, unit: Unit, gen, reference: list[int] | None) -> Row:
         # no process peak: on one long-lived process it is one high-water mark for the whole study
         return make_row(self.bench.target.model, strategy, unit.item, unit.turn, 0, unit.prompt, gen, reference, 0)
 
@@ -125,15 +126,15 @@ class Evaluator:
         if strategy.runner is not None:
             self.bench.vllm.stop(strategy.runner)
 
-    def run(self, strategy: Strategy, unit: Unit) -> dict[str, Any]:
+    def run(self, strategy: Strategy, unit: Unit) -> Row:
         """One generation of `strategy` on `unit`, its row checked against ar's greedy output."""
         greedy = self.bench.sampling.greedy
         gen = run_one(self.bench, strategy, unit.prompt, unit.seed)
-        row = self._row(strategy, unit, gen, unit.ar_row["output_ids"] if greedy else None)
-        if row["mismatch"]:
-            margins = [row["divergence_margin"]] if row["divergence_margin"] is not None else []
+        row = self._row(strategy, unit, gen, unit.ar_row.output_ids if greedy else None)
+        if row.mismatch:
+            margins = [row.divergence_margin] if row.divergence_margin is not None else []
             raise TrialFailure(f"lossless check failed on prompt {unit.id}: the output differs from ar's"
-                               + mismatch_detail([row["first_divergence"]], margins))
+                               + mismatch_detail([row.first_divergence], margins))
         return row
 
     def greedy_check(self, strategy: Strategy, unit: Unit) -> None:
@@ -147,18 +148,18 @@ class Evaluator:
             raise TrialFailure(f"lossless check failed on prompt {unit.id}: greedy decoding differs from ar's "
                                f"at token {first}")
 
-    def value(self, strategy: Strategy, unit: Unit, row: dict[str, Any]) -> float:
+    def value(self, strategy: Strategy, unit: Unit, row: Row) -> float:
         if self.profile is not None:
-            shape = workload_shape(self.bench.target.model, strategy.drafter, pd.DataFrame([row]))
+            shape = workload_shape(self.bench.target.model, strategy.drafter, rows_frame([row]))
             return float(project(shape, self.profile)["speedup"])
-        return float(paired_speedups(pd.DataFrame([unit.ar_row, row])).iloc[1])
+        return float(paired_speedups(rows_frame([unit.ar_row, row])).iloc[1])
 
-    def memory(self, strategy: Strategy, rows: list[dict[str, Any]]) -> tuple[float, float | None]:
+    def memory(self, strategy: Strategy, rows: list[Row]) -> tuple[float, float | None]:
         """Bytes the configuration needs, and (projected) its constraint: GB needed beyond the profile's."""
         if self.profile is None:
-            return float(max(r["memory_bytes"] for r in rows)), None
+            return float(max(r.memory_bytes for r in rows)), None
         fits, need_gb, have_gb = memory_fit(workload_shape(self.bench.target.model, strategy.drafter,
-                                                           pd.DataFrame(rows)), self.profile)
+                                                           rows_frame(rows)), self.profile)
         return need_gb * 1e9, need_gb - have_gb
 
     def objective(self, trial: optuna.Trial, space: StudySpace) -> float | tuple[float, float]:
@@ -207,7 +208,7 @@ class Evaluator:
     def _record(self, trial: optuna.Trial, strategy: Strategy, measured: Measured, drift: list[float],
                 started: float) -> float:
         memory, constraint = self.memory(strategy, measured.rows)
-        rows = pd.DataFrame(measured.rows)
+        rows = rows_frame(measured.rows)
         attrs = {PER_PROMPT: measured.values, "prompts": len(measured.values), "memory_bytes": memory,
                  "tau": float(rows.new_tokens.sum() / rows.steps.sum()), "wall_s": time.perf_counter() - started}
         if drift:

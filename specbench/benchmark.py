@@ -1,0 +1,131 @@
+"""A benchmark run: every strategy against `ar` on the same prompts, interleaved, in one process.
+
+Data flows one way: suite -> prompts -> (target, strategy) -> per-step trace (engine) -> rows
+(measuring.py) -> the run's result (summarise.py). Rows are appended to the run directory group by
+group, so an interruption keeps what was measured and `resume` carries on where it stopped.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from functools import cache, partial
+from pathlib import Path
+from typing import Any, Callable
+
+from specbench.bench import Bench, context_limit, prepare
+from specbench.config import RunConfig
+from specbench.decoding import warm_up
+from specbench.engines import SPECBENCH, VLLM
+from specbench.errors import Interrupted, SpecbenchError
+from specbench.load_axis import time_proposals
+from specbench.measure.cost_table import CHAIN, TREE, CostTable, Grid
+from specbench.measure.costs import drafter_context, drafter_key, measure_costs
+from specbench.measure.noise import NoiseMonitor
+from specbench.measure.stats import CostInputs
+from specbench.measuring import measure_group
+from specbench.models import encode_turns
+from specbench.records import Row, RunResult
+from specbench.results import RunDir, group_of
+from specbench.strategies.spec import BASELINE
+from specbench.summarise import finish
+
+Progress = Callable[[str, int, int], None]  # what, done, total
+Estimate = Callable[[dict[str, Any]], None]  # after the warm-up: the plan (seconds, prompts, strategies, ...)
+
+BATCHED_VERIFY_LENGTHS = (1, 2, 4, 8, 12, 16)  # the chains' verify blocks: the engine pads them to the longest draft
+
+
+def cost_inputs(bench: Bench) -> CostInputs:
+    """The measured forward costs of this target and these strategies (stored under results/costs/,
+    reused by later runs), at the verify lengths, masks and contexts the run can reach."""
+    contexts = [64, 256] + [c for c in (1024, 4096) if c <= (context_limit(bench.target) or 0)]
+    longest = max(len(encode_turns(bench.target.tokenizer, list(i.turns[:1]), [])) for i in bench.suite.items)
+    contexts = [c for c in contexts if c <= 4 * (longest + bench.config.max_new_tokens)] or contexts[:1]
+    grid = Grid(context_lens=tuple(contexts), masks=(CHAIN, TREE))
+    context = cache(partial(drafter_context, bench.target))  # generated once, if a proposal is timed
+    table: CostTable = measure_costs(bench.target.model, bench.strategies, context, bench.config.out, grid)
+    batched = tuple(b for b in bench.batch_sizes if b > 1)
+    if batched:  # the load axis's model at the run's batch sizes (chains only run batched)
+        table = measure_costs(bench.target.model, bench.strategies, context, bench.config.out,
+                              replace(grid, batch_sizes=batched, verify_lengths=BATCHED_VERIFY_LENGTHS, masks=(CHAIN,)))
+    return CostInputs(table, {s.name: drafter_key(s) for s in bench.strategies if s.drafter is not None})
+
+
+def run_benchmark(config: RunConfig, progress: Progress | None = None, resume: str | Path | None = None,
+                  on_estimate: Estimate | None = None) -> RunResult:
+    """Measure every configured strategy against `ar` and write a run directory.
+
+    With `resume`, reopen an interrupted run directory (its saved configuration wins) and measure
+    only the prompts it lacks; a complete run is refused and left untouched. On KeyboardInterrupt
+    while prompts are measured, the rows measured so far are kept, the run is marked incomplete
+    and `Interrupted` (a KeyboardInterrupt naming the run directory) propagates. `on_estimate`
+    hears, after the warm-up, how long the measured part should take.
+    """
+    started = time.perf_counter()  # the start-up a user waits for: loading and the warm-up (nothing is compiled)
+    if resume is not None:
+        run, config = RunDir.resume(resume)
+        bench = prepare(config)
+        if run.meta.get("strategies") != [s.label for s in bench.runs]:
+            bench.close()
+            raise SpecbenchError(f"{resume}: the strategies no longer match the saved run")
+    else:
+        bench = prepare(config)
+        run = RunDir.create(config.out, config, bench.target.name, bench.suite.name, [s.label for s in bench.runs],
+                            drafters={s.label: s.drafters for s in bench.runs if s.drafters})
+    try:
+        return measure_run(bench, run, progress, on_estimate, started)
+    finally:
+        bench.close()
+
+
+def measure_run(bench: Bench, run: RunDir, progress: Progress | None = None, on_estimate: Estimate | None = None,
+                started: float | None = None) -> RunResult:
+    """The measured part of run_benchmark, on a prepared run and its run directory; `started` is when
+    the user's wait began (the start-up reported is from then)."""
+    config = bench.config
+    started = time.perf_counter() if started is None else started
+    previous: dict[tuple[str, int, int], list[int]] = {}
+    rows = run.keep_complete_groups({s.label for s in bench.runs})  # an interrupted run's, read once
+    done = {group_of(r) for r in rows}
+    for r in rows:  # batch size 1's rows come first, and its outputs are the reference
+        if r.strategy == BASELINE and r.engine == SPECBENCH:
+            previous.setdefault((r.prompt_id, r.turn, r.repeat), r.output_ids)
+
+    def keep(measured: list[Row]) -> None:
+        run.append_rows(measured)
+        rows.extend(measured)
+
+    noise = NoiseMonitor()  # the load before this run adds its own
+    per_prompt = warm_up(bench)
+    todo = [(b, item) for b in bench.batch_sizes for item in bench.suite.items
+            if any((item.id, turn, r, b) not in done for turn in range(len(item.turns)) for r in range(config.repeats))]
+    if on_estimate:
+        prompts = {item.id: item for _, item in todo}.values()
+        generations = sum(len(item.turns) for item in prompts) * config.repeats
+        on_estimate({"seconds": per_prompt * generations, "prompts": len(prompts), "strategies": len(bench.runs),
+                     "load": noise.load_before, "cpus": noise.cpus, "busy": noise.busy_before(),
+                     "skipped": list(bench.skipped), "context": context_limit(bench.target),
+                     "startup_s": time.perf_counter() - started})
+    costs = cost_inputs(bench) if config.cost_model and config.engine != VLLM else None
+    time_proposals(bench.target, bench.strategies, config.out)  # what the load axis prices, timed before measuring
+    noise.restart()
+    complete = False
+    try:
+        finished = 0
+        for batch_size in bench.batch_sizes:
+            items = [item for b, item in todo if b == batch_size]
+            for start in range(0, len(items), batch_size):
+                batch = items[start:start + batch_size]
+                dropped = measure_group(bench, batch_size, batch, done, previous, keep)
+                bench.skipped += [item for item in dropped if item not in bench.skipped]
+                noise.tick()
+                finished += len(batch)
+                if progress:
+                    progress(f"batch size {batch_size}: {batch[-1].id}", finished, len(todo))
+        complete = True
+    except KeyboardInterrupt as exc:
+        raise Interrupted(run.path, "the prompts finished so far are kept; the run is marked incomplete") from exc
+    finally:
+        result = finish(bench, run, rows, complete, noise, costs)
+    return result

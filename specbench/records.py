@@ -1,0 +1,222 @@
+"""The typed records a run produces: a `Row` per measured generation, a `StrategySummary` per strategy
+(and batch size, engine, category), and the `RunResult` that holds them with what the run noted.
+
+Measuring produces these; the summary, plots, tables, `--json`, tune and recommend read them. A run
+directory (results.py) is their sink, and reading one back gives the same records. Their dict forms
+are the files' schema: `as_dict` leaves out the optional entries a record lacks, as the files always
+have, so directories written before these types read unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from specbench.engines import SPECBENCH
+from specbench.errors import SpecbenchError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def _plain(value: Any) -> Any:
+    """A value read from a frame or parquet as the JSON reader gives it: lists, Python numbers, None."""
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+def _required(cls) -> list[str]:
+    return [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
+
+
+def _from_dict(cls, data: dict[str, Any], where: str):
+    """A record from its dict form (a JSON line, a frame's row); keys of no field are not the record's."""
+    missing = [k for k in _required(cls) if k not in data]
+    if missing:
+        raise SpecbenchError(f"{where} lack key(s): {', '.join(missing)}")
+    names = {f.name for f in fields(cls)}
+    return cls(**{k: _plain(v) for k, v in data.items() if k in names})
+
+
+@dataclass
+class Row:
+    """One measured generation: a strategy on one prompt, turn and repeat at one batch size."""
+
+    # what the summaries read; every run directory has these
+    strategy: str
+    prompt_id: str
+    category: str
+    turn: int
+    repeat: int
+    prompt_tokens: int
+    new_tokens: int
+    wall_s: float
+    steps: int
+    drafted: int
+    accepted: int
+    accept_by_position: list[int]
+    prefill_s: float
+    draft_s: float
+    verify_s: float
+    other_s: float
+    memory_bytes: int
+    peak_mem_bytes: int
+    mismatch: bool | None  # None when sampling: no greedy check ran
+    first_divergence: int | None
+    # recorded by every current run; absent from some older directories
+    order: int = 0  # the position the strategy ran at among the prompt's strategies
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    tau: float | None = None
+    verified: int | None = None
+    max_verified: int | None = None
+    draft_depth: int | None = None
+    budget: int | None = None
+    tree_steps: int | None = None
+    stop_reason: str | None = None
+    divergence_margin: float | None = None
+    output_ids: list[int] = field(default_factory=list)
+    batch_size: int = 1
+    steps_by_drafted: list[int] | None = None
+    engine: str = SPECBENCH
+    # batched rows only: the batch's size as decoded, the sequence's own latency, the batch's steps and mean block
+    batch_rows: int | None = None
+    latency_s: float | None = None
+    batch_steps: int | None = None
+    batch_block: float | None = None
+    # vLLM's `ar` only: against specbench's on the same prompt
+    engines_agree: bool | None = None
+    engines_first_divergence: int | None = None
+    engines_divergence_margin: float | None = None
+    speedup: float | None = None  # tokens/s over `ar`'s on the same prompt (stats.paired_speedups), once summarised
+
+    OPTIONAL = {"batch_rows": ("batch_rows", "latency_s", "batch_steps", "batch_block"),
+                "engines_agree": ("engines_agree", "engines_first_divergence", "engines_divergence_margin"),
+                "speedup": ("speedup",)}
+    """The entries only some rows have: each group is written where the row has its first."""
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        absent = {k for first, group in self.OPTIONAL.items() if data[first] is None for k in group}
+        return {k: v for k, v in data.items() if k not in absent}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str = "a row") -> Row:
+        return _from_dict(cls, data, where)
+
+
+ROW_KEYS = tuple(_required(Row))
+"""What every run directory's rows hold (what the summaries read)."""
+
+
+def rows_frame(rows: list[Row]) -> pd.DataFrame:
+    """Rows as one frame, the form the statistics compute on: a column for every field, the ones no row
+    has included (empty), so readers never ask which columns a run wrote."""
+    import pandas as pd
+
+    return pd.DataFrame([asdict(r) for r in rows], columns=[f.name for f in fields(Row)])
+
+
+@dataclass
+class StrategySummary:
+    """One strategy's figures over its rows (measure/stats.py says what each is)."""
+
+    strategy: str
+    engine: str
+    prompts: int
+    new_tokens: int
+    wall_s: float
+    tokens_per_s: float | None
+    speedup: float | None
+    speedup_ci: list[float | None]
+    tau: float | None
+    acceptance_by_position: list[float]
+    draft_efficiency: float | None
+    mismatches: int | None  # None when sampling: no greedy check ran
+    first_divergence: list[int]
+    divergence_margin: list[float]
+    time_shares: dict[str, float | None]
+    memory_bytes: int
+    peak_mem_bytes: int
+    batch_size: int = 1
+    category: str | None = None  # set in a summary per category
+    engine_agreement: dict[str, Any] | None = None  # vLLM's `ar` against specbench's
+    cost_model: dict[str, Any] | None = None  # the speedup the cost model predicts, and measured / predicted
+    nvml: dict[str, Any] | None = None  # device metrics over the strategy's generations
+    host: dict[str, Any] | None = None
+    transfer: float | None = None  # vLLM's speedup over specbench's for the same strategy
+    projection: dict[str, Any] | None = None  # onto the --gpu profile
+    modelled: dict[str, Any] | None = None  # the load axis's model at this batch size
+
+    REQUIRED = ("strategy", "engine", "prompts", "new_tokens", "wall_s", "tokens_per_s", "speedup", "speedup_ci",
+                "tau", "acceptance_by_position", "draft_efficiency", "mismatches", "first_divergence",
+                "divergence_margin", "time_shares", "memory_bytes", "peak_mem_bytes", "batch_size")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None or k in self.REQUIRED}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str = "a summary") -> StrategySummary:
+        return _from_dict(cls, {"engine": SPECBENCH, **data}, where)
+
+
+@dataclass
+class RunResult:
+    """One run: its settings, its rows, the summaries of them and what the run noted."""
+
+    path: Path
+    meta: dict[str, Any]  # run.json: status, model, suite, strategies, start and finish
+    config: dict[str, Any]  # config.json: the RunConfig measured with
+    environment: dict[str, Any]  # environment.json: versions, the machine, the drafters' formats and knobs
+    rows: list[Row]
+    summary: list[StrategySummary]  # per strategy, engine and batch size
+    by_category: list[StrategySummary] = field(default_factory=list)
+    skipped_prompts: list[str] = field(default_factory=list)  # longer than the model's context with the answer
+    notes: list[str] = field(default_factory=list)  # what the run changed from its configuration
+    noise: dict[str, Any] | None = None  # measure/noise.py: the machine's load, and whether timings are trusted
+    projection: dict[str, Any] | None = None  # the --gpu profile projected onto
+    load: dict[str, Any] = field(default_factory=dict)  # the load axis (load_axis.py)
+    vllm_start_s: dict[str, float] = field(default_factory=dict)  # seconds each vLLM engine took to start
+    vllm_idle_engines: str | None = None  # what was done to vLLM's engines while another one was timed
+    nvml_series: list[dict[str, Any]] = field(default_factory=list)  # strategy, t_s, metric, value
+    label: str = ""  # the name it is shown under (the directory's, unless two runs share one)
+
+    EXTRA = ("skipped_prompts", "notes", "vllm_start_s", "vllm_idle_engines", "by_category", "noise", "projection", "load")
+    """summary.json's entries beside "results"; the empty ones are left out, except the first two."""
+
+    def __post_init__(self) -> None:
+        self.label = self.label or self.path.name
+
+    @property
+    def complete(self) -> bool:
+        return self.meta["status"] == "complete"
+
+    @property
+    def model(self) -> str:
+        return self.meta["model"]
+
+    @property
+    def suite(self) -> str:
+        return self.meta["suite"]
+
+    def frame(self) -> pd.DataFrame:
+        return rows_frame(self.rows)
+
+    def summary_json(self) -> dict[str, Any]:
+        """summary.json: the summaries and what the run noted."""
+        extra = {"skipped_prompts": self.skipped_prompts, "notes": self.notes, "vllm_start_s": self.vllm_start_s,
+                 "vllm_idle_engines": self.vllm_idle_engines,
+                 "by_category": [s.as_dict() for s in self.by_category], "noise": self.noise,
+                 "projection": self.projection, "load": self.load}
+        return {"results": [s.as_dict() for s in self.summary],
+                **{k: v for k, v in extra.items() if v or k in ("skipped_prompts", "notes")}}
+
+    def as_json(self) -> dict[str, Any]:
+        """`specbench run --json`: where the run is, and its summary.json."""
+        return {"run_dir": str(self.path), "model": self.model, "suite": self.suite, "complete": self.complete,
+                **self.summary_json()}

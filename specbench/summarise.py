@@ -1,0 +1,93 @@
+"""A run's result from its rows: the summaries (per strategy, batch size and category), device
+metrics, noise, the --gpu projection and the load axis, written to the run directory with the plots."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any
+
+import pandas as pd
+
+from specbench.batch_plots import write_batch_plots
+from specbench.bench import Bench
+from specbench.engines import SPECBENCH, label
+from specbench.hardware import is_local_gpu
+from specbench.load_axis import load_axis
+from specbench.measure.cost_table import load_table
+from specbench.measure.noise import NoiseMonitor
+from specbench.measure.stats import CostInputs, paired_speedups, summarize, transfer
+from specbench.plots import write_plots
+from specbench.projection import by_batch, workload_shape
+from specbench.projection import project as projection
+from specbench.records import Row, RunResult, StrategySummary
+from specbench.files import write_atomic
+from specbench.results import RunDir
+
+
+def project(bench: Bench, rows: pd.DataFrame, summary: list[StrategySummary]) -> dict[str, Any]:
+    """Each strategy's measured shape on the --gpu profile, at the run's batch size and swept over
+    batch sizes (where speculation stops paying there).
+
+    When the profile is the local GPU the figures above are measured and nothing is projected.
+    """
+    profile = bench.profile
+    if is_local_gpu(profile.name):
+        return {"gpu": profile.name, "projected": False, "note": "measured on this GPU"}
+    by_name = {s.name: s for s in bench.strategies}
+    for result in summary:
+        part = rows[rows.strategy == result.strategy]
+        shape = workload_shape(bench.target.model, by_name[result.strategy].drafter, part)
+        result.projection = {**projection(shape, profile), "by_batch": by_batch(shape, profile)}
+    return {"gpu": profile.name, "projected": True}
+
+
+def summarise(bench: Bench, result: RunResult, noise: NoiseMonitor | None, costs: CostInputs | None) -> None:
+    """The result's summaries (per strategy and batch size, per category), device metrics, noise,
+    projection and load axis, from its rows (which gain their paired speedups)."""
+    rows = result.frame()
+    rows["speedup"] = paired_speedups(rows)
+    for row, speedup in zip(result.rows, rows.speedup):
+        row.speedup = None if math.isnan(speedup) else float(speedup)
+    for batch_size, part in rows.groupby("batch_size", sort=True):
+        # the cost model predicts batch size 1 (measure/cost_model.py); the load axis models every batch size
+        at = {"costs": costs if batch_size == 1 else None}
+        for summary in summarize(part, bench.config.seed, **at):
+            metrics = bench.metrics.summary(label(summary.strategy, summary.engine), summary.new_tokens)
+            result.summary.append(replace(summary, batch_size=int(batch_size), **metrics))
+        result.by_category += [replace(s, batch_size=int(batch_size))
+                               for s in summarize(part, bench.config.seed, by="category", **at)]
+    ratios = transfer(result.summary)
+    for summary in result.summary:
+        if summary.engine != SPECBENCH:
+            summary.transfer = ratios.get((summary.strategy, summary.batch_size))
+    own = rows[rows.engine == SPECBENCH]  # the noise check, projection and load axis read specbench's engine
+    own_summary = [s for s in result.summary if s.engine == SPECBENCH]
+    smallest = int(own.batch_size.min())
+    first = own[own.batch_size == smallest]
+    if noise is not None:
+        result.noise = noise.summary(first)
+    if bench.profile:
+        result.projection = project(bench, first, [s for s in own_summary if s.batch_size == smallest])
+    result.load = load_axis(bench.target, bench.strategies, own, own_summary, bench.config.out)
+
+
+def finish(bench: Bench, run: RunDir, rows: list[Row], complete: bool, noise: NoiseMonitor | None,
+           costs: CostInputs | None) -> RunResult:
+    """The run's result from every row measured (those of an interrupted run included), written to its
+    directory with the plots."""
+    result = RunResult(run.path, {**run.meta, "status": "complete" if complete else "incomplete"}, run.config,
+                       run.environment, rows, [], skipped_prompts=bench.skipped, notes=bench.notes,
+                       vllm_start_s=bench.vllm.start_s if bench.vllm is not None else {},
+                       vllm_idle_engines=bench.vllm.idle_engines if bench.vllm is not None else None,
+                       nvml_series=bench.metrics.series_frame().to_dict("records"))
+    if rows:
+        summarise(bench, result, noise, costs)
+    run.finish(result)
+    if rows:
+        write_plots([result], run.path)
+        if "schedule_toml" in result.load:
+            write_atomic(run.path / "draft_schedule.toml", result.load["schedule_toml"])
+        table = load_table(bench.config.out, result.load["cost_table"]) if "cost_table" in result.load else None
+        write_batch_plots(result, table)
+    return result

@@ -1,0 +1,53 @@
+"""The typed records: what a run measures is what reading its directory gives back."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specbench.benchmark import run_benchmark
+from specbench.config import RunConfig
+from specbench.errors import SpecbenchError
+from specbench.records import ROW_KEYS, Row, StrategySummary
+from specbench.results import read_run
+
+
+@pytest.mark.parametrize("batch_sizes", [[1], [1, 2]])
+def test_a_run_read_back_is_the_run_measured(tiny_model_dir, tmp_path, batch_sizes):
+    result = run_benchmark(RunConfig(model=str(tiny_model_dir), strategies=["ngram"], limit=3, max_new_tokens=6,
+                                     warmup=0, device="cpu", out=str(tmp_path), batch_sizes=batch_sizes))
+    assert result.complete and result.rows and result.summary
+    assert {s.batch_size for s in result.summary} == set(batch_sizes)
+    assert all(r.speedup is not None for r in result.rows)  # paired with ar's before they were written
+    assert read_run(result.path) == result
+
+
+def test_rows_keep_the_files_schema(tiny_model_dir, tmp_path):
+    result = run_benchmark(RunConfig(model=str(tiny_model_dir), strategies=["ngram"], limit=2, max_new_tokens=4,
+                                     warmup=0, device="cpu", out=str(tmp_path)))
+    written = [json.loads(line) for line in (result.path / "rows.jsonl").read_text().splitlines()]
+    assert written == [r.as_dict() for r in result.rows]
+    assert "batch_rows" not in written[0] and "engines_agree" not in written[0]  # batched and vLLM rows only
+    summary = json.loads((result.path / "summary.json").read_text())
+    assert summary == json.loads(json.dumps(result.summary_json()))
+    assert "transfer" not in summary["results"][1] and "by_category" in summary
+
+
+def test_older_rows_read_with_their_defaults():
+    old = {key: 0 for key in ROW_KEYS} | {"strategy": "ar", "prompt_id": "p", "category": "c",
+                                          "accept_by_position": [], "mismatch": False, "first_divergence": None}
+    row = Row.from_dict(old)
+    assert row.batch_size == 1 and row.engine == "specbench" and row.speedup is None
+    with pytest.raises(SpecbenchError, match="lack key"):
+        Row.from_dict({"strategy": "ar"})
+    assert StrategySummary.from_dict({"strategy": "ar"} | {k: None for k in StrategySummary.REQUIRED[2:]}).engine \
+        == "specbench"
+
+
+def test_optional_entries_are_written_as_groups():
+    base = {key: 0 for key in ROW_KEYS} | {"accept_by_position": [], "mismatch": False, "first_divergence": None}
+    agreeing = Row.from_dict(base | {"engines_agree": True}).as_dict()
+    assert agreeing["engines_first_divergence"] is None and agreeing["engines_divergence_margin"] is None
+    batched = Row.from_dict(base | {"batch_rows": 2, "batch_size": 2}).as_dict()
+    assert "batch_block" in batched and "engines_agree" not in batched and "speedup" not in batched
