@@ -127,7 +127,7 @@ def main() -> None:
                   f"{r['target_forwards']['transformers']}")
     md.append(f"- c: time outside the model forward in an `ar` step: {100 * result['c_ar_outside_forward_share']:.1f}%")
     md += ["", "## d: speedup over ar per category", "", render(by_category, "markdown"),
-           "## Run summary", "", render(comparison(runs), "markdown")]
+           "## Run summary", "", render(comparison([report]), "markdown")]
     write_atomic(OUT / "foundation.md", "\n".join(md) + "\n")
     print("\n".join(md))
 

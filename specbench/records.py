@@ -186,7 +186,8 @@ class RunResult:
     nvml_series: list[dict[str, Any]] = field(default_factory=list)  # strategy, t_s, metric, value
     label: str = ""  # the name it is shown under (the directory's, unless two runs share one)
 
-    EXTRA = ("skipped_prompts", "notes", "vllm_start_s", "vllm_idle_engines", "by_category", "noise", "projection", "load")
+    EXTRA = ("skipped_prompts", "notes", "vllm_start_s", "vllm_idle_engines", "by_category", "noise", "projection",
+             "load")
     """summary.json's entries beside "results"; the empty ones are left out, except the first two."""
 
     def __post_init__(self) -> None:

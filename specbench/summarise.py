@@ -12,6 +12,7 @@ import pandas as pd
 from specbench.batch_plots import write_batch_plots
 from specbench.bench import Bench
 from specbench.engines import SPECBENCH, label
+from specbench.files import write_atomic
 from specbench.hardware import is_local_gpu
 from specbench.load_axis import load_axis
 from specbench.measure.cost_table import load_table
@@ -21,7 +22,6 @@ from specbench.plots import write_plots
 from specbench.projection import by_batch, workload_shape
 from specbench.projection import project as projection
 from specbench.records import Row, RunResult, StrategySummary
-from specbench.files import write_atomic
 from specbench.results import RunDir
 
 
