@@ -19,7 +19,7 @@ import pandas as pd
 
 from specbench.draft_schedule import schedule_entry, schedule_toml, vllm_config
 from specbench.measure.batch_model import DraftShape, best_caps, modelled, stops_paying
-from specbench.measure.cost_table import load_table
+from specbench.measure.cost_table import CostTable, load_table
 from specbench.measure.costs import drafter_context, drafter_key, table_key, time_drafters
 from specbench.measure.stats import position_sums
 from specbench.records import StrategySummary
@@ -59,6 +59,15 @@ def load_axis(target, strategies: list[Strategy], rows: pd.DataFrame, summary: l
     table = load_table(out_dir, table_key(target.model))
     if not table.target:
         return {"note": NO_TABLE}
+    try:
+        return modelled_axis(table, strategies, rows, summary)
+    except KeyError as missing:  # the entries timed on a busy machine are left out when a table is read
+        return {"note": f"the cost table lacks entries the model needs ({missing.args[0]}: those timed on a busy "
+                        "machine are not trusted); `specbench costs` on a quiet machine times them again"}
+
+
+def modelled_axis(table: CostTable, strategies: list[Strategy], rows: pd.DataFrame,
+                  summary: list[StrategySummary]) -> dict[str, Any]:
     first = int(rows.batch_size.min())
     drafting = [s for s in strategies if s.drafter is not None]
     sizes = table.batch_sizes()

@@ -69,3 +69,20 @@ def test_entries_are_timed_in_rounds():
     calls = []
     timings = costs._time_rounds([lambda: calls.append("a"), lambda: calls.append("b")], 2, 1, torch.device("cpu"))
     assert calls == ["a", "b"] * 3 and [set(t) for t in timings] == [{"median_s", "spread"}] * 2
+
+
+def test_a_run_whose_stored_table_lacks_trusted_entries_finishes_with_a_note(tiny_model_dir, tmp_path, monkeypatch):
+    """Entries timed on a busy machine are left out when a table is read back: the load axis then says
+    what is missing instead of failing the run (it raised KeyError: no chain target costs at batch 1)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from specbench.cli import app
+
+    monkeypatch.setattr(cost_table, "trusted", lambda entry: entry.get("mask") != cost_table.CHAIN)
+    result = CliRunner().invoke(app, ["run", "--model", str(tiny_model_dir), "--strategy", "ngram", "--limit", "1",
+                                      "--max-new-tokens", "4", "--warmup", "0", "--out", str(tmp_path), "--json"])
+    assert result.exit_code == 0, result.output
+    note = json.loads(result.stdout)["load"]["note"]
+    assert "no chain target costs at batch 1" in note and "specbench costs" in note
