@@ -6,7 +6,8 @@ engines on the same prompts, interleaved and shuffled per prompt, each engine's 
 with its own `ar`. Per strategy: tokens/s, tau and the speedup with its 95% interval in each engine,
 and the transfer (vLLM's speedup over specbench's); then `ar` against `ar` (the ratio issue 19
 targets) and the engines' greedy agreement. vLLM runs as users start it (its engine core in its own
-process). Writes results/benchmarks/engines.{json,md}.
+process; each engine's processes are stopped while another engine is timed). Writes
+results/benchmarks/engines.{json,md}, or with --out DIR DIR/engines.{json,md} and the run under DIR's parent.
 
     python scripts/bench_engines.py --limit 16 --max-new-tokens 64
 """
@@ -39,17 +40,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--limit", type=int, default=16)
     parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
-    OUT.mkdir(parents=True, exist_ok=True)
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
     report = run_benchmark(RunConfig(strategies=STRATEGIES, engine="both", limit=args.limit,
-                                     max_new_tokens=args.max_new_tokens, device="cpu", out=str(OUT.parent)))
+                                     max_new_tokens=args.max_new_tokens, device="cpu", out=str(out.parent)))
     by = {(r.engine, r.strategy): r.as_dict() for r in report.summary}
     own_ar, vllm_ar = by[("specbench", BASELINE)], by[("vllm", BASELINE)]
     best = {engine: max((s for s in STRATEGIES), key=lambda s: by[(engine, s)]["tokens_per_s"])
             for engine in ("specbench", "vllm")}
     figures = {
         "run_dir": str(report.path), "noise": report.noise,
-        "vllm_start_s": report.vllm_start_s,
+        "vllm_start_s": report.vllm_start_s, "vllm_idle_engines": report.vllm_idle_engines,
         "ar_tokens_per_s": {"specbench": own_ar["tokens_per_s"], "vllm": vllm_ar["tokens_per_s"],
                             "specbench_over_vllm": own_ar["tokens_per_s"] / vllm_ar["tokens_per_s"]},
         "best": {engine: {"strategy": s, "tokens_per_s": by[(engine, s)]["tokens_per_s"]}
@@ -62,7 +65,7 @@ def main() -> None:
                        for s in STRATEGIES},
     }
     figures["transfer_geometric_mean"] = geometric_mean([v["transfer"] for v in figures["strategies"].values()])
-    write_json(OUT / "engines.json", figures)
+    write_json(out / "engines.json", figures)
 
     agreement = figures["engine_agreement"] or {}
     lines = ["# specbench's engine and vLLM, side by side", "",
@@ -87,8 +90,9 @@ def main() -> None:
               "- greedy mismatches against the same engine's ar: " + ", ".join(
                   f"{s} {by[('specbench', s)]['mismatches']}/{by[('vllm', s)]['mismatches']}" for s in STRATEGIES)
               + " (specbench/vLLM)",
+              f"- vLLM's engines while another engine was timed: {figures['vllm_idle_engines']}",
               "- noise: " + ("; ".join((report.noise or {}).get("reasons") or []) or "quiet"), ""]
-    write_atomic(OUT / "engines.md", "\n".join(lines) + "\n")
+    write_atomic(out / "engines.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

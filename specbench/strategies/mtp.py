@@ -188,40 +188,47 @@ class MtpDrafter(Drafter):
     def state_bytes(self) -> int:
         return state_bytes(self.kv, self.out)
 
-    def _sync(self, tokens: torch.Tensor, modules: int) -> None:
-        """Run modules 1..`modules` over their committed rows not run yet."""
-        n = len(tokens)
-        for k in range(1, modules + 1):
-            first, end = len(self.out[k]), min(len(self.out[k - 1]), n - k)
-            if end <= first:
-                continue
-            positions = torch.arange(first, end, device=tokens.device)
-            out, self.kv[k - 1] = self.model.layers[k - 1](
-                self.out[k - 1][first:end][None], embed(self.model.target, tokens[first + k:end + k])[None],
-                positions, module_mask(k, first, end - first, tokens.device), self.kv[k - 1])
-            self.out[k] = torch.cat([self.out[k], out[0]])
+    def _module(self, k: int, tokens: torch.Tensor, candidates: tuple[torch.Tensor, torch.Tensor] | None = None,
+                row: int = 0) -> torch.Tensor:
+        """Run module k over its committed rows not run yet (their outputs and keys/values kept) and, in the
+        same forward (one pass over the module's weights), over `candidates` (hidden, token ids) at `row`,
+        which see the committed rows and themselves and are not kept. Returns the candidates' outputs."""
+        device = tokens.device
+        first, end = len(self.out[k]), min(len(self.out[k - 1]), len(tokens) - k)
+        m, c = max(end - first, 0), 0 if candidates is None else len(candidates[1])
+        if m + c == 0:
+            return self.out[k][:0]
+        hidden, ids = self.out[k - 1][first:first + m], tokens[first + k:first + k + m]
+        positions = torch.arange(first, first + m, device=device)
+        mask = module_mask(k, first, m, device)
+        if candidates is not None:
+            hidden, ids = torch.cat([hidden, candidates[0]]), torch.cat([ids, candidates[1]])
+            positions = torch.cat([positions, torch.full((c,), row, device=device)])
+            mask = torch.cat([torch.cat([mask, mask.new_zeros(m, c)], -1),
+                              torch.cat([mask.new_ones(c, first + m), torch.eye(c, dtype=torch.bool, device=device)],
+                                        -1)])
+        out, kv = self.model.layers[k - 1](hidden[None], embed(self.model.target, ids)[None], positions, mask,
+                                           self.kv[k - 1])
+        if m:
+            self.kv[k - 1] = (kv[0][:, :, :first + m], kv[1][:, :, :first + m])
+            self.out[k] = torch.cat([self.out[k], out[0, :m]])
+        return out[0, m:]
 
     def propose(self, ctx: DraftContext) -> DraftTree:
         depth = min(self.options.n_modules, ctx.budget)
         if depth < 1:
             return DraftTree()
-        self._sync(ctx.tokens, depth)
+        self._module(1, ctx.tokens)  # the later modules catch up when they expand a level
         row = len(ctx.tokens) - 2
         if row < 0 or len(self.out[1]) <= row:
             return DraftTree()
-        model, device = self.model, ctx.tokens.device
+        model = self.model
         state = {"hidden": self.out[1][row][None]}
 
         def expand(level: int, tokens: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
             # module level + 1 at `row`: sees its committed rows and itself, not the sibling candidates
-            cached = len(self.out[level + 1])
-            mask = torch.cat([torch.ones(len(tokens), cached, dtype=torch.bool, device=device),
-                              torch.eye(len(tokens), dtype=torch.bool, device=device)], -1)
-            positions = torch.full((len(tokens),), row, device=device)
-            out, _ = model.layers[level](state["hidden"][parents][None], embed(model.target, tokens)[None],
-                                         positions, mask, self.kv[level])
-            state["hidden"] = out[0]
-            return model.logits(level, out[0])
+            state["hidden"] = self._module(level + 1, ctx.tokens, (state["hidden"][parents], tokens), row)
+            return model.logits(level, state["hidden"])
 
         return mtp_tree(model.logits(0, self.out[1][row]), expand, self.options.widths, depth,
                         self.options.entropy_threshold, ctx.controller.keep_drafting, self.name)
