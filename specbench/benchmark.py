@@ -93,8 +93,10 @@ def measure_run(bench: Bench, run: RunDir, progress: Progress | None = None, on_
             previous.setdefault((r.prompt_id, r.turn, r.repeat), r.output_ids)
 
     def keep(measured: list[Row]) -> None:
-        run.append_rows(measured)
+        # memory first: an interruption inside the append (Ctrl-C lands after the fsync returns) must not
+        # leave rows on disk that finish, which rewrites rows.jsonl from memory, does not know of
         rows.extend(measured)
+        run.append_rows(measured)
 
     noise = NoiseMonitor()  # the load before this run adds its own
     per_prompt = warm_up(bench)

@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from specbench.draft_schedule import schedule_entry, schedule_toml, vllm_config
+from specbench.errors import SpecbenchError
 from specbench.measure.batch_model import DraftShape, best_caps, modelled, stops_paying
 from specbench.measure.cost_table import CostTable, load_table
 from specbench.measure.costs import drafter_context, drafter_key, table_key, time_drafters
@@ -61,9 +62,9 @@ def load_axis(target, strategies: list[Strategy], rows: pd.DataFrame, summary: l
         return {"note": NO_TABLE}
     try:
         return modelled_axis(table, strategies, rows, summary)
-    except KeyError as missing:  # the entries timed on a busy machine are left out when a table is read
-        return {"note": f"the cost table lacks entries the model needs ({missing.args[0]}: those timed on a busy "
-                        "machine are not trusted); `specbench costs` on a quiet machine times them again"}
+    except (KeyError, SpecbenchError) as missing:  # entries timed on a busy machine are left out when read back
+        return {"note": f"the load axis is not modelled: {missing.args[0]} (cost entries timed on a busy machine "
+                        "are not trusted when read back: `specbench costs` on a quiet machine times them again)"}
 
 
 def modelled_axis(table: CostTable, strategies: list[Strategy], rows: pd.DataFrame,
