@@ -27,8 +27,8 @@ import pandas as pd
 import torch
 
 from specbench.batch_tables import batch_frames, render_frame, stop_text
-from specbench.bench import prepare
-from specbench.benchmark import run_benchmark
+from specbench.benchmark.pipeline import run_benchmark
+from specbench.benchmark.prepare import prepare
 from specbench.config import RunConfig
 from specbench.files import write_atomic, write_json
 from specbench.hardware import BUILTIN_PROFILES

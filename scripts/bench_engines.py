@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from specbench.benchmark import run_benchmark
+from specbench.benchmark.pipeline import run_benchmark
 from specbench.config import RunConfig
 from specbench.files import write_atomic, write_json
 from specbench.measure.stats import geometric_mean

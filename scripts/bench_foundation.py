@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from specbench.bench import prepare
-from specbench.benchmark import run_benchmark
+from specbench.benchmark.pipeline import run_benchmark
+from specbench.benchmark.prepare import prepare
 from specbench.config import RunConfig
 from specbench.engine.decode import generate
 from specbench.files import write_atomic, write_json

@@ -27,7 +27,7 @@ import json
 from datetime import datetime
 from pathlib import Path
 
-from specbench.benchmark import run_benchmark
+from specbench.benchmark.pipeline import run_benchmark
 from specbench.config import RunConfig
 from specbench.files import write_atomic, write_json
 from specbench.hardware import load_profiles

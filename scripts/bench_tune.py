@@ -36,7 +36,7 @@ from pathlib import Path
 import optuna
 import pandas as pd
 
-from specbench.bench import prepare
+from specbench.benchmark.prepare import prepare
 from specbench.config import RunConfig
 from specbench.files import write_atomic, write_json
 from specbench.measure.stats import geometric_mean

@@ -180,7 +180,7 @@ class RunResult:
     notes: list[str] = field(default_factory=list)  # what the run changed from its configuration
     noise: dict[str, Any] | None = None  # measure/noise.py: the machine's load, and whether timings are trusted
     projection: dict[str, Any] | None = None  # the --gpu profile projected onto
-    load: dict[str, Any] = field(default_factory=dict)  # the load axis (load_axis.py)
+    load: dict[str, Any] = field(default_factory=dict)  # the load axis (benchmark/modelled_speedup.py)
     vllm_start_s: dict[str, float] = field(default_factory=dict)  # seconds each vLLM engine took to start
     vllm_idle_engines: str | None = None  # what was done to vLLM's engines while another one was timed
     nvml_series: list[dict[str, Any]] = field(default_factory=list)  # strategy, t_s, metric, value

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from specbench.benchmark import run_benchmark
+from specbench.benchmark.pipeline import run_benchmark
 from specbench.config import RunConfig
 from specbench.errors import SpecbenchError
 from specbench.records import ROW_KEYS, Row, StrategySummary

@@ -85,7 +85,7 @@ def run(
         cfg = resolve(load_config_file(config) if config else {}, flags, saved)
 
         from specbench.batch_tables import batch_frames, render_frame
-        from specbench.benchmark import run_benchmark
+        from specbench.benchmark.pipeline import run_benchmark
         from specbench.measure.lossless import mismatch_detail
         from specbench.strict_json import dumps
 

@@ -20,14 +20,14 @@ from typing import Any
 import numpy as np
 import optuna
 
-from specbench.bench import Bench, vllm_strategy
-from specbench.decoding import prompt_seed, run_one
+from specbench.benchmark.decoding import prompt_seed, run_one
+from specbench.benchmark.measuring import make_row
+from specbench.benchmark.prepare import PreparedRun, vllm_strategy
 from specbench.engine.sampling import Sampling
 from specbench.errors import SpecbenchError
 from specbench.hardware import GpuProfile
 from specbench.measure.lossless import first_divergence, mismatch_detail
 from specbench.measure.stats import geometric_mean, paired_speedups
-from specbench.measuring import make_row
 from specbench.models import encode_turns
 from specbench.projection import memory_fit, project, workload_shape
 from specbench.records import Row, rows_frame
@@ -74,7 +74,7 @@ class Measured:
 class Evaluator:
     """Runs configurations of one strategy on a fixed list of prompts, paired with `ar`."""
 
-    def __init__(self, bench: Bench, items: list[SuiteItem], profile: GpuProfile | None):
+    def __init__(self, bench: PreparedRun, items: list[SuiteItem], profile: GpuProfile | None):
         self.bench = bench
         self.ar = bench.strategies[0]
         self.profile = profile  # set: the projected objective on this profile

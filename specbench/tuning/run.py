@@ -26,7 +26,7 @@ import optuna
 import torch
 from optuna.trial import TrialState
 
-from specbench.bench import Bench, prepare
+from specbench.benchmark.prepare import PreparedRun, prepare
 from specbench.engines import VLLM
 from specbench.errors import SpecbenchError
 from specbench.files import write_atomic, write_json
@@ -82,7 +82,7 @@ class StudyPlan:
     """What one strategy's study measures, the same in every worker."""
 
     spec: StrategySpec
-    bench: Bench  # ar and the strategy with its default (or fixed) knobs
+    bench: PreparedRun  # ar and the strategy with its default (or fixed) knobs
     space: StudySpace
     profile: GpuProfile | None  # set: the objective is projected onto this profile
     tuning: list[SuiteItem]
@@ -97,7 +97,7 @@ class StudyPlan:
         return f"measured on {gpu} (the local GPU)" if gpu else "measured on this machine"
 
 
-def plan_study(config: TuneConfig, spec: StrategySpec, bench: Bench) -> StudyPlan:
+def plan_study(config: TuneConfig, spec: StrategySpec, bench: PreparedRun) -> StudyPlan:
     workload = config.workload
     space = study_space(spec, bench.strategies[1], workload.knobs, workload.controller, workload.engine)
     tuning, holdout = split_items(bench.suite.items, config.holdout, workload.seed)
@@ -140,7 +140,7 @@ def tune(config: TuneConfig, progress: Progress | None = None) -> TuneReport:
     return TuneReport(records, rank(records) if len(records) > 1 else [])
 
 
-def measured_engine(bench: Bench) -> Bench:
+def measured_engine(bench: PreparedRun) -> PreparedRun:
     """The bench a study measures on: with --engine vllm, vLLM's `ar` and strategies in place of specbench's."""
     if bench.config.engine != VLLM:
         return bench
