@@ -19,7 +19,7 @@ from pathlib import Path
 from specbench.benchmark.pipeline import run_benchmark
 from specbench.config import RunConfig
 from specbench.files import write_atomic, write_json
-from specbench.report import acceptance_table, comparison, render
+from specbench.output.comparison import acceptance_table, comparison, render
 from specbench.strategies.spec import BASELINE
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "benchmarks"

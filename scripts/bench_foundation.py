@@ -28,7 +28,7 @@ from specbench.engine.decode import generate
 from specbench.files import write_atomic, write_json
 from specbench.measure.stats import geometric_mean_ci
 from specbench.models import encode_turns
-from specbench.report import comparison, render
+from specbench.output.comparison import comparison, render
 from specbench.strategies.build import build_strategy
 from specbench.strategies.registry import definition
 from specbench.strategies.spec import BASELINE, StrategySpec

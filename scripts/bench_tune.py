@@ -39,8 +39,8 @@ import pandas as pd
 from specbench.benchmark.prepare import prepare
 from specbench.config import RunConfig
 from specbench.files import write_atomic, write_json
+from specbench.measure.projection import project, workload_shape
 from specbench.measure.stats import geometric_mean
-from specbench.projection import project, workload_shape
 from specbench.strategies.registry import definition
 from specbench.strategies.space import Choice, IntRange, Param, Ref, SearchSpace
 from specbench.strategies.spec import parse_strategy

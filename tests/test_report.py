@@ -19,8 +19,8 @@ from rich.console import Console
 from specbench.cli.app import print_report
 from specbench.errors import SpecbenchError
 from specbench.measure.stats import summarize
-from specbench.plots import style, write_plots
-from specbench.report import comparison, load_runs, render
+from specbench.output.comparison import comparison, load_runs, render
+from specbench.output.plots import style, write_plots
 
 STRATEGIES = ("ar", "eagle", "dflash+eagle")
 CATEGORIES = ("code", "creative writing", "math")

@@ -25,7 +25,7 @@ from specbench.cli import app
 from specbench.config import RunConfig
 from specbench.engines import VLLM
 from specbench.errors import SpecbenchError
-from specbench.results import RunDir
+from specbench.output.run_dir import RunDir
 from specbench.strategies.registry import definitions
 
 pytestmark = [pytest.mark.vllm, pytest.mark.usefixtures("vllm_installed", "drafter_cache")]

@@ -16,8 +16,8 @@ from specbench.measure.host import peak_rss_bytes
 from specbench.measure.lossless import divergence_margin, first_divergence
 from specbench.measure.memory import needed_bytes
 from specbench.models import encode_turns
-from specbench.records import Row
-from specbench.results import group_of
+from specbench.output.records import Row
+from specbench.output.run_dir import group_of
 from specbench.strategies.build import Strategy
 from specbench.strategies.spec import BASELINE
 from specbench.suites import SuiteItem

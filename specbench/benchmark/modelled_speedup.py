@@ -22,7 +22,7 @@ from specbench.measure.batch_model import DraftShape, best_caps, modelled, stops
 from specbench.measure.cost_table import CostTable, load_table
 from specbench.measure.costs import drafter_context, drafter_key, table_key, time_drafters
 from specbench.measure.stats import position_sums
-from specbench.records import StrategySummary
+from specbench.output.records import StrategySummary
 from specbench.strategies.build import Strategy
 from specbench.strategies.registry import vllm_method
 

@@ -26,8 +26,8 @@ from specbench.measure.costs import drafter_context, drafter_key, measure_costs
 from specbench.measure.noise import NoiseMonitor
 from specbench.measure.stats import CostInputs
 from specbench.models import encode_turns
-from specbench.records import Row, RunResult
-from specbench.results import RunDir, group_of
+from specbench.output.records import Row, RunResult
+from specbench.output.run_dir import RunDir, group_of
 from specbench.strategies.spec import BASELINE
 
 Progress = Callable[[str, int, int], None]  # what, done, total

@@ -9,7 +9,6 @@ from typing import Any
 
 import pandas as pd
 
-from specbench.batch_plots import write_batch_plots
 from specbench.benchmark.modelled_speedup import load_axis
 from specbench.benchmark.prepare import PreparedRun
 from specbench.engines import SPECBENCH, label
@@ -17,12 +16,13 @@ from specbench.files import write_atomic
 from specbench.hardware import is_local_gpu
 from specbench.measure.cost_table import load_table
 from specbench.measure.noise import NoiseMonitor
+from specbench.measure.projection import by_batch, workload_shape
+from specbench.measure.projection import project as projection
 from specbench.measure.stats import CostInputs, paired_speedups, summarize, transfer
-from specbench.plots import write_plots
-from specbench.projection import by_batch, workload_shape
-from specbench.projection import project as projection
-from specbench.records import Row, RunResult, StrategySummary
-from specbench.results import RunDir
+from specbench.output.batch_plots import write_batch_plots
+from specbench.output.plots import write_plots
+from specbench.output.records import Row, RunResult, StrategySummary
+from specbench.output.run_dir import RunDir
 
 
 def project(bench: PreparedRun, rows: pd.DataFrame, summary: list[StrategySummary]) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from scipy.stats import binomtest
 
 from specbench.files import atomic_path, write_atomic
 from specbench.hardware import GpuProfile
-from specbench.markdown import markdown_table
+from specbench.output.markdown import markdown_table
 from specbench.recommend.evidence import Evidence
 from specbench.recommend.prior import PRIOR, Branch, PriorOutcome, evaluate, members, prior_markdown
 from specbench.recommend.workload import Workload

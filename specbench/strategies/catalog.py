@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Group
 from rich.text import Text
 
-from specbench.markdown import markdown_table
+from specbench.output.markdown import markdown_table
 from specbench.strategies.controllers import CONTROLLERS
 from specbench.strategies.registry import MODULES, definitions
 from specbench.strategies.space import knob_infos

@@ -27,10 +27,10 @@ from specbench.engine.sampling import Sampling
 from specbench.errors import SpecbenchError
 from specbench.hardware import GpuProfile
 from specbench.measure.lossless import first_divergence, mismatch_detail
+from specbench.measure.projection import memory_fit, project, workload_shape
 from specbench.measure.stats import geometric_mean, paired_speedups
 from specbench.models import encode_turns
-from specbench.projection import memory_fit, project, workload_shape
-from specbench.records import Row, rows_frame
+from specbench.output.records import Row, rows_frame
 from specbench.strategies.build import Strategy, build_strategy
 from specbench.strategies.published.formats import drafter_dirs_by_strategy
 from specbench.strategies.spec import StrategySpec, parse_strategies

@@ -2,7 +2,7 @@
 (and batch size, engine, category), and the `RunResult` that holds them with what the run noted.
 
 Measuring produces these; the summary, plots, tables, `--json`, tune and recommend read them. A run
-directory (results.py) is their sink, and reading one back gives the same records. Their dict forms
+directory (output/run_dir.py) is their sink, and reading one back gives the same records. Their dict forms
 are the files' schema: `as_dict` leaves out the optional entries a record lacks, as the files always
 have, so directories written before these types read unchanged.
 """
