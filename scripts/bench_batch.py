@@ -32,7 +32,7 @@ from specbench.config import RunConfig
 from specbench.files import write_atomic, write_json
 from specbench.hardware import BUILTIN_PROFILES
 from specbench.measure.cost_table import BATCH_GRID
-from specbench.measure.costs import measure_target_costs
+from specbench.measure.cost_timing import measure_target_costs
 from specbench.measure.projection import by_batch, workload_shape
 from specbench.models import load_target
 from specbench.output.batch_tables import batch_frames, render_frame, stop_text

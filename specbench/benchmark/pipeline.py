@@ -22,7 +22,7 @@ from specbench.config import RunConfig
 from specbench.engines import SPECBENCH, VLLM
 from specbench.errors import Interrupted, SpecbenchError
 from specbench.measure.cost_table import CHAIN, TREE, CostTable, Grid
-from specbench.measure.costs import drafter_context, drafter_key, measure_costs
+from specbench.measure.cost_timing import drafter_context, drafter_key, measure_costs
 from specbench.measure.noise import NoiseMonitor
 from specbench.measure.stats import CostInputs
 from specbench.models import encode_turns

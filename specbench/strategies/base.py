@@ -12,8 +12,8 @@ from specbench.engine.protocol import Drafter
 from specbench.errors import SpecbenchError
 from specbench.models import ASSETS, DEFAULT_MODEL, fingerprint
 from specbench.strategies.drafter_dir import load_drafter
+from specbench.strategies.search_space import SearchSpace
 from specbench.strategies.serving import Serving
-from specbench.strategies.space import SearchSpace
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from rich.text import Text
 from specbench.output.markdown import markdown_table
 from specbench.strategies.controllers import CONTROLLERS
 from specbench.strategies.registry import MODULES, definitions
-from specbench.strategies.space import knob_infos
+from specbench.strategies.search_space import knob_infos
 from specbench.strategies.spec import BASELINE, COMBINATIONS
 
 

@@ -35,8 +35,8 @@ from specbench.engine.protocol import DraftContext, Drafter, StepOutcome
 from specbench.engine.tree import DraftTree
 from specbench.strategies.base import StrategyDef, load_trained
 from specbench.strategies.layers import Arch, embed, lm_head, rope, rotate
+from specbench.strategies.search_space import Choice, IntRange, Param, SearchSpace, check_ranges, knob
 from specbench.strategies.serving import DRAFTER, Serving, fixed_only
-from specbench.strategies.space import Choice, IntRange, Param, SearchSpace, check_ranges, knob
 from specbench.strategies.trainable import DistillBatch
 
 ANCHORS = 32  # blocks sampled per training sequence

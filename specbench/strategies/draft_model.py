@@ -12,8 +12,8 @@ from specbench.engine.tree import DraftTree
 from specbench.errors import SpecbenchError
 from specbench.models import DEFAULT_DIR, load_lm
 from specbench.strategies.base import StrategyDef
+from specbench.strategies.search_space import Choice, IntRange, Param, SearchSpace, check_ranges, knob
 from specbench.strategies.serving import DRAFTER, Serving, fixed_only
-from specbench.strategies.space import Choice, IntRange, Param, SearchSpace, check_ranges, knob
 
 DEFAULT_DRAFT = DEFAULT_DIR / "draft"  # the embedded default's draft LM
 

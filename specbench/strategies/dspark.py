@@ -42,8 +42,8 @@ from specbench.errors import SpecbenchError
 from specbench.strategies.base import StrategyDef
 from specbench.strategies.dflash import BlockConfig, DFlashDrafter, DFlashModel, pick
 from specbench.strategies.dspark_scheduler import SCHEDULER_SPACE, SchedulerKnobs
+from specbench.strategies.search_space import Choice, FloatRange, IntRange, Param, SearchSpace, knob, knob_infos
 from specbench.strategies.serving import DRAFTER, Serving, fixed_only
-from specbench.strategies.space import Choice, FloatRange, IntRange, Param, SearchSpace, knob, knob_infos
 from specbench.strategies.trainable import DistillBatch
 
 CE_WEIGHT, L1_WEIGHT, CONFIDENCE_WEIGHT = 0.1, 0.9, 1.0  # DeepSpec's dspark config

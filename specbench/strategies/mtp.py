@@ -27,8 +27,8 @@ from specbench.engine.tree import DraftTree
 from specbench.errors import SpecbenchError
 from specbench.strategies.base import StrategyDef, load_trained
 from specbench.strategies.layers import KV, Arch, FeatureLayer, embed, lm_head
+from specbench.strategies.search_space import Choice, FloatRange, IntRange, Param, Ref, SearchSpace, check_ranges, knob
 from specbench.strategies.serving import Serving, fixed_only
-from specbench.strategies.space import Choice, FloatRange, IntRange, Param, Ref, SearchSpace, check_ranges, knob
 from specbench.strategies.trainable import DistillBatch
 
 

@@ -35,8 +35,8 @@ from specbench.strategies.build import Strategy, build_strategy
 from specbench.strategies.published.formats import drafter_dirs_by_strategy
 from specbench.strategies.spec import StrategySpec, parse_strategies
 from specbench.suites import SuiteItem
-from specbench.tuning.space import StudySpace
 from specbench.tuning.study import FAIL_REASON, MEMORY_CONSTRAINT, PER_PROMPT
+from specbench.tuning.study_space import StudySpace
 
 AR_REFRESH_TRIALS = 4  # re-measure ar on a prompt once its time is this many trials old
 

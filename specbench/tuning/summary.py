@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from specbench.output.markdown import markdown_table
-from specbench.tuning.run import TuneReport
+from specbench.tuning.study_runner import TuneReport
 
 
 def _x(value: float | None) -> str:

@@ -42,7 +42,6 @@ from specbench.tuning.config import TuneConfig
 from specbench.tuning.holdout import holdout_check, interval, paired_gain, split_items
 from specbench.tuning.objective import Evaluator, TrialFailure
 from specbench.tuning.outputs import importances, tuned_toml, write_plots
-from specbench.tuning.space import StudySpace, study_space
 from specbench.tuning.storage import display_url, open_storage
 from specbench.tuning.study import (
     FAIL_REASON,
@@ -61,6 +60,7 @@ from specbench.tuning.study import (
     question,
     study_names,
 )
+from specbench.tuning.study_space import StudySpace, study_space
 
 # study, trials with an outcome, the study's total, the best value so far, the trial that just finished
 Progress = Callable[[str, int, int, "float | None", optuna.trial.FrozenTrial], None]

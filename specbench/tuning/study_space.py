@@ -17,7 +17,7 @@ from specbench.engines import SPECBENCH, VLLM
 from specbench.errors import SpecbenchError
 from specbench.strategies.build import Strategy
 from specbench.strategies.registry import definition
-from specbench.strategies.space import SearchSpace
+from specbench.strategies.search_space import SearchSpace
 from specbench.strategies.spec import StrategySpec
 
 CONTROLLER = "controller"
