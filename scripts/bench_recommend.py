@@ -36,7 +36,7 @@ from specbench.output.comparison import load_runs
 from specbench.recommend import evaluate, learn, make_workload, recommend
 from specbench.recommend.evidence import Evidence, load_evidence
 from specbench.strategies.build import verifies_trees
-from specbench.strategies.spec import parse_strategies
+from specbench.strategies.names import parse_strategies
 from specbench.suites import load_suite
 
 ROOT = Path(__file__).resolve().parents[1]

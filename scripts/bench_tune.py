@@ -41,9 +41,9 @@ from specbench.config import RunConfig
 from specbench.files import write_atomic, write_json
 from specbench.measure.projection import project, workload_shape
 from specbench.measure.stats import geometric_mean
+from specbench.strategies.names import parse_strategy
 from specbench.strategies.registry import definition
 from specbench.strategies.search_space import Choice, IntRange, Param, Ref, SearchSpace
-from specbench.strategies.spec import parse_strategy
 from specbench.tuning.config import TuneConfig
 from specbench.tuning.holdout import paired_gain, split_items
 from specbench.tuning.objective import AR_REFRESH_TRIALS, Evaluator

@@ -255,7 +255,7 @@ def test_plots_are_valid_readable_pngs(tmp_path):
 
 
 def test_every_strategy_has_its_own_colour_and_marker():
-    from specbench.strategies.spec import all_strategies
+    from specbench.strategies.names import all_strategies
 
     names = ["ar"] + [s.name for s in all_strategies()]
     assert len({style(n) for n in names}) == len(names)

@@ -19,7 +19,7 @@ from specbench.models import encode_turns
 from specbench.output.records import Row
 from specbench.output.run_dir import group_of
 from specbench.strategies.build import Strategy
-from specbench.strategies.spec import BASELINE
+from specbench.strategies.names import BASELINE
 from specbench.suites import SuiteItem
 
 Key = tuple[str, int, int]  # prompt, turn, repeat

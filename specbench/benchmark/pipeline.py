@@ -28,7 +28,7 @@ from specbench.measure.stats import CostInputs
 from specbench.models import encode_turns
 from specbench.output.records import Row, RunResult
 from specbench.output.run_dir import RunDir, group_of
-from specbench.strategies.spec import BASELINE
+from specbench.strategies.names import BASELINE
 
 Progress = Callable[[str, int, int], None]  # what, done, total
 Estimate = Callable[[dict[str, Any]], None]  # after the warm-up: the plan (seconds, prompts, strategies, ...)

@@ -20,9 +20,9 @@ from specbench.model_source import model_path
 from specbench.models import Target, encode_turns, load_target, resolve_device, resolve_dtype
 from specbench.strategies.build import Strategy, build_strategy, verifies_trees
 from specbench.strategies.knobs import validate_knobs
+from specbench.strategies.names import StrategyName, parse_strategies, parse_strategy
 from specbench.strategies.published.formats import DrafterSource, drafter_dirs_by_strategy
 from specbench.strategies.registry import definitions
-from specbench.strategies.spec import StrategySpec, parse_strategies, parse_strategy
 from specbench.suites import Suite, load_suite, select
 
 if TYPE_CHECKING:  # imported where an engine is made: vLLM is an optional extra
@@ -95,7 +95,7 @@ def prepare(config: RunConfig) -> PreparedRun:
     return bench
 
 
-def check_vllm(config: RunConfig, specs: list[StrategySpec], sources: dict[str, DrafterSource]) -> VllmPlan:
+def check_vllm(config: RunConfig, specs: list[StrategyName], sources: dict[str, DrafterSource]) -> VllmPlan:
     """Every strategy's vLLM form and the engine arguments, refused before any model loads."""
     from specbench import vllm_engine
 

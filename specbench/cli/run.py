@@ -30,7 +30,7 @@ from specbench.output.run_dir import RunDir
 from specbench.ranges import check_range, check_sizes
 from specbench.strategies.controllers import CONTROLLERS
 from specbench.strategies.knobs import parse_sets
-from specbench.strategies.spec import BASELINE, COMBINATIONS, DEFAULT_STRATEGIES
+from specbench.strategies.names import BASELINE, COMBINATIONS, DEFAULT_STRATEGIES
 
 
 @app.command()

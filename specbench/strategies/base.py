@@ -17,7 +17,9 @@ from specbench.strategies.serving import Serving
 
 
 @dataclass(frozen=True)
-class StrategyDef:
+class Method:
+    """A speculative-decoding method as its module declares it: knobs, drafter builder, search space, serving forms."""
+
     name: str
     options: type  # dataclass of knobs with defaults
     build: Callable[..., Drafter]  # (target, options, drafter_dir | None) -> Drafter

@@ -11,9 +11,9 @@ from rich.text import Text
 
 from specbench.output.markdown import markdown_table
 from specbench.strategies.controllers import CONTROLLERS
+from specbench.strategies.names import BASELINE, COMBINATIONS
 from specbench.strategies.registry import MODULES, definitions
 from specbench.strategies.search_space import knob_infos
-from specbench.strategies.spec import BASELINE, COMBINATIONS
 
 
 def _text(value: Any) -> str:

@@ -32,8 +32,8 @@ from specbench.measure.stats import geometric_mean, paired_speedups
 from specbench.models import encode_turns
 from specbench.output.records import Row, rows_frame
 from specbench.strategies.build import Strategy, build_strategy
+from specbench.strategies.names import StrategyName, parse_strategies
 from specbench.strategies.published.formats import drafter_dirs_by_strategy
-from specbench.strategies.spec import StrategySpec, parse_strategies
 from specbench.suites import SuiteItem
 from specbench.tuning.study import FAIL_REASON, MEMORY_CONSTRAINT, PER_PROMPT
 from specbench.tuning.study_space import StudySpace
@@ -110,7 +110,7 @@ class Evaluator:
         # no process peak: on one long-lived process it is one high-water mark for the whole study
         return make_row(self.bench.target.model, strategy, unit.item, unit.turn, 0, unit.prompt, gen, reference, 0)
 
-    def build(self, spec: StrategySpec, knobs: dict[str, dict[str, Any]], controller: str | None) -> Strategy:
+    def build(self, spec: StrategyName, knobs: dict[str, dict[str, Any]], controller: str | None) -> Strategy:
         """The configuration to measure: specbench's drafters, or (with --engine vllm) a vLLM engine of its own."""
         if self.bench.vllm is None:
             return build_strategy(spec, self.bench.target, knobs, self.dirs, controller)

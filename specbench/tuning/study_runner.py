@@ -33,10 +33,10 @@ from specbench.files import write_atomic, write_json
 from specbench.hardware import GpuProfile
 from specbench.models import fingerprint
 from specbench.strategies.knobs import make_options
+from specbench.strategies.names import StrategyName, parse_strategies, parse_strategy
 from specbench.strategies.published.formats import drafter_dirs_by_strategy, open_source
 from specbench.strategies.registry import definition
 from specbench.strategies.serving import engines_markdown
-from specbench.strategies.spec import StrategySpec, parse_strategies, parse_strategy
 from specbench.suites import SuiteItem
 from specbench.tuning.config import TuneConfig
 from specbench.tuning.holdout import holdout_check, interval, paired_gain, split_items
@@ -81,7 +81,7 @@ class TuneReport:
 class StudyPlan:
     """What one strategy's study measures, the same in every worker."""
 
-    spec: StrategySpec
+    spec: StrategyName
     bench: PreparedRun  # ar and the strategy with its default (or fixed) knobs
     space: StudySpace
     profile: GpuProfile | None  # set: the objective is projected onto this profile
@@ -97,7 +97,7 @@ class StudyPlan:
         return f"measured on {gpu} (the local GPU)" if gpu else "measured on this machine"
 
 
-def plan_study(config: TuneConfig, spec: StrategySpec, bench: PreparedRun) -> StudyPlan:
+def plan_study(config: TuneConfig, spec: StrategyName, bench: PreparedRun) -> StudyPlan:
     workload = config.workload
     space = study_space(spec, bench.strategies[1], workload.knobs, workload.controller, workload.engine)
     tuning, holdout = split_items(bench.suite.items, config.holdout, workload.seed)
