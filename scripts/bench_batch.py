@@ -26,16 +26,16 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from specbench.batch_tables import batch_frames, render_frame, stop_text
-from specbench.bench import prepare
-from specbench.benchmark import run_benchmark
+from specbench.benchmark.pipeline import run_benchmark
+from specbench.benchmark.prepare import prepare
 from specbench.config import RunConfig
 from specbench.files import write_atomic, write_json
 from specbench.hardware import BUILTIN_PROFILES
 from specbench.measure.cost_table import BATCH_GRID
-from specbench.measure.costs import measure_target_costs
+from specbench.measure.cost_timing import measure_target_costs
+from specbench.measure.projection import by_batch, workload_shape
 from specbench.models import load_target
-from specbench.projection import by_batch, workload_shape
+from specbench.output.batch_tables import batch_frames, render_frame, stop_text
 
 ROOT = Path(__file__).resolve().parents[1]
 STRATEGIES = ("ngram", "dflash", "dspark")

@@ -16,11 +16,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from specbench.benchmark import run_benchmark
+from specbench.benchmark.pipeline import run_benchmark
 from specbench.config import RunConfig
 from specbench.files import write_atomic, write_json
-from specbench.report import acceptance_table, comparison, render
-from specbench.strategies.spec import BASELINE
+from specbench.output.comparison import acceptance_table, comparison, render
+from specbench.strategies.names import BASELINE
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "benchmarks"
 DRAFTERS = ("eagle", "mtp", "dflash", "dspark")

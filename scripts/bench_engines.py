@@ -17,11 +17,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from specbench.benchmark import run_benchmark
+from specbench.benchmark.pipeline import run_benchmark
 from specbench.config import RunConfig
 from specbench.files import write_atomic, write_json
 from specbench.measure.stats import geometric_mean
-from specbench.strategies.spec import BASELINE
+from specbench.strategies.names import BASELINE
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "benchmarks"
 STRATEGIES = ["ngram", "draft", "eagle", "dflash"]  # dspark: vLLM's V1 runner (a CPU's) has none

@@ -23,7 +23,7 @@ from specbench.engine.kv_cache import fast_path
 from specbench.files import write_json
 from specbench.models import encode_turns, load_target
 from specbench.strategies.build import build_strategy
-from specbench.strategies.spec import BASELINE, parse_strategy
+from specbench.strategies.names import BASELINE, parse_strategy
 from specbench.suites import load_suite, select
 
 

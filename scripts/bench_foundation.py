@@ -21,17 +21,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from specbench.bench import prepare
-from specbench.benchmark import run_benchmark
+from specbench.benchmark.pipeline import run_benchmark
+from specbench.benchmark.prepare import prepare
 from specbench.config import RunConfig
 from specbench.engine.decode import generate
 from specbench.files import write_atomic, write_json
 from specbench.measure.stats import geometric_mean_ci
 from specbench.models import encode_turns
-from specbench.report import comparison, render
+from specbench.output.comparison import comparison, render
 from specbench.strategies.build import build_strategy
+from specbench.strategies.names import BASELINE, StrategyName
 from specbench.strategies.registry import definition
-from specbench.strategies.spec import BASELINE, StrategySpec
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "benchmarks"
 
@@ -45,7 +45,7 @@ def timed(fn):
 def hf_versus_ours(bench, strategy_name: str, hf_kwargs: dict, prompts: list[list[int]], max_new: int) -> dict:
     """Tokens/s of our strategy and of transformers' equivalent on the same prompts, interleaved."""
     target = bench.target
-    ours = build_strategy(StrategySpec((strategy_name,)), target, {}, {})
+    ours = build_strategy(StrategyName((strategy_name,)), target, {}, {})
     ratios, ours_tok, ours_s, hf_tok, hf_s, same = [], 0, 0.0, 0, 0.0, 0
     forwards = {"ours": 0, "transformers": 0}  # target forwards: equal counts show equal drafting
     side = "ours"
@@ -91,7 +91,7 @@ def main() -> None:
     prompts = [encode_turns(bench.target.tokenizer, list(item.turns[:1]), []) for item in bench.suite.items]
     draft_k = definition("draft").options().k
     ngram = definition("ngram").options()
-    draft_model = build_strategy(StrategySpec(("draft",)), bench.target, {}, {}).drafter.model
+    draft_model = build_strategy(StrategyName(("draft",)), bench.target, {}, {}).drafter.model
     # transformers reads the draft length from the assistant's own generation config (arguments to
     # generate() are ignored for it): exactly k tokens a round, no confidence-based early stop
     draft_model.generation_config.num_assistant_tokens = draft_k

@@ -27,16 +27,16 @@ import json
 from datetime import datetime
 from pathlib import Path
 
-from specbench.benchmark import run_benchmark
+from specbench.benchmark.pipeline import run_benchmark
 from specbench.config import RunConfig
 from specbench.files import write_atomic, write_json
 from specbench.hardware import load_profiles
 from specbench.measure.stats import summarize
+from specbench.output.comparison import load_runs
 from specbench.recommend import evaluate, learn, make_workload, recommend
 from specbench.recommend.evidence import Evidence, load_evidence
-from specbench.report import load_runs
 from specbench.strategies.build import verifies_trees
-from specbench.strategies.spec import parse_strategies
+from specbench.strategies.names import parse_strategies
 from specbench.suites import load_suite
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -36,19 +36,19 @@ from pathlib import Path
 import optuna
 import pandas as pd
 
-from specbench.bench import prepare
+from specbench.benchmark.prepare import prepare
 from specbench.config import RunConfig
 from specbench.files import write_atomic, write_json
+from specbench.measure.projection import project, workload_shape
 from specbench.measure.stats import geometric_mean
-from specbench.projection import project, workload_shape
+from specbench.strategies.names import parse_strategy
 from specbench.strategies.registry import definition
-from specbench.strategies.space import Choice, IntRange, Param, Ref, SearchSpace
-from specbench.strategies.spec import parse_strategy
+from specbench.strategies.search_space import Choice, IntRange, Param, Ref, SearchSpace
 from specbench.tuning.config import TuneConfig
 from specbench.tuning.holdout import paired_gain, split_items
 from specbench.tuning.objective import AR_REFRESH_TRIALS, Evaluator
-from specbench.tuning.run import tune
 from specbench.tuning.study import make_pruner, make_sampler
+from specbench.tuning.study_runner import tune
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "benchmarks"
 GRID = SearchSpace((

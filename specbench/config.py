@@ -25,8 +25,8 @@ from specbench.paths import check_output_dir
 from specbench.ranges import check_device, check_dtype, check_ranges, check_sizes
 from specbench.strategies.controllers import CONTROLLERS
 from specbench.strategies.knobs import check_knobs_apply
+from specbench.strategies.names import parse_strategies
 from specbench.strategies.published.formats import drafter_dirs_by_strategy
-from specbench.strategies.spec import parse_strategies
 from specbench.suites import load_suite, select
 
 

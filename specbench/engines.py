@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from specbench.errors import SpecbenchError
-from specbench.strategies.spec import StrategySpec
+from specbench.strategies.names import StrategyName
 
 SPECBENCH, VLLM, BOTH = "specbench", "vllm", "both"
 ENGINES = (SPECBENCH, VLLM, BOTH)
@@ -23,7 +23,7 @@ def label(strategy: str, engine: str) -> str:
     return strategy if engine == SPECBENCH else f"{strategy}@{engine}"
 
 
-def check_engine(engine: str, engine_args: dict[str, Any], specs: list[StrategySpec], batch_sizes: list[int]) -> None:
+def check_engine(engine: str, engine_args: dict[str, Any], specs: list[StrategyName], batch_sizes: list[int]) -> None:
     """What vLLM cannot run is refused with its reason, never silently replaced."""
     if engine not in ENGINES:
         raise SpecbenchError(f"--engine {engine}: expected {', '.join(ENGINES)}")

@@ -1,7 +1,7 @@
 """vLLM as a second engine: the same prompts decoded by vLLM's own `LLM`, one engine per strategy.
 
 Nothing of vLLM is re-implemented: each strategy is vLLM's own method, configured from the method's
-declared translation (StrategyDef.serving) and the drafter converted once into the layout vLLM loads.
+declared translation (Method.serving) and the drafter converted once into the layout vLLM loads.
 Time is measured around each `generate` call, one request at a time; tau and per-position acceptance
 come from vLLM's own counts for that request.
 
@@ -33,10 +33,10 @@ from specbench.engine.decode import Generation
 from specbench.engine.sampling import Sampling
 from specbench.errors import SpecbenchError
 from specbench.strategies.knobs import make_options
+from specbench.strategies.names import StrategyName
 from specbench.strategies.published.formats import DrafterSource
 from specbench.strategies.published.to_vllm import vllm_drafter_dir
 from specbench.strategies.registry import definition
-from specbench.strategies.spec import StrategySpec
 
 CPU_KV_CACHE_BYTES = 1 << 30
 
@@ -50,7 +50,7 @@ class VllmStrategy:
     untranslated: tuple[str, ...] = ()  # default settings of specbench's that vLLM runs without
 
 
-def translate(spec: StrategySpec, knobs: dict[str, dict[str, Any]], controller: str | None,
+def translate(spec: StrategyName, knobs: dict[str, dict[str, Any]], controller: str | None,
               sources: dict[str, DrafterSource]) -> VllmStrategy:
     """The vLLM form of a single strategy, its drafter not yet converted. A knob or controller the user
     set that vLLM has no counterpart for is refused (vLLM would silently ignore it), as is a method vLLM

@@ -21,8 +21,8 @@ from specbench.models import DEFAULT_DIR, encode_turns, load_target
 from specbench.strategies.build import build_strategy
 from specbench.strategies.controllers import FixedController, HeuristicController
 from specbench.strategies.draft_model import DraftModelDrafter, DraftOptions
+from specbench.strategies.names import parse_strategy
 from specbench.strategies.ngram import NgramDrafter, NgramOptions
-from specbench.strategies.spec import parse_strategy
 from specbench.suites import load_suite
 from tests.conftest import TINY_SHAPES, tiny_target
 from tests.exact import enumerate_outcomes

@@ -14,8 +14,8 @@ from specbench.errors import SpecbenchError
 from specbench.hardware import BUILTIN_PROFILES
 from specbench.measure import batch_model
 from specbench.measure.batch_model import DraftShape, best_caps, expected_block, modelled, stops_paying, sweep, tau
-from specbench.measure.costs import CostTable
-from specbench.projection import WorkloadShape, by_batch, project
+from specbench.measure.cost_timing import CostTable
+from specbench.measure.projection import WorkloadShape, by_batch, project
 from specbench.strategies.controllers import CappedController, FixedController
 from specbench.strategies.registry import vllm_method
 

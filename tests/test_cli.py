@@ -136,7 +136,7 @@ def test_multi_turn_suite_runs_turn_by_turn(tiny_model_dir, tmp_path):
 
 
 def test_interrupt_keeps_finished_prompts(tiny_model_dir, tmp_path, monkeypatch):
-    import specbench.benchmark as benchmark
+    import specbench.benchmark.pipeline as benchmark
 
     real = benchmark.measure_group
     calls = []
@@ -188,7 +188,7 @@ def test_report_to_file_and_by_category(json_run, tmp_path):
 
 def test_library_run_config_limit_zero_is_the_whole_suite(tiny_model_dir):
     # prepare uses the validated copy of the configuration, as the CLI does
-    from specbench.bench import prepare
+    from specbench.benchmark.prepare import prepare
     from specbench.config import RunConfig
     from specbench.suites import load_suite
     bench = prepare(RunConfig(strategies=["ngram"], model=str(tiny_model_dir), limit=0, device="cpu"))

@@ -12,8 +12,8 @@ from specbench.engine.tree import DraftTree
 from specbench.strategies.combine import CombinedDrafter, member_path, merge_trees
 from specbench.strategies.controllers import FixedController
 from specbench.strategies.draft_model import DraftModelDrafter, DraftOptions
+from specbench.strategies.names import StrategyName, parse_strategy
 from specbench.strategies.ngram import NgramDrafter, NgramOptions
-from specbench.strategies.spec import StrategySpec, parse_strategy
 from tests.conftest import TINY_SHAPES, tiny_lm, tiny_target
 from tests.sampling_check import chi_square_pvalue
 from tests.test_engine import random_prompt
@@ -38,7 +38,7 @@ def test_merge_shares_common_prefixes_and_keeps_every_proposer():
 
 
 def test_order_of_members_does_not_matter():
-    assert parse_strategy("draft+ngram") == parse_strategy("ngram+draft") == StrategySpec(("ngram", "draft"))
+    assert parse_strategy("draft+ngram") == parse_strategy("ngram+draft") == StrategyName(("ngram", "draft"))
 
 
 def combined(draft_lm) -> CombinedDrafter:

@@ -14,9 +14,9 @@ from specbench.cli import app
 from specbench.errors import SpecbenchError
 from specbench.models import Target, load_lm
 from specbench.strategies.build import build_strategy
+from specbench.strategies.names import parse_strategy
 from specbench.strategies.published.convert import convert
 from specbench.strategies.published.formats import open_source
-from specbench.strategies.spec import parse_strategy
 from tests.conftest import tiny_lm, write_tiny_model_dir
 from tests.published_layouts import deepspec_checkpoint, dflash_checkpoint, eagle3_checkpoint, propose
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from specbench.measure import cost_table, costs
+from specbench.measure import cost_table, cost_timing
 from specbench.measure.cost_table import Grid
-from specbench.measure.costs import drafter_key, measure_costs
+from specbench.measure.cost_timing import drafter_key, measure_costs
 from specbench.strategies.build import Strategy
 from specbench.strategies.controllers import FixedController
 from specbench.strategies.ngram import NgramDrafter, NgramOptions
@@ -31,8 +31,8 @@ def test_measures_every_shape_once_and_reuses_the_stored_table(tmp_path, monkeyp
     assert table.target_s(3, 12) > 0 and table.drafter_s(drafter_key(ngram()), 1.5) > 0
 
     timed = []
-    monkeypatch.setattr(costs, "time_targets", lambda *a: timed.append(a) or [])
-    monkeypatch.setattr(costs, "time_drafter", lambda *a: timed.append(a) or {"budget": a[3], "median_s": 1.0})
+    monkeypatch.setattr(cost_timing, "time_targets", lambda *a: timed.append(a) or [])
+    monkeypatch.setattr(cost_timing, "time_drafter", lambda *a: timed.append(a) or {"budget": a[3], "median_s": 1.0})
     again = measure_costs(target.model, [ngram()], lambda: timed.append("context") or [1, 2, 3], tmp_path, GRID)
     assert timed == [] and again.as_json() == table.as_json()  # nothing timed, no context made for it
     other = measure_costs(target.model, [ngram(max_ngram=3)], lambda: [1, 2, 3], tmp_path, GRID)
@@ -46,28 +46,29 @@ def test_entries_timed_on_a_busy_machine_are_timed_again(tmp_path, monkeypatch):
     assert not cost_table.trusted({"spread": 0.05})  # a table that never said how busy the machine was
     target = tiny_target()
     grid = Grid(verify_lengths=(1, 2), context_lens=(8,), masks=("chain",), budgets=(1,), repeats=2, warmup=0)
-    monkeypatch.setattr(costs.noise.Window, "SHORTEST_S", 0.0)
-    monkeypatch.setattr(costs.noise, "others_share", lambda first, last, cpus=None: 0.6)
+    monkeypatch.setattr(cost_timing.noise.Window, "SHORTEST_S", 0.0)
+    monkeypatch.setattr(cost_timing.noise, "others_share", lambda first, last, cpus=None: 0.6)
     busy = measure_costs(target.model, [ngram()], lambda: [1, 2, 3], tmp_path, grid)
     assert all(r["others_cpu"] == 0.6 for r in busy.target)  # used by this run, recorded as busy
     assert cost_table.load_table(tmp_path, busy.key).target == []  # and not reused
     assert cost_table.trusted({"spread": 0.05, "others_cpu": None})  # timed too briefly to tell
-    monkeypatch.setattr(costs.noise, "others_share", lambda first, last, cpus=None: 0.0)
+    monkeypatch.setattr(cost_timing.noise, "others_share", lambda first, last, cpus=None: 0.0)
     monkeypatch.setattr(cost_table, "trusted", lambda entry: entry["others_cpu"] == 0.0)
     quiet = measure_costs(target.model, [ngram()], lambda: [1, 2, 3], tmp_path, grid)
     assert len(quiet.target) == 2 and all(r["others_cpu"] == 0.0 for r in quiet.target)  # timed again
 
 
 def test_keys_name_the_model_device_dtype_and_torch():
-    key = costs.table_key(tiny_target().model)
+    key = cost_timing.table_key(tiny_target().model)
     assert set(key) == {"model", "device", "dtype", "torch", "threads", "drafter_context"} and key["dtype"] == "float32"
-    assert costs.table_key(tiny_target(seed=1).model)["model"] != key["model"]
+    assert cost_timing.table_key(tiny_target(seed=1).model)["model"] != key["model"]
 
 
 def test_entries_are_timed_in_rounds():
     # each shape once per round, so a slow spell of the machine reaches all of them, not a few
     calls = []
-    timings = costs._time_rounds([lambda: calls.append("a"), lambda: calls.append("b")], 2, 1, torch.device("cpu"))
+    rounds = [lambda: calls.append("a"), lambda: calls.append("b")]
+    timings = cost_timing._time_rounds(rounds, 2, 1, torch.device("cpu"))
     assert calls == ["a", "b"] * 3 and [set(t) for t in timings] == [{"median_s", "spread"}] * 2
 
 

@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 from specbench.cli import app
 from specbench.engine.decode import generate
 from specbench.models import DEFAULT_DIR, encode_turns, load_target
+from specbench.strategies.names import COMBINATIONS
 from specbench.strategies.registry import DRAFTER_NAMES
-from specbench.strategies.spec import COMBINATIONS
 from specbench.suites import load_suite
 
 pytestmark = pytest.mark.skipif(not (DEFAULT_DIR / "drafters" / "dspark" / "config.json").is_file(),

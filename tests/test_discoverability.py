@@ -23,7 +23,7 @@ from specbench.config import RunConfig, resolve
 from specbench.errors import SpecbenchError
 from specbench.model_source import model_path
 from specbench.models import load_target
-from specbench.results import RunDir, run_name
+from specbench.output.run_dir import RunDir, run_name
 from specbench.strategies.controllers import CONTROLLERS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -87,10 +87,10 @@ def test_run_names_tell_runs_apart():
 
 
 def test_two_runs_started_in_the_same_second_get_two_directories(tmp_path, monkeypatch):
-    monkeypatch.setattr("specbench.results.environment", dict)
+    monkeypatch.setattr("specbench.output.run_dir.environment", dict)
     config = RunConfig(strategies=["ngram"])
     first = RunDir.create(tmp_path, config, "m", "s", ["ar", "ngram"])
-    monkeypatch.setattr("specbench.results.run_name", lambda *args: first.path.name)
+    monkeypatch.setattr("specbench.output.run_dir.run_name", lambda *args: first.path.name)
     second = RunDir.create(tmp_path, config, "m", "s", ["ar", "ngram"])
     assert second.path != first.path and second.path.name == first.path.name + "-2"
 

@@ -30,9 +30,9 @@ from specbench.strategies.dspark import DSparkDrafter, DSparkOptions
 from specbench.strategies.eagle import EagleDrafter, EagleModel, EagleOptions
 from specbench.strategies.knobs import make_options
 from specbench.strategies.mtp import MtpDrafter, MtpModel, MtpOptions
+from specbench.strategies.names import COMBINATIONS, parse_strategy
 from specbench.strategies.ngram import NgramDrafter, NgramOptions
 from specbench.strategies.registry import DRAFTER_NAMES, definition
-from specbench.strategies.spec import COMBINATIONS, parse_strategy
 from tests.exact import enumerate_outcomes, first_two
 from tests.test_sampling import small_vocab_lm
 

@@ -8,7 +8,7 @@ from specbench.errors import SpecbenchError
 from specbench.hardware import BUILTIN_PROFILES, GpuProfile
 from specbench.measure.cost_model import StepShape, expected_tau, predict
 from specbench.measure.cost_table import CostTable
-from specbench.projection import (
+from specbench.measure.projection import (
     STEP_OVERHEAD_S,
     WorkloadShape,
     ar_shape,

@@ -16,8 +16,8 @@ from specbench.engine.sampling import Sampling
 from specbench.errors import SpecbenchError
 from specbench.models import Target
 from specbench.strategies.build import build_strategy
+from specbench.strategies.names import parse_strategy
 from specbench.strategies.published.formats import open_source
-from specbench.strategies.spec import parse_strategy
 from tests.conftest import tiny_lm
 from tests.published_layouts import BlockReference, deepspec_checkpoint, dflash_checkpoint, propose
 from tests.sampling_check import chi_square_pvalue

@@ -15,8 +15,8 @@ from specbench.errors import SpecbenchError
 from specbench.models import Target
 from specbench.strategies.build import build_strategy
 from specbench.strategies.controllers import EntropyController
+from specbench.strategies.names import parse_strategy
 from specbench.strategies.published.formats import open_source
-from specbench.strategies.spec import parse_strategy
 from tests.published_layouts import Eagle3Reference, eagle3_checkpoint, propose
 
 VOCAB, DRAFT_VOCAB = 211, 64

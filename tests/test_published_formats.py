@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 from specbench.cli import app
 from specbench.errors import SpecbenchError
 from specbench.models import load_lm
+from specbench.strategies.names import parse_strategies
 from specbench.strategies.published.formats import drafter_dirs_by_strategy, open_source
-from specbench.strategies.spec import parse_strategies
 from tests.conftest import write_tiny_model_dir
 from tests.published_layouts import deepspec_checkpoint, dflash_checkpoint, eagle3_checkpoint, mtp_target, write
 

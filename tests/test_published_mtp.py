@@ -14,7 +14,7 @@ from specbench.engine.decode import generate
 from specbench.errors import SpecbenchError
 from specbench.models import Target, load_lm
 from specbench.strategies.build import build_strategy
-from specbench.strategies.spec import parse_strategy
+from specbench.strategies.names import parse_strategy
 from tests.published_layouts import mtp_target, propose
 
 FAMILIES = {"deepseek-v3": "mtp-deepseek-v3", "qwen3-next": "mtp-qwen3-next", "mimo": "mtp-mimo"}

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from specbench.benchmark import run_benchmark
+from specbench.benchmark.pipeline import run_benchmark
 from specbench.config import RunConfig
 from specbench.errors import SpecbenchError
-from specbench.records import ROW_KEYS, Row, StrategySummary
-from specbench.results import read_run
+from specbench.output.records import ROW_KEYS, Row, StrategySummary
+from specbench.output.run_dir import read_run
 
 
 @pytest.mark.parametrize("batch_sizes", [[1], [1, 2]])

@@ -19,8 +19,8 @@ from rich.console import Console
 from specbench.cli.app import print_report
 from specbench.errors import SpecbenchError
 from specbench.measure.stats import summarize
-from specbench.plots import style, write_plots
-from specbench.report import comparison, load_runs, render
+from specbench.output.comparison import comparison, load_runs, render
+from specbench.output.plots import style, write_plots
 
 STRATEGIES = ("ar", "eagle", "dflash+eagle")
 CATEGORIES = ("code", "creative writing", "math")
@@ -255,7 +255,7 @@ def test_plots_are_valid_readable_pngs(tmp_path):
 
 
 def test_every_strategy_has_its_own_colour_and_marker():
-    from specbench.strategies.spec import all_strategies
+    from specbench.strategies.names import all_strategies
 
     names = ["ar"] + [s.name for s in all_strategies()]
     assert len({style(n) for n in names}) == len(names)

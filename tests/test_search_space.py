@@ -14,10 +14,10 @@ from specbench.cli import app
 from specbench.errors import SpecbenchError
 from specbench.strategies.controllers import CONTROLLERS
 from specbench.strategies.dspark import DSparkOptions
+from specbench.strategies.names import parse_strategy
 from specbench.strategies.registry import DRAFTER_NAMES, definition, definitions
-from specbench.strategies.space import Choice, FloatRange, IntRange, Param, Ref, SearchSpace, When, knob_infos
-from specbench.strategies.spec import parse_strategy
-from specbench.tuning.space import StudySpace
+from specbench.strategies.search_space import Choice, FloatRange, IntRange, Param, Ref, SearchSpace, When, knob_infos
+from specbench.tuning.study_space import StudySpace
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 SCHEDULER = {"window_size", "adjust_interval", "k_min", "k_max", "hysteresis", "grow_above", "shrink_below"}

@@ -271,7 +271,7 @@ def test_recommend_after_an_interrupted_tune_names_what_it_did_not_measure(tiny_
     from specbench.config import RunConfig
     from specbench.recommend import make_workload, recommend
     from specbench.tuning.config import TuneConfig
-    from specbench.tuning.run import tune as run_tune
+    from specbench.tuning.study_runner import tune as run_tune
 
     def interrupt_the_second_study(name: str, done: int, total: int, best, trial) -> None:
         if name.startswith("draft-"):

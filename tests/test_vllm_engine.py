@@ -18,14 +18,14 @@ import pytest
 from typer.testing import CliRunner
 
 from specbench import engines
-from specbench.bench import prepare
-from specbench.benchmark import measure_run
+from specbench.benchmark.measuring import make_row
+from specbench.benchmark.pipeline import measure_run
+from specbench.benchmark.prepare import prepare
 from specbench.cli import app
 from specbench.config import RunConfig
 from specbench.engines import VLLM
 from specbench.errors import SpecbenchError
-from specbench.measuring import make_row
-from specbench.results import RunDir
+from specbench.output.run_dir import RunDir
 from specbench.strategies.registry import definitions
 
 pytestmark = [pytest.mark.vllm, pytest.mark.usefixtures("vllm_installed", "drafter_cache")]

@@ -124,7 +124,7 @@ def print_report(runs, fmt: str = "table", wide: bool = False, by: str = "strate
                  console: Console | None = None) -> None:
     """The comparison of loaded runs: one table per group of comparable runs, the per-position
     acceptance, a legend of the columns and what the reader must know about the measurements."""
-    from specbench.report import acceptance_table, columns_of, comparison, footer, legend, noisy_runs, render
+    from specbench.output.comparison import acceptance_table, columns_of, comparison, footer, legend, noisy_runs, render
 
     console = console or out
     frame = comparison(runs, by)

@@ -49,9 +49,9 @@ def costs(
         check_device(device)
         check_output_dir(out_dir, "--out")
 
-        from specbench.batch_tables import cost_frames, render_frame
-        from specbench.measure.costs import measure_target_costs
+        from specbench.measure.cost_timing import measure_target_costs
         from specbench.models import load_target, resolve_device, resolve_dtype
+        from specbench.output.batch_tables import cost_frames, render_frame
         from specbench.strict_json import dumps
 
         torch_device = resolve_device(device)

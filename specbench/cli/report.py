@@ -28,8 +28,8 @@ def report(
             check_output_file(out_file, "--out")
 
         from specbench.files import write_atomic
-        from specbench.plots import write_plots
-        from specbench.report import load_runs
+        from specbench.output.comparison import load_runs
+        from specbench.output.plots import write_plots
 
         runs, warnings = load_runs(run_dirs)
         for warning in warnings:

@@ -26,11 +26,11 @@ from specbench.cli.options import default
 from specbench.config import load_config_file, resolve
 from specbench.engines import SPECBENCH, parse_engine_args
 from specbench.errors import SpecbenchError
+from specbench.output.run_dir import RunDir
 from specbench.ranges import check_range, check_sizes
-from specbench.results import RunDir
 from specbench.strategies.controllers import CONTROLLERS
 from specbench.strategies.knobs import parse_sets
-from specbench.strategies.spec import BASELINE, COMBINATIONS, DEFAULT_STRATEGIES
+from specbench.strategies.names import BASELINE, COMBINATIONS, DEFAULT_STRATEGIES
 
 
 @app.command()
@@ -84,9 +84,9 @@ def run(
         saved = RunDir.resume(resume)[1] if resume else None
         cfg = resolve(load_config_file(config) if config else {}, flags, saved)
 
-        from specbench.batch_tables import batch_frames, render_frame
-        from specbench.benchmark import run_benchmark
+        from specbench.benchmark.pipeline import run_benchmark
         from specbench.measure.lossless import mismatch_detail
+        from specbench.output.batch_tables import batch_frames, render_frame
         from specbench.strict_json import dumps
 
         def how_to_resume(run_dir: Path) -> str:

@@ -38,7 +38,7 @@ def train(
                                  knobs=parse_sets(set_ or []), force=force, **left_out_takes_the_default)
         settings.check()  # before torch is imported: a bad input is refused at once
 
-        from specbench.training.run import train_drafter
+        from specbench.training.train_drafter import train_drafter
 
         resume = f"resume by running the same command again: {command_line(ctx)}"
         with interruptible(lambda stop: resume), progress_bar() as bar:

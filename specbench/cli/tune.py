@@ -1,4 +1,4 @@
-"""`specbench tune`: Optuna search of strategy knobs (specbench.tuning.run.tune does the work)."""
+"""`specbench tune`: Optuna search of strategy knobs (specbench.tuning.study_runner.tune does the work)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from specbench.cli import options
 from specbench.cli.app import app, err, interruptible, out, progress_bar, split_list, user_errors
 from specbench.config import load_config_file, resolve
 from specbench.engines import parse_engine_args
-from specbench.strategies.spec import DEFAULT_STRATEGIES
+from specbench.strategies.names import DEFAULT_STRATEGIES
 from specbench.strict_json import dumps
 from specbench.tuning.config import OBJECTIVES, TuneConfig
 from specbench.tuning.study import open_checked
@@ -66,7 +66,7 @@ def tune(
                          objectives, holdout, heartbeat).validate()
         open_checked(cfg)
 
-        from specbench.tuning.run import tune as run_tune
+        from specbench.tuning.study_runner import tune as run_tune
         from specbench.tuning.summary import render_markdown, render_rich
 
         with interruptible(lambda stop: "run the same command to resume it", "interrupted: the trials finished so far are kept in the study; "

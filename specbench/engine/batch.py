@@ -14,7 +14,7 @@ sequence, with one Rng per sequence and the same verifier. A sequence's step is 
 (decode.propose, decode.accept, decode.settle): only the target forward and the compaction are
 batched, so its drafter, controller and record see what they would alone. Drafters run per sequence, each its
 own copy with its own state (`drafter_copies`): batching the drafters' forwards is left for later,
-and the cost model counts drafting as B per-sequence proposals (measure/costs.py measures it so).
+and the cost model counts drafting as B per-sequence proposals (measure/cost_timing.py measures it so).
 Trees are refused: a batched tree mask is not built here (eagle, mtp and combinations run at batch
 size 1).
 """

@@ -51,7 +51,7 @@ class Drafter(Protocol):
 
     name: str
     hidden_layers: tuple[int, ...]  # target hidden-state layers it reads (0 = embeddings); () for none
-    options: Any  # its knob dataclass, as the method's StrategyDef declares it
+    options: Any  # its knob dataclass, as the method's Method declares it
     model: torch.nn.Module | None = None  # its network (weights, costs, memory); None for a model-free drafter
     max_depth: int | None = None  # the deepest draft its network allows, whatever the knobs (a block's drafts)
     parallel_draft: bool = False  # drafts its whole depth in one forward (a block drafter), not a forward a level

@@ -1,5 +1,5 @@
 """The cost model: a strategy's speedup predicted from the shape a run measured and forward costs timed
-separately (measure/costs.py), never from the strategy's own step times.
+separately (measure/cost_timing.py), never from the strategy's own step times.
 
 Taken from the run: tau (tokens per target forward, bonus included), the mean verify length, the
 mean draft budget, whether the verify forwards used a tree mask, and the mean context. Taken from

@@ -1,4 +1,4 @@
-"""A measured forward-cost table (see measure/costs.py for how it is timed): the data, its
+"""A measured forward-cost table (see measure/cost_timing.py for how it is timed): the data, its
 interpolation, and where it is stored. Torch-free, so reports and the cost model can read it."""
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import psutil
 
-from specbench.strategies.spec import BASELINE
+from specbench.strategies.names import BASELINE
 
 OTHERS_LIMIT = 0.10  # share of all CPUs' time other processes may take
 STEAL_LIMIT = 0.05  # share of CPU time a hypervisor may steal

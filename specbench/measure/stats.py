@@ -32,8 +32,8 @@ from scipy.stats import bootstrap
 from specbench.measure.cost_model import StepShape, predict
 from specbench.measure.cost_table import CostTable
 from specbench.measure.lossless import divergences
-from specbench.records import StrategySummary
-from specbench.strategies.spec import BASELINE
+from specbench.output.records import StrategySummary
+from specbench.strategies.names import BASELINE
 
 ENGINE = "specbench"  # the engine of a row that names none (runs before there was a second engine)
 PROMPT = ["prompt_id", "turn"]

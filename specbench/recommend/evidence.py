@@ -31,17 +31,17 @@ from specbench.engines import SPECBENCH, label
 from specbench.errors import SpecbenchError
 from specbench.hardware import match_profile
 from specbench.measure.stats import BASELINE, paired_speedups, summarize_strategy
+from specbench.output.records import RunResult
+from specbench.output.run_dir import read_run
 from specbench.recommend.prior import members
 from specbench.recommend.workload import Workload
-from specbench.records import RunResult
-from specbench.results import read_run
 
 SOURCES = ("measured", "modelled", "projected", "prior")
 """Every recommendation names one; evidence ranks in this order (the prior only speaks without it)."""
 
 
 @dataclass(frozen=True)
-class StrategyConfig:
+class RunSetup:
     """A strategy as `specbench run` takes it: the name, its members' knobs, the controller, a TOML file."""
 
     strategy: str
@@ -70,7 +70,7 @@ class StrategyConfig:
 class Candidate:
     """One strategy configuration with a speedup over `ar` for the workload, and what it rests on."""
 
-    config: StrategyConfig
+    config: RunSetup
     source: str  # one of SOURCES
     speedup: float
     ci: tuple[float, float] | None
@@ -112,7 +112,7 @@ class Study:
 
     path: Path
     meta: dict[str, Any]
-    config: StrategyConfig | None
+    config: RunSetup | None
 
 
 @dataclass
@@ -197,8 +197,8 @@ def _study(path: Path) -> Study:
     if not isinstance(knobs, dict) or not all(isinstance(v, dict) for v in knobs.values()):
         raise SpecbenchError(f"{toml_path}: [knobs] must hold one table per strategy")
     strategy = meta["strategy"]
-    return Study(path, meta, StrategyConfig(strategy, _own_knobs(knobs, strategy), toml.get("controller"),
-                                            str(toml_path), toml.get("engine", SPECBENCH)))
+    return Study(path, meta, RunSetup(strategy, _own_knobs(knobs, strategy), toml.get("controller"),
+                                  str(toml_path), toml.get("engine", SPECBENCH)))
 
 
 READERS: tuple[Callable[[Path, Evidence], None], ...] = (read_runs, read_studies)
@@ -242,10 +242,10 @@ def _own_knobs(knobs: dict[str, dict], strategy: str) -> dict[str, dict]:
     return {m: dict(v) for m, v in knobs.items() if m in members(strategy)}
 
 
-def _config_of(record: RunRecord, strategy: str, engine: str = SPECBENCH) -> StrategyConfig:
+def _config_of(record: RunRecord, strategy: str, engine: str = SPECBENCH) -> RunSetup:
     own = _own_knobs(record.run.config.get("knobs", {}), strategy)
-    return StrategyConfig(strategy, own, record.run.config.get("controller") if strategy != BASELINE else None,
-                          engine=engine)
+    return RunSetup(strategy, own, record.run.config.get("controller") if strategy != BASELINE else None,
+                    engine=engine)
 
 
 def _kv_bytes_per_token(ar_rows: pd.DataFrame) -> float | None:
@@ -266,7 +266,7 @@ def _need_bytes(rows: pd.DataFrame, kv_per_token: float | None, context_len: int
 
 @dataclass
 class _Pool:
-    config: StrategyConfig
+    config: RunSetup
     frames: list[pd.DataFrame] = field(default_factory=list)
     paths: set[str] = field(default_factory=set)
     interrupted: set[str] = field(default_factory=set)  # the paths of runs that did not finish

@@ -27,11 +27,11 @@ from scipy.stats import binomtest
 
 from specbench.files import atomic_path, write_atomic
 from specbench.hardware import GpuProfile
-from specbench.markdown import markdown_table
+from specbench.output.markdown import markdown_table
 from specbench.recommend.evidence import Evidence
 from specbench.recommend.prior import PRIOR, Branch, PriorOutcome, evaluate, members, prior_markdown
 from specbench.recommend.workload import Workload
-from specbench.strategies.spec import BASELINE
+from specbench.strategies.names import BASELINE
 
 NUMERIC_FEATURES = ("gpu_bandwidth_gbs", "gpu_memory_gb", "pcie_gen", "temperature", "batch_size",
                     "prompt_tokens", "output_tokens")

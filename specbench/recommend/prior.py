@@ -28,8 +28,8 @@ from specbench.recommend.workload import (
     HIGH_PRECISION_TASKS,
     Workload,
 )
+from specbench.strategies.names import BASELINE
 from specbench.strategies.registry import definition
-from specbench.strategies.spec import BASELINE
 
 VERBS = ("choose", "skip", "baseline", "cap", "combine", "avoid", "pass")
 OPS: dict[str, Callable[[Any, Any], bool]] = {

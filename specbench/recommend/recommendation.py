@@ -19,7 +19,7 @@ from specbench.recommend.evidence import (
     SOURCES,
     Candidate,
     Evidence,
-    StrategyConfig,
+    RunSetup,
     candidates_for,
     load_evidence,
     planned_strategies,
@@ -27,7 +27,7 @@ from specbench.recommend.evidence import (
 from specbench.recommend.prior import PriorOutcome, Step, evaluate
 from specbench.recommend.rank import Assessed, rank, speedup_text, why_lost
 from specbench.recommend.workload import CREATIVE_TASKS, HIGH_PRECISION_TASKS, Workload, check_task
-from specbench.strategies.spec import BASELINE
+from specbench.strategies.names import BASELINE
 from specbench.suites import load_suite
 
 
@@ -64,7 +64,7 @@ class Recommendation:
     workload: Workload
     strategy: str
     source: str  # measured, modelled, projected or prior
-    config: StrategyConfig
+    config: RunSetup
     speedup: float | None  # over `ar`; None from the prior, which has no figure
     ci: tuple[float, float] | None
     alternatives: list[Runner]
@@ -150,7 +150,7 @@ def recommend(workload: Workload, results: Path = Path("results"), evidence: Evi
     if not usable:
         if ranking:
             found = Step(found.node, found.question, found.answer, "none usable: the prior decides")
-        return Recommendation(workload, prior.strategy, "prior", StrategyConfig(prior.strategy, prior.knobs), None,
+        return Recommendation(workload, prior.strategy, "prior", RunSetup(prior.strategy, prior.knobs), None,
                               None, [Runner(a.strategy, "prior", None, None, a.reason) for a in prior.alternatives],
                               [found, *prior.path], (), prior, ranking, unmatched, evidence.skipped)
     winner = usable[0].candidate

@@ -7,7 +7,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from specbench.engines import SPECBENCH, label
-from specbench.markdown import markdown_table
+from specbench.output.markdown import markdown_table
 from specbench.recommend.learn import LearnReport
 from specbench.recommend.prior import Step
 from specbench.recommend.rank import speedup_text

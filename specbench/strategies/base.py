@@ -12,12 +12,14 @@ from specbench.engine.protocol import Drafter
 from specbench.errors import SpecbenchError
 from specbench.models import ASSETS, DEFAULT_MODEL, fingerprint
 from specbench.strategies.drafter_dir import load_drafter
+from specbench.strategies.search_space import SearchSpace
 from specbench.strategies.serving import Serving
-from specbench.strategies.space import SearchSpace
 
 
 @dataclass(frozen=True)
-class StrategyDef:
+class Method:
+    """A speculative-decoding method as its module declares it: knobs, drafter builder, search space, serving forms."""
+
     name: str
     options: type  # dataclass of knobs with defaults
     build: Callable[..., Drafter]  # (target, options, drafter_dir | None) -> Drafter

@@ -13,9 +13,9 @@ from specbench.strategies import published
 from specbench.strategies.combine import CombinedDrafter
 from specbench.strategies.controllers import CONTROLLERS, FixedController
 from specbench.strategies.knobs import make_options
+from specbench.strategies.names import BASELINE, StrategyName
 from specbench.strategies.published.formats import DrafterSource
 from specbench.strategies.registry import definition
-from specbench.strategies.spec import BASELINE, StrategySpec
 
 
 @dataclass
@@ -35,7 +35,7 @@ class Strategy:
         return label(self.name, self.engine)
 
 
-def verifies_trees(spec: StrategySpec) -> bool:
+def verifies_trees(spec: StrategyName) -> bool:
     """A tree drafter, or a combination (its members' proposals merge into a trie)."""
     return len(spec.members) > 1 or any(definition(m).tree for m in spec.members)
 
@@ -59,7 +59,7 @@ def describe(source: DrafterSource | None, options: Any) -> dict[str, Any]:
     return {**where, "knobs": dataclasses.asdict(options)}
 
 
-def build_strategy(spec: StrategySpec, target, knobs: dict[str, dict[str, Any]],
+def build_strategy(spec: StrategyName, target, knobs: dict[str, dict[str, Any]],
                    sources: dict[str, DrafterSource], controller: str | None = None) -> Strategy:
     """The drafter(s) and controller factory of a parsed strategy; `controller` overrides every member's."""
     if not spec.members:

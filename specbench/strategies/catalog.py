@@ -9,11 +9,11 @@ from typing import Any
 from rich.console import Group
 from rich.text import Text
 
-from specbench.markdown import markdown_table
+from specbench.output.markdown import markdown_table
 from specbench.strategies.controllers import CONTROLLERS
+from specbench.strategies.names import BASELINE, COMBINATIONS
 from specbench.strategies.registry import MODULES, definitions
-from specbench.strategies.space import knob_infos
-from specbench.strategies.spec import BASELINE, COMBINATIONS
+from specbench.strategies.search_space import knob_infos
 
 
 def _text(value: Any) -> str:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from specbench.strategies.dspark_scheduler import DSparkScheduler, SchedulerKnobs
-from specbench.strategies.space import check_ranges, knob
+from specbench.strategies.search_space import check_ranges, knob
 
 if TYPE_CHECKING:  # annotations only: controller names are read before torch is imported
     import torch

@@ -33,10 +33,10 @@ from specbench.engine.flat import fuse
 from specbench.engine.kv_cache import state_bytes
 from specbench.engine.protocol import DraftContext, Drafter, StepOutcome
 from specbench.engine.tree import DraftTree
-from specbench.strategies.base import StrategyDef, load_trained
+from specbench.strategies.base import Method, load_trained
 from specbench.strategies.layers import Arch, embed, lm_head, rope, rotate
+from specbench.strategies.search_space import Choice, IntRange, Param, SearchSpace, check_ranges, knob
 from specbench.strategies.serving import DRAFTER, Serving, fixed_only
-from specbench.strategies.space import Choice, IntRange, Param, SearchSpace, check_ranges, knob
 from specbench.strategies.trainable import DistillBatch
 
 ANCHORS = 32  # blocks sampled per training sequence
@@ -190,7 +190,7 @@ class DFlashModel(nn.Module):
 
     @classmethod
     def for_target(cls, target, options) -> DFlashModel:
-        """A fresh, untrained drafter for `target` (the StrategyDef's `trainable`)."""
+        """A fresh, untrained drafter for `target` (the Method's `trainable`)."""
         return cls(target.model, cls.architecture(target.model, options), options)
 
     @property
@@ -384,6 +384,6 @@ def _serving(o: DFlashOptions, controller: str, drafter: str | None) -> Serving:
                    ("context_window",) + fixed_only(controller), fixed_only(controller))
 
 
-STRATEGY = StrategyDef("dflash", DFlashOptions, DFlashDrafter.load, budget=lambda o: o.block_size - 1,
-                       short_draft=lambda n: {"block_size": n + 1},
-                       trainable=DFlashModel.for_target, space=SPACE, serving=_serving)
+STRATEGY = Method("dflash", DFlashOptions, DFlashDrafter.load, budget=lambda o: o.block_size - 1,
+                  short_draft=lambda n: {"block_size": n + 1},
+                  trainable=DFlashModel.for_target, space=SPACE, serving=_serving)

@@ -11,9 +11,9 @@ from specbench.engine.protocol import DraftContext, Drafter, StepOutcome
 from specbench.engine.tree import DraftTree
 from specbench.errors import SpecbenchError
 from specbench.models import DEFAULT_DIR, load_lm
-from specbench.strategies.base import StrategyDef
+from specbench.strategies.base import Method
+from specbench.strategies.search_space import Choice, IntRange, Param, SearchSpace, check_ranges, knob
 from specbench.strategies.serving import DRAFTER, Serving, fixed_only
-from specbench.strategies.space import Choice, IntRange, Param, SearchSpace, check_ranges, knob
 
 DEFAULT_DRAFT = DEFAULT_DIR / "draft"  # the embedded default's draft LM
 
@@ -99,5 +99,5 @@ def _serving(o: DraftOptions, controller: str, drafter: str | None) -> Serving:
                    fixed_only(controller), fixed_only(controller))
 
 
-STRATEGY = StrategyDef("draft", DraftOptions, _build, budget=lambda o: o.k, short_draft=lambda n: {"k": n},
-                       space=SPACE, serving=_serving)
+STRATEGY = Method("draft", DraftOptions, _build, budget=lambda o: o.k, short_draft=lambda n: {"k": n},
+                  space=SPACE, serving=_serving)

@@ -39,11 +39,11 @@ from torch import nn
 
 from specbench.engine.protocol import DraftContext
 from specbench.errors import SpecbenchError
-from specbench.strategies.base import StrategyDef
+from specbench.strategies.base import Method
 from specbench.strategies.dflash import BlockConfig, DFlashDrafter, DFlashModel, pick
 from specbench.strategies.dspark_scheduler import SCHEDULER_SPACE, SchedulerKnobs
+from specbench.strategies.search_space import Choice, FloatRange, IntRange, Param, SearchSpace, knob, knob_infos
 from specbench.strategies.serving import DRAFTER, Serving, fixed_only
-from specbench.strategies.space import Choice, FloatRange, IntRange, Param, SearchSpace, knob, knob_infos
 from specbench.strategies.trainable import DistillBatch
 
 CE_WEIGHT, L1_WEIGHT, CONFIDENCE_WEIGHT = 0.1, 0.9, 1.0  # DeepSpec's dspark config
@@ -166,6 +166,6 @@ def _serving(o: DSparkOptions, controller: str, drafter: str | None) -> Serving:
                    ("confidence_threshold", "confidence_rule", "the Markov and confidence heads") + scheduler)
 
 
-STRATEGY = StrategyDef("dspark", DSparkOptions, DSparkDrafter.load, budget=lambda o: o.block_size,
-                       short_draft=lambda n: {"block_size": n, "k_max": n + 1},
-                       default_controller="dspark", trainable=DSparkModel.for_target, space=SPACE, serving=_serving)
+STRATEGY = Method("dspark", DSparkOptions, DSparkDrafter.load, budget=lambda o: o.block_size,
+                  short_draft=lambda n: {"block_size": n, "k_max": n + 1},
+                  default_controller="dspark", trainable=DSparkModel.for_target, space=SPACE, serving=_serving)

@@ -24,7 +24,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from specbench.errors import SpecbenchError
-from specbench.strategies.space import Choice, FloatRange, IntRange, Param, Ref, SearchSpace, When, check_ranges, knob
+from specbench.strategies.search_space import (
+    Choice,
+    FloatRange,
+    IntRange,
+    Param,
+    Ref,
+    SearchSpace,
+    When,
+    check_ranges,
+    knob,
+)
 
 if TYPE_CHECKING:  # annotations only: controller names are read before torch is imported
     import torch

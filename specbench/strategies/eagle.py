@@ -27,10 +27,10 @@ from torch import nn
 from specbench.engine.kv_cache import state_bytes
 from specbench.engine.protocol import DraftContext, Drafter, StepOutcome
 from specbench.engine.tree import DraftTree
-from specbench.strategies.base import StrategyDef, load_trained
+from specbench.strategies.base import Method, load_trained
 from specbench.strategies.layers import KV, Arch, FeatureLayer, causal_mask, embed, lm_head
+from specbench.strategies.search_space import IntRange, Param, SearchSpace, check_ranges, knob
 from specbench.strategies.serving import DRAFTER, Serving, fixed_only
-from specbench.strategies.space import IntRange, Param, SearchSpace, check_ranges, knob
 from specbench.strategies.trainable import DistillBatch
 
 
@@ -244,7 +244,7 @@ def _serving(o: EagleOptions, controller: str, drafter: str | None) -> Serving:
                    ("top_k", "total_tokens") + fixed_only(controller), fixed_only(controller))
 
 
-STRATEGY = StrategyDef("eagle", EagleOptions, _build, budget=lambda o: o.depth, default_controller="fixed",
-                       short_draft=lambda n: {"depth": n, "total_tokens": n},
-                       trainable=lambda target, options: EagleModel.for_target(target, options), space=SPACE, tree=True,
-                       serving=_serving)
+STRATEGY = Method("eagle", EagleOptions, _build, budget=lambda o: o.depth, default_controller="fixed",
+                  short_draft=lambda n: {"depth": n, "total_tokens": n},
+                  trainable=lambda target, options: EagleModel.for_target(target, options), space=SPACE, tree=True,
+                  serving=_serving)

@@ -15,7 +15,7 @@ from specbench.errors import SpecbenchError
 from specbench.strategies.registry import DRAFTER_NAMES, definition
 
 if TYPE_CHECKING:
-    from specbench.strategies.spec import StrategySpec
+    from specbench.strategies.names import StrategyName
 
 
 def parse_sets(items: list[str]) -> dict[str, dict[str, str]]:
@@ -32,7 +32,7 @@ def parse_sets(items: list[str]) -> dict[str, dict[str, str]]:
     return out
 
 
-def check_knobs_apply(knobs: dict[str, dict[str, Any]], specs: list[StrategySpec]) -> None:
+def check_knobs_apply(knobs: dict[str, dict[str, Any]], specs: list[StrategyName]) -> None:
     """Knobs only for strategies the run includes (alone or in a combination): others would go unused."""
     run = {member for spec in specs for member in spec.members}
     for name, values in knobs.items():

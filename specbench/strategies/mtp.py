@@ -25,10 +25,10 @@ from specbench.engine.kv_cache import state_bytes
 from specbench.engine.protocol import DraftContext, Drafter, StepOutcome
 from specbench.engine.tree import DraftTree
 from specbench.errors import SpecbenchError
-from specbench.strategies.base import StrategyDef, load_trained
+from specbench.strategies.base import Method, load_trained
 from specbench.strategies.layers import KV, Arch, FeatureLayer, embed, lm_head
+from specbench.strategies.search_space import Choice, FloatRange, IntRange, Param, Ref, SearchSpace, check_ranges, knob
 from specbench.strategies.serving import Serving, fixed_only
-from specbench.strategies.space import Choice, FloatRange, IntRange, Param, Ref, SearchSpace, check_ranges, knob
 from specbench.strategies.trainable import DistillBatch
 
 
@@ -266,8 +266,8 @@ def _serving(o: MtpOptions, controller: str, drafter: str | None) -> Serving:
                    ("entropy_threshold", "branching below level 1") + fixed_only(controller))
 
 
-STRATEGY = StrategyDef("mtp", MtpOptions, _build, budget=lambda o: o.n_modules, default_controller="fixed",
-                       short_draft=lambda n: {"n_modules": min(n, 3), "branching": "1"},
-                       trainable=lambda target, options: MtpModel.for_target(target, options), space=SPACE,
-                       limits=lambda drafter: {"trained_modules": len(drafter.model.layers)}, tree=True,
-                       serving=_serving)
+STRATEGY = Method("mtp", MtpOptions, _build, budget=lambda o: o.n_modules, default_controller="fixed",
+                  short_draft=lambda n: {"n_modules": min(n, 3), "branching": "1"},
+                  trainable=lambda target, options: MtpModel.for_target(target, options), space=SPACE,
+                  limits=lambda drafter: {"trained_modules": len(drafter.model.layers)}, tree=True,
+                  serving=_serving)

@@ -14,9 +14,9 @@ import torch
 from specbench.engine.protocol import DraftContext, Drafter, StepOutcome
 from specbench.engine.tree import DraftTree
 from specbench.errors import SpecbenchError
-from specbench.strategies.base import StrategyDef
+from specbench.strategies.base import Method
+from specbench.strategies.search_space import Choice, IntRange, Param, SearchSpace, check_ranges, knob
 from specbench.strategies.serving import Serving, fixed_only
-from specbench.strategies.space import Choice, IntRange, Param, SearchSpace, check_ranges, knob
 
 
 @dataclass
@@ -81,5 +81,5 @@ def _serving(o: NgramOptions, controller: str, drafter: str) -> Serving:
     return Serving(vllm, sglang, fixed_only(controller), fixed_only(controller))
 
 
-STRATEGY = StrategyDef("ngram", NgramOptions, _build, budget=lambda o: o.num_pred_tokens,
-                       short_draft=lambda n: {"num_pred_tokens": n}, space=SPACE, serving=_serving)
+STRATEGY = Method("ngram", NgramOptions, _build, budget=lambda o: o.num_pred_tokens,
+                  short_draft=lambda n: {"num_pred_tokens": n}, space=SPACE, serving=_serving)

@@ -12,7 +12,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # base.py imports torch; names and the parser must not
-    from specbench.strategies.base import StrategyDef
+    from specbench.strategies.base import Method
 
 MODULES = {  # strategy name -> module in specbench.strategies
     "ngram": "ngram",
@@ -27,12 +27,12 @@ DRAFTER_NAMES = tuple(MODULES)
 
 
 @functools.cache
-def definition(name: str) -> StrategyDef:
-    """The StrategyDef a method module declares as STRATEGY."""
+def definition(name: str) -> Method:
+    """The Method a method module declares as STRATEGY."""
     return importlib.import_module(f"specbench.strategies.{MODULES[name]}").STRATEGY
 
 
-def definitions() -> dict[str, StrategyDef]:
+def definitions() -> dict[str, Method]:
     return {name: definition(name) for name in DRAFTER_NAMES}
 
 

@@ -2,7 +2,7 @@
 
 A translation, not a measurement: the engines implement each method their own way (their trees,
 schedulers and kernels differ), so these carry over the settings that have a counterpart and nothing
-measured here. Each method module declares its own translation (StrategyDef.serving); knobs with no
+measured here. Each method module declares its own translation (Method.serving); knobs with no
 counterpart are named per engine, so `specbench run --engine vllm` refuses a setting vLLM would
 ignore and `specbench tune` lists them beside its translation. Combinations have no counterpart.
 

@@ -28,9 +28,9 @@ import torch
 from specbench.engine.protocol import DraftContext, Drafter, StepOutcome
 from specbench.engine.tree import DraftTree
 from specbench.errors import SpecbenchError
-from specbench.strategies.base import StrategyDef
+from specbench.strategies.base import Method
+from specbench.strategies.search_space import Choice, FloatRange, IntRange, Param, SearchSpace, check_ranges, knob
 from specbench.strategies.serving import Serving, fixed_only
-from specbench.strategies.space import Choice, FloatRange, IntRange, Param, SearchSpace, check_ranges, knob
 
 
 @dataclass
@@ -217,6 +217,6 @@ def _serving(o: SuffixOptions, controller: str, drafter: str | None) -> Serving:
     return Serving(vllm, None, fixed_only(controller))
 
 
-STRATEGY = StrategyDef("suffix", SuffixOptions, _build, budget=lambda o: o.num_speculative_tokens,
-                       short_draft=lambda n: {"num_speculative_tokens": n}, space=SPACE, tree=True,
-                       serving=_serving)
+STRATEGY = Method("suffix", SuffixOptions, _build, budget=lambda o: o.num_speculative_tokens,
+                  short_draft=lambda n: {"num_speculative_tokens": n}, space=SPACE, tree=True,
+                  serving=_serving)

@@ -1,7 +1,7 @@
 """`specbench tune`: Optuna studies of each strategy's knobs, on one machine or many.
 
-`specbench.tuning.run.tune(TuneConfig(...))` is what the command calls; the parts: config (what is
-asked), space (a study's search space from the methods' own), storage and study (Optuna engines,
+`specbench.tuning.study_runner.tune(TuneConfig(...))` is what the command calls; the parts: config (what is
+asked), study_space (a study's search space from the methods' own), storage and study (Optuna engines,
 identity, resumption), objective (a trial's measurement), holdout (the check on unseen prompts),
 outputs and engines (what a study leaves behind), summary (what the command prints).
 """

@@ -12,7 +12,7 @@ from specbench.engines import BOTH
 from specbench.errors import SpecbenchError
 from specbench.ranges import check_ranges
 from specbench.strategies.knobs import validate_knobs
-from specbench.strategies.spec import BASELINE, DEFAULT_STRATEGIES, StrategySpec, parse_strategies
+from specbench.strategies.names import BASELINE, DEFAULT_STRATEGIES, StrategyName, parse_strategies
 from specbench.suites import load_suite, select
 
 OBJECTIVES = {"speedup": ("maximize",), "speedup,memory": ("maximize", "minimize")}
@@ -66,7 +66,7 @@ class TuneConfig:
         once: the CLI's check, tune's and bench.prepare's share it."""
         return dataclasses.replace(self.workload, strategies=[spec.name for spec in self.specs()]).validate()
 
-    def specs(self) -> list[StrategySpec]:
+    def specs(self) -> list[StrategyName]:
         """The strategies to tune, each in its own study; `ar` is refused (it is what they are compared with)."""
         if BASELINE in [s.strip().lower() for s in self.strategies]:
             raise SpecbenchError("strategy ar: the baseline has no knobs to tune; name a drafter or combination")

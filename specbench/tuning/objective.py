@@ -20,23 +20,23 @@ from typing import Any
 import numpy as np
 import optuna
 
-from specbench.bench import Bench, vllm_strategy
-from specbench.decoding import prompt_seed, run_one
+from specbench.benchmark.decoding import prompt_seed, run_one
+from specbench.benchmark.measuring import make_row
+from specbench.benchmark.prepare import PreparedRun, vllm_strategy
 from specbench.engine.sampling import Sampling
 from specbench.errors import SpecbenchError
 from specbench.hardware import GpuProfile
 from specbench.measure.lossless import first_divergence, mismatch_detail
+from specbench.measure.projection import memory_fit, project, workload_shape
 from specbench.measure.stats import geometric_mean, paired_speedups
-from specbench.measuring import make_row
 from specbench.models import encode_turns
-from specbench.projection import memory_fit, project, workload_shape
-from specbench.records import Row, rows_frame
+from specbench.output.records import Row, rows_frame
 from specbench.strategies.build import Strategy, build_strategy
+from specbench.strategies.names import StrategyName, parse_strategies
 from specbench.strategies.published.formats import drafter_dirs_by_strategy
-from specbench.strategies.spec import StrategySpec, parse_strategies
 from specbench.suites import SuiteItem
-from specbench.tuning.space import StudySpace
 from specbench.tuning.study import FAIL_REASON, MEMORY_CONSTRAINT, PER_PROMPT
+from specbench.tuning.study_space import StudySpace
 
 AR_REFRESH_TRIALS = 4  # re-measure ar on a prompt once its time is this many trials old
 
@@ -74,7 +74,7 @@ class Measured:
 class Evaluator:
     """Runs configurations of one strategy on a fixed list of prompts, paired with `ar`."""
 
-    def __init__(self, bench: Bench, items: list[SuiteItem], profile: GpuProfile | None):
+    def __init__(self, bench: PreparedRun, items: list[SuiteItem], profile: GpuProfile | None):
         self.bench = bench
         self.ar = bench.strategies[0]
         self.profile = profile  # set: the projected objective on this profile
@@ -110,7 +110,7 @@ class Evaluator:
         # no process peak: on one long-lived process it is one high-water mark for the whole study
         return make_row(self.bench.target.model, strategy, unit.item, unit.turn, 0, unit.prompt, gen, reference, 0)
 
-    def build(self, spec: StrategySpec, knobs: dict[str, dict[str, Any]], controller: str | None) -> Strategy:
+    def build(self, spec: StrategyName, knobs: dict[str, dict[str, Any]], controller: str | None) -> Strategy:
         """The configuration to measure: specbench's drafters, or (with --engine vllm) a vLLM engine of its own."""
         if self.bench.vllm is None:
             return build_strategy(spec, self.bench.target, knobs, self.dirs, controller)

@@ -20,7 +20,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from specbench.errors import SpecbenchError
 from specbench.hardware import is_local_gpu
-from specbench.strategies.spec import StrategySpec
+from specbench.strategies.names import StrategyName
 from specbench.tuning.config import TuneConfig
 from specbench.tuning.storage import default_storage, display_url, local_file, open_storage
 
@@ -55,7 +55,7 @@ def projects(gpu: str | None) -> bool:
     return gpu is not None and not is_local_gpu(gpu)
 
 
-def question(config: TuneConfig, spec: StrategySpec) -> dict[str, Any]:
+def question(config: TuneConfig, spec: StrategyName) -> dict[str, Any]:
     """The part of a study's identity known before anything is loaded: what is asked of it."""
     workload = config.workload
     return {

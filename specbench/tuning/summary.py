@@ -11,8 +11,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from specbench.markdown import markdown_table
-from specbench.tuning.run import TuneReport
+from specbench.output.markdown import markdown_table
+from specbench.tuning.study_runner import TuneReport
 
 
 def _x(value: float | None) -> str:

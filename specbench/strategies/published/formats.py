@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from specbench.errors import SpecbenchError
+from specbench.strategies.names import StrategyName
 from specbench.strategies.published.checkpoint import Checkpoint, open_checkpoint
 from specbench.strategies.registry import DRAFTER_NAMES
-from specbench.strategies.spec import StrategySpec
 
 FORMATS = {  # format -> (strategy, what it is)
     "specbench": (None, "a specbench drafter directory"),
@@ -94,7 +94,7 @@ def open_source(name: str | Path) -> DrafterSource:
     return detect(open_checkpoint(name))
 
 
-def drafter_dirs_by_strategy(dirs: list[str | Path], specs: list[StrategySpec]) -> dict[str, DrafterSource]:
+def drafter_dirs_by_strategy(dirs: list[str | Path], specs: list[StrategyName]) -> dict[str, DrafterSource]:
     """Which strategy each --drafter (a directory or a hub id) is for, as its detected format says.
 
     Runs before any model is loaded: a drafter that no strategy of the run would use, or two for one

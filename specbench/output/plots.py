@@ -22,9 +22,9 @@ import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from specbench.errors import SpecbenchError  # noqa: E402
-from specbench.records import RunResult  # noqa: E402
-from specbench.report import comparison  # noqa: E402
-from specbench.strategies.spec import BASELINE, all_strategies  # noqa: E402
+from specbench.output.comparison import comparison  # noqa: E402
+from specbench.output.records import RunResult  # noqa: E402
+from specbench.strategies.names import BASELINE, all_strategies  # noqa: E402
 
 DPI = 130
 NVML_METRICS = {

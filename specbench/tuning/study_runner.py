@@ -26,23 +26,22 @@ import optuna
 import torch
 from optuna.trial import TrialState
 
-from specbench.bench import Bench, prepare
+from specbench.benchmark.prepare import PreparedRun, prepare
 from specbench.engines import VLLM
 from specbench.errors import SpecbenchError
 from specbench.files import write_atomic, write_json
 from specbench.hardware import GpuProfile
 from specbench.models import fingerprint
 from specbench.strategies.knobs import make_options
+from specbench.strategies.names import StrategyName, parse_strategies, parse_strategy
 from specbench.strategies.published.formats import drafter_dirs_by_strategy, open_source
 from specbench.strategies.registry import definition
 from specbench.strategies.serving import engines_markdown
-from specbench.strategies.spec import StrategySpec, parse_strategies, parse_strategy
 from specbench.suites import SuiteItem
 from specbench.tuning.config import TuneConfig
 from specbench.tuning.holdout import holdout_check, interval, paired_gain, split_items
 from specbench.tuning.objective import Evaluator, TrialFailure
 from specbench.tuning.outputs import importances, tuned_toml, write_plots
-from specbench.tuning.space import StudySpace, study_space
 from specbench.tuning.storage import display_url, open_storage
 from specbench.tuning.study import (
     FAIL_REASON,
@@ -61,6 +60,7 @@ from specbench.tuning.study import (
     question,
     study_names,
 )
+from specbench.tuning.study_space import StudySpace, study_space
 
 # study, trials with an outcome, the study's total, the best value so far, the trial that just finished
 Progress = Callable[[str, int, int, "float | None", optuna.trial.FrozenTrial], None]
@@ -81,8 +81,8 @@ class TuneReport:
 class StudyPlan:
     """What one strategy's study measures, the same in every worker."""
 
-    spec: StrategySpec
-    bench: Bench  # ar and the strategy with its default (or fixed) knobs
+    spec: StrategyName
+    bench: PreparedRun  # ar and the strategy with its default (or fixed) knobs
     space: StudySpace
     profile: GpuProfile | None  # set: the objective is projected onto this profile
     tuning: list[SuiteItem]
@@ -97,7 +97,7 @@ class StudyPlan:
         return f"measured on {gpu} (the local GPU)" if gpu else "measured on this machine"
 
 
-def plan_study(config: TuneConfig, spec: StrategySpec, bench: Bench) -> StudyPlan:
+def plan_study(config: TuneConfig, spec: StrategyName, bench: PreparedRun) -> StudyPlan:
     workload = config.workload
     space = study_space(spec, bench.strategies[1], workload.knobs, workload.controller, workload.engine)
     tuning, holdout = split_items(bench.suite.items, config.holdout, workload.seed)
@@ -140,7 +140,7 @@ def tune(config: TuneConfig, progress: Progress | None = None) -> TuneReport:
     return TuneReport(records, rank(records) if len(records) > 1 else [])
 
 
-def measured_engine(bench: Bench) -> Bench:
+def measured_engine(bench: PreparedRun) -> PreparedRun:
     """The bench a study measures on: with --engine vllm, vLLM's `ar` and strategies in place of specbench's."""
     if bench.config.engine != VLLM:
         return bench

@@ -27,8 +27,8 @@ from specbench.config import FIELDS, RunConfig
 from specbench.engines import label
 from specbench.errors import SpecbenchError
 from specbench.files import write_atomic, write_json
+from specbench.output.records import Row, RunResult, StrategySummary, rows_frame
 from specbench.paths import check_output_dir
-from specbench.records import Row, RunResult, StrategySummary, rows_frame
 from specbench.strict_json import dumps
 
 STATUSES = ("complete", "incomplete")

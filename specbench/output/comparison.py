@@ -19,8 +19,8 @@ from specbench.engines import label
 from specbench.errors import SpecbenchError
 from specbench.measure.lossless import divergences, mismatch_detail
 from specbench.measure.stats import BASELINE
-from specbench.records import RunResult, StrategySummary
-from specbench.results import read_run
+from specbench.output.records import RunResult, StrategySummary
+from specbench.output.run_dir import read_run
 from specbench.strict_json import dumps
 
 FORMATS = ("table", "markdown", "csv", "json")

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from specbench.measure.cost_table import CostTable
 from specbench.measure.stats import BASELINE
-from specbench.records import StrategySummary
+from specbench.output.records import StrategySummary
 
 
 def cost_frames(table: CostTable) -> dict[str, pd.DataFrame]:

@@ -8,18 +8,18 @@ from typing import Any, Callable
 
 import torch
 
-from specbench.bench import Bench, fits
-from specbench.decoding import Decoded, decode, prompt_seed, strategy_order
+from specbench.benchmark.decoding import Decoded, decode, prompt_seed, strategy_order
+from specbench.benchmark.prepare import PreparedRun, fits
 from specbench.engine.decode import Generation
 from specbench.engines import SPECBENCH, VLLM
 from specbench.measure.host import peak_rss_bytes
 from specbench.measure.lossless import divergence_margin, first_divergence
 from specbench.measure.memory import needed_bytes
 from specbench.models import encode_turns
-from specbench.records import Row
-from specbench.results import group_of
+from specbench.output.records import Row
+from specbench.output.run_dir import group_of
 from specbench.strategies.build import Strategy
-from specbench.strategies.spec import BASELINE
+from specbench.strategies.names import BASELINE
 from specbench.suites import SuiteItem
 
 Key = tuple[str, int, int]  # prompt, turn, repeat
@@ -84,7 +84,7 @@ def engine_agreement(model, prompt: list[int], vllm_ar: list[int], specbench_ar:
     return {"engines_agree": first is None, "engines_first_divergence": first, "engines_divergence_margin": margin}
 
 
-def measure_group(bench: Bench, batch_size: int, items: list[SuiteItem], done: set[tuple[str, int, int, int]],
+def measure_group(bench: PreparedRun, batch_size: int, items: list[SuiteItem], done: set[tuple[str, int, int, int]],
                   previous: dict[Key, list[int]], on_rows: Callable[[list[Row]], None]) -> list[str]:
     """All turns and repeats of a group of suite items decoded together (at batch size 1, one item),
     every strategy interleaved with `ar` at the same batch size; returns the items dropped because a

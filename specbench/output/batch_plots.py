@@ -15,7 +15,7 @@ import pandas as pd  # noqa: E402
 
 from specbench.measure.cost_table import CHAIN, CostTable  # noqa: E402
 from specbench.measure.stats import BASELINE  # noqa: E402
-from specbench.records import RunResult, StrategySummary  # noqa: E402
+from specbench.output.records import RunResult, StrategySummary  # noqa: E402
 
 DPI = 130
 

@@ -9,23 +9,23 @@ from typing import Any
 
 import pandas as pd
 
-from specbench.batch_plots import write_batch_plots
-from specbench.bench import Bench
+from specbench.benchmark.modelled_speedup import load_axis
+from specbench.benchmark.prepare import PreparedRun
 from specbench.engines import SPECBENCH, label
 from specbench.files import write_atomic
 from specbench.hardware import is_local_gpu
-from specbench.load_axis import load_axis
 from specbench.measure.cost_table import load_table
 from specbench.measure.noise import NoiseMonitor
+from specbench.measure.projection import by_batch, workload_shape
+from specbench.measure.projection import project as projection
 from specbench.measure.stats import CostInputs, paired_speedups, summarize, transfer
-from specbench.plots import write_plots
-from specbench.projection import by_batch, workload_shape
-from specbench.projection import project as projection
-from specbench.records import Row, RunResult, StrategySummary
-from specbench.results import RunDir
+from specbench.output.batch_plots import write_batch_plots
+from specbench.output.plots import write_plots
+from specbench.output.records import Row, RunResult, StrategySummary
+from specbench.output.run_dir import RunDir
 
 
-def project(bench: Bench, rows: pd.DataFrame, summary: list[StrategySummary]) -> dict[str, Any]:
+def project(bench: PreparedRun, rows: pd.DataFrame, summary: list[StrategySummary]) -> dict[str, Any]:
     """Each strategy's measured shape on the --gpu profile, at the run's batch size and swept over
     batch sizes (where speculation stops paying there).
 
@@ -42,7 +42,7 @@ def project(bench: Bench, rows: pd.DataFrame, summary: list[StrategySummary]) ->
     return {"gpu": profile.name, "projected": True}
 
 
-def summarise(bench: Bench, result: RunResult, noise: NoiseMonitor | None, costs: CostInputs | None) -> None:
+def summarise(bench: PreparedRun, result: RunResult, noise: NoiseMonitor | None, costs: CostInputs | None) -> None:
     """The result's summaries (per strategy and batch size, per category), device metrics, noise,
     projection and load axis, from its rows (which gain their paired speedups)."""
     rows = result.frame()
@@ -72,7 +72,7 @@ def summarise(bench: Bench, result: RunResult, noise: NoiseMonitor | None, costs
     result.load = load_axis(bench.target, bench.strategies, own, own_summary, bench.config.out)
 
 
-def finish(bench: Bench, run: RunDir, rows: list[Row], complete: bool, noise: NoiseMonitor | None,
+def finish(bench: PreparedRun, run: RunDir, rows: list[Row], complete: bool, noise: NoiseMonitor | None,
            costs: CostInputs | None) -> RunResult:
     """The run's result from every row measured (those of an interrupted run included), written to its
     directory with the plots."""

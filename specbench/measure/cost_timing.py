@@ -42,9 +42,9 @@ from specbench.measure.host import cpu_name
 from specbench.models import DEFAULT_MODEL, encode_turns, fingerprint
 from specbench.strategies.build import Strategy, build_strategy
 from specbench.strategies.controllers import FixedController
+from specbench.strategies.names import parse_strategy
 from specbench.strategies.published.formats import drafter_dirs_by_strategy
 from specbench.strategies.registry import DRAFTER_NAMES
-from specbench.strategies.spec import parse_strategy
 from specbench.suites import load_suite
 
 Progress = Callable[[str, int, int], None]  # what, done, total

@@ -16,16 +16,16 @@ from typing import Any
 from specbench.engines import SPECBENCH, VLLM
 from specbench.errors import SpecbenchError
 from specbench.strategies.build import Strategy
+from specbench.strategies.names import StrategyName
 from specbench.strategies.registry import definition
-from specbench.strategies.space import SearchSpace
-from specbench.strategies.spec import StrategySpec
+from specbench.strategies.search_space import SearchSpace
 
 CONTROLLER = "controller"
 
 
 @dataclass(frozen=True)
 class StudySpace:
-    spec: StrategySpec
+    spec: StrategyName
     space: SearchSpace
     fixed_knobs: dict[str, dict[str, Any]]  # held at these values by the workload, not searched
     fixed_controller: str | None
@@ -63,7 +63,7 @@ class StudySpace:
         return knobs, controller
 
 
-def _limits(spec: StrategySpec, strategy: Strategy) -> dict[str, dict[str, int]]:
+def _limits(spec: StrategyName, strategy: Strategy) -> dict[str, dict[str, int]]:
     """Per member: the values of its loaded drafter that its space's bounds may name (none when another
     engine runs the strategy: its drafter is not loaded here)."""
     if strategy.drafter is None:
@@ -86,7 +86,7 @@ def vllm_knobs_only(space: SearchSpace, name: str) -> SearchSpace:
     return space.fix(CONTROLLER, method.default_controller)
 
 
-def study_space(spec: StrategySpec, built: Strategy, fixed_knobs: dict[str, dict[str, Any]],
+def study_space(spec: StrategyName, built: Strategy, fixed_knobs: dict[str, dict[str, Any]],
                 fixed_controller: str | None, engine: str = SPECBENCH) -> StudySpace:
     """The space of `spec`, given the strategy built with its defaults (for the drafters' limits)."""
     limits = _limits(spec, built)

@@ -2,7 +2,7 @@
 (and batch size, engine, category), and the `RunResult` that holds them with what the run noted.
 
 Measuring produces these; the summary, plots, tables, `--json`, tune and recommend read them. A run
-directory (results.py) is their sink, and reading one back gives the same records. Their dict forms
+directory (output/run_dir.py) is their sink, and reading one back gives the same records. Their dict forms
 are the files' schema: `as_dict` leaves out the optional entries a record lacks, as the files always
 have, so directories written before these types read unchanged.
 """
@@ -180,7 +180,7 @@ class RunResult:
     notes: list[str] = field(default_factory=list)  # what the run changed from its configuration
     noise: dict[str, Any] | None = None  # measure/noise.py: the machine's load, and whether timings are trusted
     projection: dict[str, Any] | None = None  # the --gpu profile projected onto
-    load: dict[str, Any] = field(default_factory=dict)  # the load axis (load_axis.py)
+    load: dict[str, Any] = field(default_factory=dict)  # the load axis (benchmark/modelled_speedup.py)
     vllm_start_s: dict[str, float] = field(default_factory=dict)  # seconds each vLLM engine took to start
     vllm_idle_engines: str | None = None  # what was done to vLLM's engines while another one was timed
     nvml_series: list[dict[str, Any]] = field(default_factory=list)  # strategy, t_s, metric, value

@@ -1,7 +1,7 @@
 """A benchmark run: every strategy against `ar` on the same prompts, interleaved, in one process.
 
 Data flows one way: suite -> prompts -> (target, strategy) -> per-step trace (engine) -> rows
-(measuring.py) -> the run's result (summarise.py). Rows are appended to the run directory group by
+(benchmark/measuring.py) -> the run's result (benchmark/summarise.py). Rows are appended to the run directory group by
 group, so an interruption keeps what was measured and `resume` carries on where it stopped.
 """
 
@@ -13,22 +13,22 @@ from functools import cache, partial
 from pathlib import Path
 from typing import Any, Callable
 
-from specbench.bench import Bench, context_limit, prepare
+from specbench.benchmark.decoding import warm_up
+from specbench.benchmark.measuring import measure_group
+from specbench.benchmark.modelled_speedup import time_proposals
+from specbench.benchmark.prepare import PreparedRun, context_limit, prepare
+from specbench.benchmark.summarise import finish
 from specbench.config import RunConfig
-from specbench.decoding import warm_up
 from specbench.engines import SPECBENCH, VLLM
 from specbench.errors import Interrupted, SpecbenchError
-from specbench.load_axis import time_proposals
 from specbench.measure.cost_table import CHAIN, TREE, CostTable, Grid
-from specbench.measure.costs import drafter_context, drafter_key, measure_costs
+from specbench.measure.cost_timing import drafter_context, drafter_key, measure_costs
 from specbench.measure.noise import NoiseMonitor
 from specbench.measure.stats import CostInputs
-from specbench.measuring import measure_group
 from specbench.models import encode_turns
-from specbench.records import Row, RunResult
-from specbench.results import RunDir, group_of
-from specbench.strategies.spec import BASELINE
-from specbench.summarise import finish
+from specbench.output.records import Row, RunResult
+from specbench.output.run_dir import RunDir, group_of
+from specbench.strategies.names import BASELINE
 
 Progress = Callable[[str, int, int], None]  # what, done, total
 Estimate = Callable[[dict[str, Any]], None]  # after the warm-up: the plan (seconds, prompts, strategies, ...)
@@ -36,7 +36,7 @@ Estimate = Callable[[dict[str, Any]], None]  # after the warm-up: the plan (seco
 BATCHED_VERIFY_LENGTHS = (1, 2, 4, 8, 12, 16)  # the chains' verify blocks: the engine pads them to the longest draft
 
 
-def cost_inputs(bench: Bench) -> CostInputs:
+def cost_inputs(bench: PreparedRun) -> CostInputs:
     """The measured forward costs of this target and these strategies (stored under results/costs/,
     reused by later runs), at the verify lengths, masks and contexts the run can reach."""
     contexts = [64, 256] + [c for c in (1024, 4096) if c <= (context_limit(bench.target) or 0)]
@@ -79,7 +79,7 @@ def run_benchmark(config: RunConfig, progress: Progress | None = None, resume: s
         bench.close()
 
 
-def measure_run(bench: Bench, run: RunDir, progress: Progress | None = None, on_estimate: Estimate | None = None,
+def measure_run(bench: PreparedRun, run: RunDir, progress: Progress | None = None, on_estimate: Estimate | None = None,
                 started: float | None = None) -> RunResult:
     """The measured part of run_benchmark, on a prepared run and its run directory; `started` is when
     the user's wait began (the start-up reported is from then)."""

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from specbench.bench import Bench
+from specbench.benchmark.prepare import PreparedRun
 from specbench.draft_schedule import cap_at
 from specbench.engine.batch import BatchGeneration, drafter_copies, generate_batch
 from specbench.engine.decode import Generation, generate
@@ -33,7 +33,7 @@ def prompt_seed(run_seed: int, item: SuiteItem, turn: int, repeat: int = 0) -> i
     return run_seed * 1_000_003 + zlib.crc32(f"{item.id}/{turn}/{repeat}".encode())
 
 
-def new_controller(bench: Bench, strategy: Strategy, batch_size: int) -> Controller | None:
+def new_controller(bench: PreparedRun, strategy: Strategy, batch_size: int) -> Controller | None:
     """A fresh controller for one sequence, capped where the run's draft schedule says so at this batch size."""
     if strategy.new_controller is None:
         return None
@@ -43,7 +43,7 @@ def new_controller(bench: Bench, strategy: Strategy, batch_size: int) -> Control
     return controller if cap is None else CappedController(controller, cap)
 
 
-def run_one(bench: Bench, strategy: Strategy, prompt: list[int], seed: int) -> Generation:
+def run_one(bench: PreparedRun, strategy: Strategy, prompt: list[int], seed: int) -> Generation:
     """One sequence alone."""
     if strategy.runner is not None:
         return strategy.runner(prompt, bench.config.max_new_tokens, bench.sampling, seed)
@@ -52,7 +52,7 @@ def run_one(bench: Bench, strategy: Strategy, prompt: list[int], seed: int) -> G
                     bench.target.eos_ids, strategy.drafter, new_controller(bench, strategy, 1), seed)
 
 
-def run_batch(bench: Bench, strategy: Strategy, prompts: list[list[int]], seeds: list[int]) -> BatchGeneration:
+def run_batch(bench: PreparedRun, strategy: Strategy, prompts: list[list[int]], seeds: list[int]) -> BatchGeneration:
     """One batch in lockstep, each sequence with its own drafter copy, controller and seeded Rng."""
     torch.manual_seed(seeds[0])
     drafters = drafter_copies(strategy.drafter, len(prompts)) if strategy.drafter else None
@@ -71,7 +71,8 @@ class Decoded:
     batch: BatchGeneration | None = None
 
 
-def decode(bench: Bench, strategy: Strategy, prompts: list[list[int]], seeds: list[int], batch_size: int) -> Decoded:
+def decode(bench: PreparedRun, strategy: Strategy, prompts: list[list[int]], seeds: list[int],
+           batch_size: int) -> Decoded:
     """The group at batch size 1 (one prompt) or in lockstep at a larger batch size (the suite's last
     batch may hold fewer prompts)."""
     if batch_size == 1:
@@ -80,13 +81,13 @@ def decode(bench: Bench, strategy: Strategy, prompts: list[list[int]], seeds: li
     return Decoded(batch.sequences, batch)
 
 
-def strategies_at(bench: Bench, batch_size: int) -> list[Strategy]:
+def strategies_at(bench: PreparedRun, batch_size: int) -> list[Strategy]:
     """What runs at a batch size: everything at 1, specbench's own strategies batched (vLLM's engines
     here decode one sequence at a time)."""
     return bench.runs if batch_size == 1 else bench.strategies
 
 
-def strategy_order(bench: Bench, batch_size: int, key: Any) -> list[Strategy]:
+def strategy_order(bench: PreparedRun, batch_size: int, key: Any) -> list[Strategy]:
     """Every strategy at the batch size, `ar` included, in an order shuffled per prompt (or batch) with
     the run's seed, so that no strategy always runs first or right after another (caches, clocks and
     load drift)."""
@@ -95,7 +96,7 @@ def strategy_order(bench: Bench, batch_size: int, key: Any) -> list[Strategy]:
     return order
 
 
-def warm_up(bench: Bench) -> float:
+def warm_up(bench: PreparedRun) -> float:
     """Run every strategy on the first prompt, and on a first batch at each batch size above 1,
     unmeasured, so lazy initialisation is not timed; the seconds the measured part takes per prompt
     (one pass over the strategies at batch size 1, a batch's share at each other batch size)."""

@@ -21,7 +21,7 @@ DEFAULT_STRATEGIES = ("ngram", "mtp", "dspark", "eagle+dflash")
 
 
 @dataclass(frozen=True)
-class StrategySpec:
+class StrategyName:
     """A parsed `--strategy` value: `ar`, one drafter, or a combination in canonical order."""
 
     members: tuple[str, ...]
@@ -31,10 +31,10 @@ class StrategySpec:
         return "+".join(self.members) or BASELINE
 
 
-def parse_strategy(text: str) -> StrategySpec:
+def parse_strategy(text: str) -> StrategyName:
     text = text.strip().lower()
     if text == BASELINE:
-        return StrategySpec(())
+        return StrategyName(())
     members = [m.strip() for m in text.split("+")]
     for m in members:
         if m == BASELINE:
@@ -43,17 +43,17 @@ def parse_strategy(text: str) -> StrategySpec:
             raise SpecbenchError(f"unknown strategy {m!r}; known: {', '.join((BASELINE,) + DRAFTER_NAMES)}")
     if len(set(members)) != len(members):
         raise SpecbenchError(f"strategy {text}: a combination cannot repeat a member")
-    return StrategySpec(tuple(sorted(members, key=DRAFTER_NAMES.index)))
+    return StrategyName(tuple(sorted(members, key=DRAFTER_NAMES.index)))
 
 
-def all_strategies() -> list[StrategySpec]:
+def all_strategies() -> list[StrategyName]:
     """Every drafter, then every listed combination."""
-    return [StrategySpec((name,)) for name in DRAFTER_NAMES] + [parse_strategy(c) for c in COMBINATIONS]
+    return [StrategyName((name,)) for name in DRAFTER_NAMES] + [parse_strategy(c) for c in COMBINATIONS]
 
 
-def parse_strategies(values: list[str]) -> list[StrategySpec]:
+def parse_strategies(values: list[str]) -> list[StrategyName]:
     """Repeatable / comma-separated values; `all` and `default` expand to their sets. `ar` first."""
-    specs: list[StrategySpec] = [StrategySpec(())]
+    specs: list[StrategyName] = [StrategyName(())]
     named = [text.strip().lower() for value in values for text in value.split(",") if text.strip()]
     if not named:
         raise SpecbenchError("--strategy names no strategy; give one such as dspark, eagle+dflash, default or all")

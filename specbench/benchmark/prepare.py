@@ -20,9 +20,9 @@ from specbench.model_source import model_path
 from specbench.models import Target, encode_turns, load_target, resolve_device, resolve_dtype
 from specbench.strategies.build import Strategy, build_strategy, verifies_trees
 from specbench.strategies.knobs import validate_knobs
+from specbench.strategies.names import StrategyName, parse_strategies, parse_strategy
 from specbench.strategies.published.formats import DrafterSource, drafter_dirs_by_strategy
 from specbench.strategies.registry import definitions
-from specbench.strategies.spec import StrategySpec, parse_strategies, parse_strategy
 from specbench.suites import Suite, load_suite, select
 
 if TYPE_CHECKING:  # imported where an engine is made: vLLM is an optional extra
@@ -35,7 +35,7 @@ MAX_MODEL_LEN = 4096  # vLLM's context at most (--engine-args max_model_len over
 
 
 @dataclass
-class Bench:
+class PreparedRun:
     """Everything a run needs, loaded once: the target, its strategies, the prompts."""
 
     config: RunConfig
@@ -62,7 +62,7 @@ class Bench:
             self.vllm.close()
 
 
-def prepare(config: RunConfig) -> Bench:
+def prepare(config: RunConfig) -> PreparedRun:
     """Validate the whole configuration and load models before anything is measured."""
     config = config.validate()  # its type-checked copy, 0 for the whole suite read as no limit
     specs = parse_strategies(config.strategies)
@@ -88,13 +88,14 @@ def prepare(config: RunConfig) -> Bench:
     sampling = Sampling(config.temperature, config.top_p, config.top_k)
     suite, skipped = fitting_prompts(suite, target, config.max_new_tokens)
     batch_sizes, notes = fit_batch_sizes(config.batch_sizes, len(suite.items))
-    bench = Bench(config, target, strategies, suite, sampling, RunMetrics(device), profile, skipped, batch_sizes, notes)
+    bench = PreparedRun(config, target, strategies, suite, sampling, RunMetrics(device), profile, skipped, batch_sizes,
+                        notes)
     if vllm is not None:
         start_vllm(bench, vllm, sources)
     return bench
 
 
-def check_vllm(config: RunConfig, specs: list[StrategySpec], sources: dict[str, DrafterSource]) -> VllmPlan:
+def check_vllm(config: RunConfig, specs: list[StrategyName], sources: dict[str, DrafterSource]) -> VllmPlan:
     """Every strategy's vLLM form and the engine arguments, refused before any model loads."""
     from specbench import vllm_engine
 
@@ -103,7 +104,7 @@ def check_vllm(config: RunConfig, specs: list[StrategySpec], sources: dict[str, 
     return strategies, vllm_engine.engine_kwargs(model_path(config.model), dtype, config.seed, config.engine_args)
 
 
-def start_vllm(bench: Bench, vllm: VllmPlan, sources: dict[str, DrafterSource]) -> None:
+def start_vllm(bench: PreparedRun, vllm: VllmPlan, sources: dict[str, DrafterSource]) -> None:
     """vLLM's engines, one per strategy (`ar` included), with the drafters converted to vLLM's layouts."""
     from specbench import vllm_engine
 
@@ -124,7 +125,7 @@ def start_vllm(bench: Bench, vllm: VllmPlan, sources: dict[str, DrafterSource]) 
                     for p in plans if p.untranslated]
 
 
-def vllm_strategy(bench: Bench, strategy: VllmStrategy) -> Strategy:
+def vllm_strategy(bench: PreparedRun, strategy: VllmStrategy) -> Strategy:
     """A strategy decoded by its own vLLM engine, started now."""
     config = strategy.speculative_config
     described = {"vllm": {"speculative_config": config, "untranslated": list(strategy.untranslated)}} if config else {}
