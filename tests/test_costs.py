@@ -87,3 +87,20 @@ def test_a_run_whose_stored_table_lacks_trusted_entries_finishes_with_a_note(tin
     assert result.exit_code == 0, result.output
     note = json.loads(result.stdout)["load"]["note"]
     assert "no chain target costs at batch 1" in note and "specbench costs" in note
+
+
+def test_proposals_a_run_times_on_a_busy_machine_price_its_own_load_axis(tiny_model_dir, tmp_path, monkeypatch):
+    """A run's load axis prices with the table it timed: the proposal entries it timed itself count even
+    when a later read would leave them out as untrusted (they did not: 'no proposal costs for ngram')."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from specbench.cli import app
+
+    monkeypatch.setattr(cost_table, "trusted", lambda entry: "budget" not in entry)  # proposals read back: untrusted
+    result = CliRunner().invoke(app, ["run", "--model", str(tiny_model_dir), "--strategy", "ngram", "--limit", "1",
+                                      "--max-new-tokens", "4", "--warmup", "0", "--out", str(tmp_path), "--json"])
+    assert result.exit_code == 0, result.output
+    load = json.loads(result.stdout)["load"]
+    assert "note" not in load and {p["strategy"] for p in load["points"]} == {"ngram"}

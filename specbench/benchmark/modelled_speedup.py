@@ -33,13 +33,15 @@ MODEL_KEYS = ("speedup", "tokens_per_s", "tau", "rows", "block", "step_s", "veri
               "ar_step_s")
 
 
-def time_proposals(target, strategies: list[Strategy], out_dir: str | Path) -> None:
-    """Time the proposals of the drafters the stored cost table lacks, so the load axis can price them;
-    nothing without a table (`specbench costs` measures one)."""
+def time_proposals(target, strategies: list[Strategy], out_dir: str | Path) -> CostTable | None:
+    """The table the load axis prices with: the stored one, with the proposals of the drafters it lacks
+    timed now (and stored); None without a table (`specbench costs` measures one). The entries timed
+    now are used by this run even on a busy machine: only a later read leaves untrusted entries out."""
     table = load_table(out_dir, table_key(target.model))
-    if table.target:
-        time_drafters(table, target.model, [s for s in strategies if s.drafter is not None],
-                      partial(drafter_context, target), out_dir)
+    if not table.target:
+        return None
+    return time_drafters(table, target.model, [s for s in strategies if s.drafter is not None],
+                         partial(drafter_context, target), out_dir)
 
 
 def draft_shape(strategy: Strategy, rows: pd.DataFrame, result: StrategySummary) -> DraftShape:
@@ -54,15 +56,15 @@ def draft_shape(strategy: Strategy, rows: pd.DataFrame, result: StrategySummary)
                                list(zip(ordered.steps, ordered.new_tokens)))
 
 
-def load_axis(target, strategies: list[Strategy], rows: pd.DataFrame, summary: list[StrategySummary],
-              out_dir: str | Path) -> dict[str, Any]:
-    """Modelled figures beside the measured ones; each measured summary gains a `modelled` entry."""
-    table = load_table(out_dir, table_key(target.model))
-    if not table.target:
+def load_axis(strategies: list[Strategy], rows: pd.DataFrame, summary: list[StrategySummary],
+              table: CostTable | None) -> dict[str, Any]:
+    """Modelled figures beside the measured ones, priced with `table` (`time_proposals`); each measured
+    summary gains a `modelled` entry."""
+    if table is None:
         return {"note": NO_TABLE}
     try:
         return modelled_axis(table, strategies, rows, summary)
-    except (KeyError, SpecbenchError) as missing:  # entries timed on a busy machine are left out when read back
+    except (KeyError, SpecbenchError) as missing:  # stored entries timed on a busy machine are left out
         return {"note": f"the load axis is not modelled: {missing.args[0]} (cost entries timed on a busy machine "
                         "are not trusted when read back: `specbench costs` on a quiet machine times them again)"}
 

@@ -110,7 +110,7 @@ def measure_run(bench: PreparedRun, run: RunDir, progress: Progress | None = Non
                      "skipped": list(bench.skipped), "context": context_limit(bench.target),
                      "startup_s": time.perf_counter() - started})
     costs = cost_inputs(bench) if config.cost_model and config.engine != VLLM else None
-    time_proposals(bench.target, bench.strategies, config.out)  # what the load axis prices, timed before measuring
+    priced = time_proposals(bench.target, bench.strategies, config.out)  # the load axis's, timed before measuring
     noise.restart()
     complete = False
     try:
@@ -129,5 +129,5 @@ def measure_run(bench: PreparedRun, run: RunDir, progress: Progress | None = Non
     except KeyboardInterrupt as exc:
         raise Interrupted(run.path, "the prompts finished so far are kept; the run is marked incomplete") from exc
     finally:
-        result = finish(bench, run, rows, complete, noise, costs)
+        result = finish(bench, run, rows, complete, noise, costs, priced)
     return result

@@ -14,7 +14,7 @@ from specbench.benchmark.prepare import PreparedRun
 from specbench.engines import SPECBENCH, label
 from specbench.files import write_atomic
 from specbench.hardware import is_local_gpu
-from specbench.measure.cost_table import load_table
+from specbench.measure.cost_table import CostTable
 from specbench.measure.noise import NoiseMonitor
 from specbench.measure.projection import by_batch, workload_shape
 from specbench.measure.projection import project as projection
@@ -42,7 +42,8 @@ def project(bench: PreparedRun, rows: pd.DataFrame, summary: list[StrategySummar
     return {"gpu": profile.name, "projected": True}
 
 
-def summarise(bench: PreparedRun, result: RunResult, noise: NoiseMonitor | None, costs: CostInputs | None) -> None:
+def summarise(bench: PreparedRun, result: RunResult, noise: NoiseMonitor | None, costs: CostInputs | None,
+              priced: CostTable | None) -> None:
     """The result's summaries (per strategy and batch size, per category), device metrics, noise,
     projection and load axis, from its rows (which gain their paired speedups)."""
     rows = result.frame()
@@ -69,25 +70,24 @@ def summarise(bench: PreparedRun, result: RunResult, noise: NoiseMonitor | None,
         result.noise = noise.summary(first)
     if bench.profile:
         result.projection = project(bench, first, [s for s in own_summary if s.batch_size == smallest])
-    result.load = load_axis(bench.target, bench.strategies, own, own_summary, bench.config.out)
+    result.load = load_axis(bench.strategies, own, own_summary, priced)
 
 
 def finish(bench: PreparedRun, run: RunDir, rows: list[Row], complete: bool, noise: NoiseMonitor | None,
-           costs: CostInputs | None) -> RunResult:
+           costs: CostInputs | None, priced: CostTable | None) -> RunResult:
     """The run's result from every row measured (those of an interrupted run included), written to its
-    directory with the plots."""
+    directory with the plots; `priced` is the cost table the load axis prices with."""
     result = RunResult(run.path, {**run.meta, "status": "complete" if complete else "incomplete"}, run.config,
                        run.environment, rows, [], skipped_prompts=bench.skipped, notes=bench.notes,
                        vllm_start_s=bench.vllm.start_s if bench.vllm is not None else {},
                        vllm_idle_engines=bench.vllm.idle_engines if bench.vllm is not None else None,
                        nvml_series=bench.metrics.series_frame().to_dict("records"))
     if rows:
-        summarise(bench, result, noise, costs)
+        summarise(bench, result, noise, costs, priced)
     run.finish(result)
     if rows:
         write_plots([result], run.path)
         if "schedule_toml" in result.load:
             write_atomic(run.path / "draft_schedule.toml", result.load["schedule_toml"])
-        table = load_table(bench.config.out, result.load["cost_table"]) if "cost_table" in result.load else None
-        write_batch_plots(result, table)
+        write_batch_plots(result, priced if "cost_table" in result.load else None)
     return result
