@@ -13,9 +13,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 import pandas as pd  # noqa: E402
 
+from specbench.files import atomic_path  # noqa: E402
 from specbench.measure.cost_table import CHAIN, CostTable  # noqa: E402
-from specbench.measure.stats import BASELINE  # noqa: E402
 from specbench.output.records import RunResult, StrategySummary  # noqa: E402
+from specbench.strategies.names import BASELINE  # noqa: E402
 
 DPI = 130
 
@@ -77,7 +78,8 @@ def verify_costs(table: CostTable, path: Path) -> Path | None:
 
 
 def _save(fig, path: Path) -> Path:
-    fig.savefig(path, dpi=DPI, bbox_inches="tight")
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=DPI, bbox_inches="tight")
     plt.close(fig)
     return path
 

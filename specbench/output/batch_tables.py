@@ -9,8 +9,8 @@ import pandas as pd
 from rich.table import Table
 
 from specbench.measure.cost_table import CostTable
-from specbench.measure.stats import BASELINE
 from specbench.output.records import StrategySummary
+from specbench.strategies.names import BASELINE
 
 
 def cost_frames(table: CostTable) -> dict[str, pd.DataFrame]:

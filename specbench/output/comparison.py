@@ -18,9 +18,10 @@ from rich.table import Table
 from specbench.engines import label
 from specbench.errors import SpecbenchError
 from specbench.measure.lossless import divergences, mismatch_detail
-from specbench.measure.stats import BASELINE
+from specbench.output.markdown import markdown_table
 from specbench.output.records import RunResult, StrategySummary
 from specbench.output.run_dir import read_run
+from specbench.strategies.names import BASELINE
 from specbench.strict_json import dumps
 
 FORMATS = ("table", "markdown", "csv", "json")
@@ -226,9 +227,7 @@ def render(frame: pd.DataFrame, fmt: str = "table", wide: bool = False,
         headers = [HEADERS.get(c, c) for c in columns]
         caption = _caption(group)
         if fmt == "markdown":
-            lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-            texts.append((f"{caption}\n\n" if caption else "") + "\n".join(
-                lines + ["| " + " | ".join(r) + " |" for r in cells]) + "\n")
+            texts.append((f"{caption}\n\n" if caption else "") + markdown_table(headers, cells) + "\n")
             continue
         table = Table(title=caption or None)
         for column, header in zip(columns, headers):
@@ -252,8 +251,7 @@ def acceptance_table(frame: pd.DataFrame, fmt: str = "table", positions: int = 8
              + ["-"] * (width - len(r["accept_by_position"][:width])) for r in rows]
     title = "acceptance a_k = P(draft k accepted | k-1 accepted)"
     if fmt == "markdown":
-        lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-        return f"{title}\n\n" + "\n".join(lines + ["| " + " | ".join(c) + " |" for c in cells]) + "\n"
+        return f"{title}\n\n" + markdown_table(headers, cells) + "\n"
     table = Table(title=title)
     for header in headers:
         table.add_column(header, justify="left" if header == "strategy" else "right", no_wrap=True)

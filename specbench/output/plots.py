@@ -22,6 +22,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from specbench.errors import SpecbenchError  # noqa: E402
+from specbench.files import atomic_path  # noqa: E402
 from specbench.output.comparison import comparison  # noqa: E402
 from specbench.output.records import RunResult  # noqa: E402
 from specbench.strategies.names import BASELINE, all_strategies  # noqa: E402
@@ -71,7 +72,8 @@ def write_plots(runs: Sequence[RunResult], out_dir: Path | str) -> list[Path]:
         if fig is None:
             continue
         path = out / name
-        fig.savefig(path, dpi=DPI, bbox_inches="tight")
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=DPI, bbox_inches="tight")
         plt.close(fig)
         written.append(path)
     return written

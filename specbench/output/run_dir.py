@@ -26,9 +26,10 @@ from specbench import __version__
 from specbench.config import FIELDS, RunConfig
 from specbench.engines import label
 from specbench.errors import SpecbenchError
-from specbench.files import write_atomic, write_json
+from specbench.files import atomic_path, write_atomic, write_json
 from specbench.output.records import Row, RunResult, StrategySummary, rows_frame
 from specbench.paths import check_output_dir
+from specbench.strategies.names import BASELINE
 from specbench.strict_json import dumps
 
 STATUSES = ("complete", "incomplete")
@@ -63,8 +64,8 @@ def group_of(row: Row) -> tuple[str, int, int, int]:
 def run_name(config: RunConfig, strategies: list[str]) -> str:
     """`20261129-101500-ngram-draft-3fa2c1`: start time, strategies (the first three and a count beyond),
     and a hash of the strategies and every setting that changes what is measured."""
-    shown = [s.replace("+", "_") for s in strategies if s != "ar"]
-    slug = "-".join(shown[:3]) + (f"-and-{len(shown) - 3}-more" if len(shown) > 3 else "") or "ar"
+    shown = [s.replace("+", "_") for s in strategies if s != BASELINE]
+    slug = "-".join(shown[:3]) + (f"-and-{len(shown) - 3}-more" if len(shown) > 3 else "") or BASELINE
     measured = {k: v for k, v in asdict(config).items() if k != "out"}
     digest = hashlib.sha256(json.dumps([strategies, measured], sort_keys=True, default=str).encode()).hexdigest()
     return f"{datetime.now():%Y%m%d-%H%M%S}-{slug}-{digest[:6]}"
@@ -187,8 +188,8 @@ class RunDir:
         self._write_rows(result.rows)
         if result.rows:
             frame = pd.DataFrame([r.as_dict() for r in result.rows])  # the columns the rows have, as rows.jsonl
-            frame.to_parquet(self.path / "rows.parquet.tmp")
-            os.replace(self.path / "rows.parquet.tmp", self.path / "rows.parquet")
+            with atomic_path(self.path / "rows.parquet") as tmp:
+                frame.to_parquet(tmp)
             flat = frame.drop(columns=["output_ids"], errors="ignore")
             write_atomic(self.path / "rows.csv", flat.to_csv(index=False))
         if result.nvml_series:

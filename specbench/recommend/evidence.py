@@ -30,11 +30,12 @@ import pandas as pd
 from specbench.engines import SPECBENCH, label
 from specbench.errors import SpecbenchError
 from specbench.hardware import match_profile
-from specbench.measure.stats import BASELINE, paired_speedups, summarize_strategy
+from specbench.measure.stats import paired_speedups, summarize_strategy
 from specbench.output.records import RunResult
 from specbench.output.run_dir import read_run
 from specbench.recommend.prior import members
 from specbench.recommend.workload import Workload
+from specbench.strategies.names import BASELINE
 
 SOURCES = ("measured", "modelled", "projected", "prior")
 """Every recommendation names one; evidence ranks in this order (the prior only speaks without it)."""
