@@ -183,8 +183,10 @@ class VllmRunner:
     processes: list = dataclasses.field(default_factory=list)  # psutil.Process of its engine core and workers
 
     def _signal(self, signum: int) -> None:
+        import psutil
+
         for process in self.processes:
-            with contextlib.suppress(Exception):  # a process that has exited
+            with contextlib.suppress(psutil.NoSuchProcess):  # a process that has exited
                 process.send_signal(signum)
 
     def pause(self) -> None:
