@@ -1,10 +1,13 @@
-"""The engine's fast forward (engine/flat.py) against transformers' forward, in one process.
+"""The engine's forwards against transformers' forward, in one process: transformers' modules over a
+DynamicCache; engine/flat.py's fast forward with F.linear's products; and the fast forward with
+engine/linear.py's packed weights (oneDNN on a CPU), which is what a run uses.
 
-Each round decodes the same prompts of the default suite with each strategy twice, once on
-transformers' forward over a DynamicCache and once on the fast path, in alternating order; tokens/s
-per path are the tokens over the decode wall time summed over the round, and the ratio is the median
-of the per-round ratios (so a busy machine slows both sides of a round alike). The greedy tokens of
-the two paths must be identical. Prints a table; with --out also writes it as JSON.
+Each round decodes the same prompts of the default suite with each strategy once per forward, in an
+order rotated from round to round; tokens/s per forward are the tokens over the decode wall time summed
+over the rounds, and each ratio to transformers' is the median of the per-round ratios (so a busy
+machine slows every side of a round alike). The greedy tokens must be identical: the count of prompts
+whose tokens differ from transformers' is printed (0 expected). Prints a table; with --out also writes
+it as JSON.
 
     python scripts/bench_fastpath.py --limit 4 --max-new-tokens 64 --rounds 3
 """
@@ -20,11 +23,18 @@ import torch
 
 from specbench.engine.decode import generate
 from specbench.engine.kv_cache import fast_path
+from specbench.engine.linear import packing
 from specbench.files import write_json
 from specbench.models import encode_turns, load_target
 from specbench.strategies.build import build_strategy
 from specbench.strategies.names import BASELINE, parse_strategy
 from specbench.suites import load_suite, select
+
+
+TRANSFORMERS = "transformers"
+FORWARDS = {TRANSFORMERS: (False, False), "flat": (True, False), "packed": (True, True)}  # fast_path, packing
+ORDER = list(FORWARDS)
+ENGINES = ORDER[1:]  # the engine's own forwards, each against transformers'
 
 
 def decode_all(target, prompts: list[list[int]], max_new_tokens: int, strategy) -> tuple[list[list[int]], float, int]:
@@ -59,23 +69,30 @@ def main() -> None:
     print(f"loaded in {time.perf_counter() - started:.1f} s; {len(prompts)} prompts, {torch.get_num_threads()} threads")
     rows = {}
     for name, strategy in strategies.items():
-        ratios, totals = [], {True: [0.0, 0], False: [0.0, 0]}
+        seconds, tokens = dict.fromkeys(FORWARDS, 0.0), dict.fromkeys(FORWARDS, 0)
+        ratios: dict[str, list[float]] = {forward: [] for forward in ENGINES}
+        differing = dict.fromkeys(ENGINES, 0)
         for r in range(args.rounds):
-            per_path = {}
-            for fast in ((False, True) if r % 2 == 0 else (True, False)):
-                with fast_path(fast):
-                    per_path[fast] = decode_all(target, prompts, args.max_new_tokens, strategy)
-                totals[fast][0] += per_path[fast][1]
-                totals[fast][1] += per_path[fast][2]
-            if per_path[True][0] != per_path[False][0]:
-                raise SystemExit(f"{name}: the fast path's greedy tokens differ from transformers'")
-            ratios.append((per_path[True][2] / per_path[True][1]) / (per_path[False][2] / per_path[False][1]))
-        rows[name] = {"hf_tokens_per_s": totals[False][1] / totals[False][0],
-                      "fast_tokens_per_s": totals[True][1] / totals[True][0],
-                      "fast_over_hf": statistics.median(ratios), "ratios": ratios, "identical": True}
+            outputs, speed = {}, {}
+            for forward in ORDER[r % len(ORDER):] + ORDER[:r % len(ORDER)]:
+                flat, packed = FORWARDS[forward]
+                with fast_path(flat), packing(packed):
+                    outputs[forward], wall, count = decode_all(target, prompts, args.max_new_tokens, strategy)
+                seconds[forward] += wall
+                tokens[forward] += count
+                speed[forward] = count / wall
+            for forward in ENGINES:
+                ratios[forward].append(speed[forward] / speed[TRANSFORMERS])
+                differing[forward] = max(differing[forward], sum(
+                    a != b for a, b in zip(outputs[forward], outputs[TRANSFORMERS], strict=True)))
+        rows[name] = {f"{forward}_tokens_per_s": tokens[forward] / seconds[forward] for forward in FORWARDS}
+        rows[name] |= {f"{forward}_over_transformers": statistics.median(ratios[forward]) for forward in ENGINES}
+        rows[name] |= {"ratios": ratios, "prompts_differing": differing}
         row = rows[name]
-        print(f"{name:8s} transformers {row['hf_tokens_per_s']:7.1f} tok/s   fast {row['fast_tokens_per_s']:7.1f} tok/s"
-              f"   fast/transformers {row['fast_over_hf']:.2f} (rounds: {', '.join(f'{x:.2f}' for x in ratios)})")
+        print(f"{name:8s} " + "   ".join(f"{forward} {row[f'{forward}_tokens_per_s']:6.1f} tok/s" for forward in FORWARDS)
+              + "   " + "   ".join(f"{forward}/transformers {row[f'{forward}_over_transformers']:.2f}"
+                                  for forward in ENGINES)
+              + f"   prompts differing: {', '.join(str(differing[f]) for f in ENGINES)}")
     if args.out:
         write_json(args.out, {"prompts": len(prompts), "max_new_tokens": args.max_new_tokens,
                               "threads": torch.get_num_threads(), "strategies": rows})

@@ -10,6 +10,8 @@ import torch
 from specbench.engine.decode import forward, generate
 from specbench.engine.flat import StaticKV
 from specbench.engine.kv_cache import buffers, cache_length, fast_path, keep_path, new_cache, run_model
+from specbench.engine import linear
+from specbench.engine.linear import packing
 from specbench.engine.protocol import DraftContext, StepOutcome
 from specbench.engine.sampling import Sampling
 from specbench.engine.tree import DraftTree, ancestor_matrix, tree_attention_mask
@@ -181,8 +183,9 @@ def test_greedy_identity_random_prompts(shape):
 
 @pytest.mark.parametrize("shape", list(TINY_SHAPES))
 def test_fast_path_is_transformers_forward(shape):
-    """engine/flat.py's forward over its static cache gives transformers' logits bit for bit (prefill,
-    decode, chains and tree masks, a cache that grows past its first buffers), so every decode is the same."""
+    """engine/flat.py's forward over its static cache, with F.linear's products, gives transformers' logits
+    bit for bit (prefill, decode, chains and tree masks, a cache that grows past its first buffers), so
+    every decode is the same."""
     model = tiny_lm(shape, seed=5)
     vocab = model.config.vocab_size
     rng = random.Random(11)
@@ -192,7 +195,7 @@ def test_fast_path_is_transformers_forward(shape):
     fast = new_cache(model)
     assert isinstance(fast, StaticKV) and not isinstance(slow, StaticKV)
     tree = oracle_tree(model, 3, 4, vocab, rng)(DraftContext(torch.tensor(prompt), 4, Sampling(), None, None))
-    with torch.no_grad():
+    with torch.no_grad(), packing(False):
         for cache in (slow, fast):
             run_model(model, cache, torch.tensor(prompt)[None])
         assert torch.equal(*[forward(model, torch.tensor([1] + tree.tokens), c, tree, (0, 1))[0] for c in (slow, fast)])
@@ -204,9 +207,34 @@ def test_fast_path_is_transformers_forward(shape):
             assert torch.equal(a.logits, b.logits)
             assert all(torch.equal(x, y) for x, y in zip(a.hidden_states, b.hidden_states, strict=True))
     n = 20
-    with fast_path(False):
+    with fast_path(False), packing(False):
         expected = generate(model, prompt, n).tokens
-    assert generate(model, prompt, n).tokens == expected
+    with packing(False):
+        assert generate(model, prompt, n).tokens == expected
+
+
+@pytest.mark.parametrize("shape", list(TINY_SHAPES))
+def test_packed_weights_round_like_f_linear(shape):
+    """engine/linear.py's packed products (the default on a CPU) differ from F.linear's only in rounding:
+    the same logits to 1e-4 over prefill, chains and tree verification, and the same greedy decode."""
+    model = tiny_lm(shape, seed=6)
+    vocab = model.config.vocab_size
+    rng = random.Random(12)
+    prompt = random_prompt(rng, vocab, length=120)
+    tree = oracle_tree(model, 3, 4, vocab, rng)(DraftContext(torch.tensor(prompt), 4, Sampling(), None, None))
+    logits = {}
+    for packed in (False, True):
+        cache = new_cache(model)
+        with torch.no_grad(), packing(packed):
+            prefill = run_model(model, cache, torch.tensor(prompt)[None]).logits
+            verify = forward(model, torch.tensor([1] + tree.tokens), cache, tree, (0,))[0]
+            logits[packed] = prefill, verify
+    assert id(model.lm_head.weight) in linear._packed  # the packed kernel ran
+    for plain, packed in zip(logits[False], logits[True], strict=True):
+        torch.testing.assert_close(packed, plain, rtol=0, atol=1e-4)
+    with packing(False):
+        expected = generate(model, prompt, 24).tokens
+    assert generate(model, prompt, 24).tokens == expected
 
 
 def test_eos_inside_an_accepted_draft_stops_there():

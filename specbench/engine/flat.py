@@ -6,8 +6,10 @@ capture, a module call per norm and projection) and the DynamicCache's concatena
 layer's keys at every step cost more than the matrix products. Here a forward is transformers'
 arithmetic in about half the tensor calls: q/k/v and gate/up each one matrix product, q and k normed
 and rotated together, torch's fused RMSNorm in float32 (the rotary embedding is the model's own
-module); tests/test_engine.py checks the logits equal transformers' bit for bit. The cache writes in
-place into buffers that double when full; crop and compaction are index operations on them.
+module). The matrix products are engine/linear.py's (on a CPU, oneDNN over weights packed once); with
+F.linear's (`packing(False)`) the logits equal transformers' bit for bit, which tests/test_engine.py
+checks. The cache writes in place into buffers that double when full; crop and compaction are index
+operations on them.
 
 Only full-attention layers of those architectures with the silu MLP take this path (`supports`);
 any other target, and every target when the fast path is off, runs transformers' forward.
@@ -19,6 +21,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
+from specbench.engine.linear import linear
 
 ARCHITECTURES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
 INITIAL_CAPACITY = 256
@@ -162,7 +166,7 @@ class FlatLM:
     def _attention(self, x: torch.Tensor, w: dict, index: int, cache: StaticKV, cos: torch.Tensor,
                    sin: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         batch, new, _ = x.shape
-        qkv = F.linear(x, *w["qkv"]).view(batch, new, -1, self.head_dim)
+        qkv = linear(x, *w["qkv"]).view(batch, new, -1, self.head_dim)
         qk, v = qkv[:, :, :self.heads + self.kv_heads], qkv[:, :, self.heads + self.kv_heads:]
         if w["qk_norm"] is not None:  # one norm for q's heads and k's (each head normed on its own)
             qk = rms_norm(qk, w["qk_norm"], self.eps)
@@ -178,7 +182,7 @@ class FlatLM:
                 keys = keys.repeat_interleave(groups, dim=1)
                 values = values.repeat_interleave(groups, dim=1)
             out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=self.scaling)
-        return F.linear(out.transpose(1, 2).reshape(batch, new, -1), *w["o"])
+        return linear(out.transpose(1, 2).reshape(batch, new, -1), *w["o"])
 
     def forward(self, input_ids: torch.Tensor, cache: StaticKV, position_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None, output_hidden_states: bool = False) -> FlatOutput:
@@ -199,10 +203,10 @@ class FlatLM:
                 hidden.append(x)
             x = x + self._attention(rms_norm(x, w["ln1"], self.eps), w, index, cache, cos, sin, attention_mask)
             h = rms_norm(x, w["ln2"], self.eps)
-            gate, up = F.linear(h, w["gate_up"]).chunk(2, -1)
-            x = x + F.linear(F.silu(gate) * up, w["down"])
+            gate, up = linear(h, w["gate_up"]).chunk(2, -1)
+            x = x + linear(F.silu(gate) * up, w["down"])
         cache.length += new
         x = rms_norm(x, self.norm, self.eps)
         if output_hidden_states:
             hidden.append(x)
-        return FlatOutput(F.linear(x, self.head), tuple(hidden) if output_hidden_states else None)
+        return FlatOutput(linear(x, self.head), tuple(hidden) if output_hidden_states else None)

@@ -31,6 +31,7 @@ from torch import nn
 
 from specbench.engine.flat import fuse
 from specbench.engine.kv_cache import state_bytes
+from specbench.engine.linear import Linear, linear
 from specbench.engine.protocol import DraftContext, Drafter, StepOutcome
 from specbench.engine.tree import DraftTree
 from specbench.strategies.base import Method, load_trained
@@ -106,30 +107,32 @@ class DraftLayer(nn.Module):
         super().__init__()
         h, eps = a.hidden_size, a.rms_norm_eps
         self.heads, self.kv_heads, self.head_dim = a.num_heads, a.num_kv_heads, a.head_dim
-        self.q_proj = nn.Linear(h, a.num_heads * a.head_dim, bias=False)
-        self.k_proj = nn.Linear(h, a.num_kv_heads * a.head_dim, bias=False)
-        self.v_proj = nn.Linear(h, a.num_kv_heads * a.head_dim, bias=False)
-        self.o_proj = nn.Linear(a.num_heads * a.head_dim, h, bias=False)
+        self.q_proj = Linear(h, a.num_heads * a.head_dim, bias=False)
+        self.k_proj = Linear(h, a.num_kv_heads * a.head_dim, bias=False)
+        self.v_proj = Linear(h, a.num_kv_heads * a.head_dim, bias=False)
+        self.o_proj = Linear(a.num_heads * a.head_dim, h, bias=False)
         self.q_norm = nn.RMSNorm(a.head_dim, eps=eps)
         self.k_norm = nn.RMSNorm(a.head_dim, eps=eps)
         self.attn_norm = nn.RMSNorm(h, eps=eps)
         self.mlp_norm = nn.RMSNorm(h, eps=eps)
-        self.gate_proj = nn.Linear(h, a.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(h, a.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(a.intermediate_size, h, bias=False)
+        self.gate_proj = Linear(h, a.intermediate_size, bias=False)
+        self.up_proj = Linear(h, a.intermediate_size, bias=False)
+        self.down_proj = Linear(a.intermediate_size, h, bias=False)
 
-    def fused_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """q|k|v and gate|up each as one matrix: one product instead of three and two. Under autograd a
-        concatenation (gradients reach the projections); at inference built once by flat.fuse, the
-        projections' weights becoming views into it, and built again if they were replaced (`.to`)."""
+    def fused_weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q|k|v, its k|v rows, and gate|up each as one matrix: one product instead of three and two. Under
+        autograd a concatenation (gradients reach the projections); at inference built once by flat.fuse,
+        the projections' weights becoming views into it, and built again if they were replaced (`.to`).
+        The same tensors at every call, so engine/linear.py packs each once."""
         if torch.is_grad_enabled():
-            return (torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight]),
-                    torch.cat([self.gate_proj.weight, self.up_proj.weight]))
+            qkv = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
+            return qkv, qkv[self.heads * self.head_dim:], torch.cat([self.gate_proj.weight, self.up_proj.weight])
         fused = self.__dict__.get("_fused")
         if fused is None or fused[0].data_ptr() != self.q_proj.weight.data_ptr() \
-                or fused[1].data_ptr() != self.gate_proj.weight.data_ptr():
+                or fused[2].data_ptr() != self.gate_proj.weight.data_ptr():
             with torch.inference_mode(False):  # plain tensors: the weights stay trainable
-                fused = fuse(self.q_proj, self.k_proj, self.v_proj)[0], fuse(self.gate_proj, self.up_proj)[0]
+                qkv = fuse(self.q_proj, self.k_proj, self.v_proj)[0]
+                fused = qkv, qkv[self.heads * self.head_dim:], fuse(self.gate_proj, self.up_proj)[0]
             self.__dict__["_fused"] = fused
         return fused
 
@@ -140,20 +143,20 @@ class DraftLayer(nn.Module):
 
     def kv(self, x: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys (normed, rotated) and values of x (..., n, H), each (..., kv_heads, n, head_dim)."""
-        kv = F.linear(x, self.fused_weights()[0][self.heads * self.head_dim:])
+        kv = linear(x, self.fused_weights()[1])
         return self._keys_values(*kv.chunk(2, -1), cos_sin)
 
     def forward(self, x: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor],
                 context: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor | None = None) -> torch.Tensor:
-        qkv, gate_up = self.fused_weights()
-        q, k, v = F.linear(self.attn_norm(x), qkv).split(
+        qkv, _, gate_up = self.fused_weights()
+        q, k, v = linear(self.attn_norm(x), qkv).split(
             [self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim], -1)
         q = rotate(self.q_norm(q.unflatten(-1, (self.heads, self.head_dim))).transpose(-3, -2), *cos_sin)
         k, v = self._keys_values(k, v, cos_sin)
         k, v = torch.cat([context[0], k], -2), torch.cat([context[1], v], -2)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.heads != self.kv_heads)
         x = x + self.o_proj(out.transpose(-3, -2).flatten(-2))
-        gate, up = F.linear(self.mlp_norm(x), gate_up).chunk(2, -1)
+        gate, up = linear(self.mlp_norm(x), gate_up).chunk(2, -1)
         return x + self.down_proj(F.silu(gate) * up)
 
 
@@ -178,7 +181,7 @@ class DFlashModel(nn.Module):
         self.config = config
         self.options = options  # the knobs it was built with; training reads block_size, gamma, context_window
         hidden, eps = config.arch.hidden_size, config.arch.rms_norm_eps
-        self.fc = nn.Linear(len(config.target_layers) * hidden, hidden, bias=False)
+        self.fc = Linear(len(config.target_layers) * hidden, hidden, bias=False)
         self.context_norm = nn.RMSNorm(hidden, eps=eps)
         self.mask_embedding = nn.Parameter(torch.randn(hidden) * 0.02)
         self.layers = nn.ModuleList(DraftLayer(config.arch) for _ in range(config.layers))

@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specbench.engine.linear import Linear
 from specbench.engine.protocol import DraftContext
 from specbench.errors import SpecbenchError
 from specbench.strategies.base import Method
@@ -89,9 +90,9 @@ class DSparkModel(DFlashModel):
     def __init__(self, target: nn.Module, config: BlockConfig, options):
         super().__init__(target, config, options)
         self.markov_in = nn.Embedding(config.vocab_size, config.markov_rank)
-        self.markov_out = nn.Linear(config.markov_rank, config.vocab_size, bias=False)
+        self.markov_out = Linear(config.markov_rank, config.vocab_size, bias=False)
         nn.init.normal_(self.markov_out.weight, std=0.02)  # starts as a small correction
-        self.confidence = nn.Linear(config.arch.hidden_size + config.markov_rank, 1)
+        self.confidence = Linear(config.arch.hidden_size + config.markov_rank, 1)
 
     @classmethod
     def architecture(cls, model: nn.Module, options) -> BlockConfig:

@@ -24,6 +24,7 @@ from typing import Callable
 import torch
 from torch import nn
 
+from specbench.engine.linear import Linear
 from specbench.engine.kv_cache import state_bytes
 from specbench.engine.protocol import DraftContext, Drafter, StepOutcome
 from specbench.engine.tree import DraftTree
@@ -67,7 +68,7 @@ class EagleModel(nn.Module):
         self.arch = arch
         self.hidden_layers = tuple(hidden_layers)
         self.ttt_steps = ttt_steps
-        self.fc = nn.Linear(len(self.hidden_layers) * arch.hidden_size, arch.hidden_size, bias=False)
+        self.fc = Linear(len(self.hidden_layers) * arch.hidden_size, arch.hidden_size, bias=False)
         self.layer = FeatureLayer(arch)
 
     @classmethod

@@ -11,6 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specbench.engine.linear import Linear, linear
+
 KV = tuple[torch.Tensor, torch.Tensor]  # keys, values: (batch, kv_heads, rows, head_dim)
 
 
@@ -74,11 +76,11 @@ class Block(nn.Module):
         self.arch = arch
         h, q, kv = arch.hidden_size, arch.num_heads * arch.head_dim, arch.num_kv_heads * arch.head_dim
         self.attn_norm = nn.RMSNorm(h, eps=arch.rms_norm_eps)
-        self.wqkv = nn.Linear(h, q + 2 * kv, bias=False)
-        self.wo = nn.Linear(q, h, bias=False)
+        self.wqkv = Linear(h, q + 2 * kv, bias=False)
+        self.wo = Linear(q, h, bias=False)
         self.mlp_norm = nn.RMSNorm(h, eps=arch.rms_norm_eps)
-        self.w13 = nn.Linear(h, 2 * arch.intermediate_size, bias=False)
-        self.w2 = nn.Linear(arch.intermediate_size, h, bias=False)
+        self.w13 = Linear(h, 2 * arch.intermediate_size, bias=False)
+        self.w2 = Linear(arch.intermediate_size, h, bias=False)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
                 past: KV | None = None) -> tuple[torch.Tensor, KV]:
@@ -112,7 +114,7 @@ class FeatureLayer(nn.Module):
         h = arch.hidden_size
         self.embed_norm = nn.RMSNorm(h, eps=arch.rms_norm_eps)
         self.feature_norm = nn.RMSNorm(h, eps=arch.rms_norm_eps)
-        self.proj = nn.Linear(2 * h, h, bias=False)
+        self.proj = Linear(2 * h, h, bias=False)
         self.block = Block(arch)
         self.out_norm = nn.RMSNorm(h, eps=arch.rms_norm_eps)
 
@@ -130,7 +132,9 @@ def embed(target_model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
 
 def lm_head(target_model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
     head = target_model.get_output_embeddings()
-    return F.linear(hidden, head.weight.detach(), None if head.bias is None else head.bias.detach())
+    if torch.is_grad_enabled():  # training a drafter: the head stays frozen
+        return F.linear(hidden, head.weight.detach(), None if head.bias is None else head.bias.detach())
+    return linear(hidden, head.weight, head.bias)
 
 
 def causal_mask(start: int, rows: int, device: torch.device) -> torch.Tensor:

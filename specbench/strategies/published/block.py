@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from specbench.engine.linear import Linear
 from specbench.errors import SpecbenchError
 from specbench.strategies.dflash import BlockConfig, DFlashDrafter, DFlashModel
 from specbench.strategies.dspark import DSparkDrafter
@@ -80,7 +81,7 @@ class PublishedBlockModel(DFlashModel):
         if own_vocab:
             h = block.arch.hidden_size
             self.embed_tokens = nn.Embedding(own_vocab, h)
-            self.lm_head = nn.Linear(h, own_vocab, bias=False)
+            self.lm_head = Linear(h, own_vocab, bias=False)
 
     def token_embeddings(self, ids: torch.Tensor) -> torch.Tensor:
         return self.embed_tokens(ids) if hasattr(self, "embed_tokens") else super().token_embeddings(ids)
@@ -108,7 +109,7 @@ class VanillaMarkov(nn.Module):
     def __init__(self, vocab: int, rank: int, hidden: int):
         super().__init__()
         self.markov_w1 = nn.Embedding(vocab, rank)
-        self.markov_w2 = nn.Linear(rank, vocab, bias=False)
+        self.markov_w2 = Linear(rank, vocab, bias=False)
 
     def step(self, hidden: torch.Tensor, prev: torch.Tensor, state: torch.Tensor | None):
         """(logit bias, state for the next slot, W1[prev])."""
@@ -121,7 +122,7 @@ class GatedMarkov(VanillaMarkov):
 
     def __init__(self, vocab: int, rank: int, hidden: int):
         super().__init__(vocab, rank, hidden)
-        self.gate_proj = nn.Linear(hidden + rank, rank)
+        self.gate_proj = Linear(hidden + rank, rank)
 
     def step(self, hidden: torch.Tensor, prev: torch.Tensor, state: torch.Tensor | None):
         memory = self.markov_w1(prev)
@@ -134,7 +135,7 @@ class RnnMarkov(VanillaMarkov):
 
     def __init__(self, vocab: int, rank: int, hidden: int):
         super().__init__(vocab, rank, hidden)
-        self.joint_proj = nn.Linear(2 * rank + hidden, 3 * rank)
+        self.joint_proj = Linear(2 * rank + hidden, 3 * rank)
 
     def step(self, hidden: torch.Tensor, prev: torch.Tensor, state: torch.Tensor | None):
         memory = self.markov_w1(prev)
@@ -158,7 +159,7 @@ def markov_type(config) -> str:
 class ConfidenceHead(nn.Module):
     def __init__(self, inputs: int):
         super().__init__()
-        self.proj = nn.Linear(inputs, 1)
+        self.proj = Linear(inputs, 1)
 
 
 class PublishedDSparkModel(PublishedBlockModel):

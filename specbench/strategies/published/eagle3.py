@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.activations import ACT2FN
 
+from specbench.engine.linear import Linear
 from specbench.errors import SpecbenchError
 from specbench.strategies.eagle import EagleDrafter, EagleOptions
 from specbench.strategies.layers import KV, embed, rotate
@@ -43,10 +44,10 @@ class Attention(nn.Module):
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or h // self.heads
         bias = bool(getattr(config, "attention_bias", False))  # q, k, v and o, as in Llama
-        self.q_proj = nn.Linear(inputs, self.heads * self.head_dim, bias=bias)
-        self.k_proj = nn.Linear(inputs, self.kv_heads * self.head_dim, bias=bias)
-        self.v_proj = nn.Linear(inputs, self.kv_heads * self.head_dim, bias=bias)
-        self.o_proj = nn.Linear(self.heads * self.head_dim, h, bias=bias)
+        self.q_proj = Linear(inputs, self.heads * self.head_dim, bias=bias)
+        self.k_proj = Linear(inputs, self.kv_heads * self.head_dim, bias=bias)
+        self.v_proj = Linear(inputs, self.kv_heads * self.head_dim, bias=bias)
+        self.o_proj = Linear(self.heads * self.head_dim, h, bias=bias)
 
     def forward(self, x: torch.Tensor, cos_sin, mask: torch.Tensor, past: KV | None) -> tuple[torch.Tensor, KV]:
         b, t, _ = x.shape
@@ -63,9 +64,9 @@ class Attention(nn.Module):
 class Mlp(nn.Module):
     def __init__(self, config):
         super().__init__()
-        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+        self.gate_proj = Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.up_proj = Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.down_proj = Linear(config.intermediate_size, config.hidden_size, bias=False)
         self.act = ACT2FN[config.hidden_act]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -136,11 +137,11 @@ class Eagle3Model(nn.Module):
         vocab, draft_vocab = config.vocab_size, getattr(config, "draft_vocab_size", None) or config.vocab_size
         self.hidden_layers = hidden_layers
         feature_width = getattr(config, "target_hidden_size", None) or h
-        self.fc = nn.Linear(len(hidden_layers) * feature_width, h, bias=False)
+        self.fc = Linear(len(hidden_layers) * feature_width, h, bias=False)
         self.midlayer = MidLayer(config)
         self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_hidden_layers - 1))
         self.norm = nn.RMSNorm(h, eps=config.rms_norm_eps)
-        self.lm_head = nn.Linear(h, draft_vocab, bias=False)
+        self.lm_head = Linear(h, draft_vocab, bias=False)
         self.embed_tokens = nn.Embedding(vocab, h) if own_embedding else None
         self.vocab = vocab
         if draft_vocab != vocab:
