@@ -30,7 +30,6 @@ from specbench.strategies.build import build_strategy
 from specbench.strategies.names import BASELINE, parse_strategy
 from specbench.suites import load_suite, select
 
-
 TRANSFORMERS = "transformers"
 FORWARDS = {TRANSFORMERS: (False, False), "flat": (True, False), "packed": (True, True)}  # fast_path, packing
 ORDER = list(FORWARDS)
@@ -89,10 +88,10 @@ def main() -> None:
         rows[name] |= {f"{forward}_over_transformers": statistics.median(ratios[forward]) for forward in ENGINES}
         rows[name] |= {"ratios": ratios, "prompts_differing": differing}
         row = rows[name]
-        print(f"{name:8s} " + "   ".join(f"{forward} {row[f'{forward}_tokens_per_s']:6.1f} tok/s" for forward in FORWARDS)
-              + "   " + "   ".join(f"{forward}/transformers {row[f'{forward}_over_transformers']:.2f}"
-                                  for forward in ENGINES)
-              + f"   prompts differing: {', '.join(str(differing[f]) for f in ENGINES)}")
+        speeds = "  ".join(f"{forward} {row[f'{forward}_tokens_per_s']:.1f}" for forward in FORWARDS)
+        over = "  ".join(f"{forward} {row[f'{forward}_over_transformers']:.2f}x" for forward in ENGINES)
+        print(f"{name:8s} tok/s: {speeds}   over transformers: {over}   "
+              f"prompts differing: {', '.join(str(differing[f]) for f in ENGINES)}")
     if args.out:
         write_json(args.out, {"prompts": len(prompts), "max_new_tokens": args.max_new_tokens,
                               "threads": torch.get_num_threads(), "strategies": rows})

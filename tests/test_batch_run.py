@@ -47,7 +47,7 @@ def measured(tiny_model_dir, tiny_draft_dir, tmp_path_factory):
 
 def test_cost_table_json_and_key(measured):
     table, _, out = measured
-    assert set(table["key"]) == {"model", "device", "dtype", "torch", "threads", "drafter_context"}
+    assert set(table["key"]) == {"model", "device", "dtype", "torch", "threads", "drafter_context", "code"}
     assert table["key"]["dtype"] == "float32" and table["key"]["torch"] == torch.__version__
     shapes = {(r["batch"], r["tokens"], r["context"], r["mask"]) for r in table["target"]}
     assert (2, 4, 64, "chain") in shapes and (2, 4, 64, "tree") in shapes and (1, 1, 16, "tree") not in shapes

@@ -58,10 +58,25 @@ def test_entries_timed_on_a_busy_machine_are_timed_again(tmp_path, monkeypatch):
     assert len(quiet.target) == 2 and all(r["others_cpu"] == 0.0 for r in quiet.target)  # timed again
 
 
-def test_keys_name_the_model_device_dtype_and_torch():
+def test_keys_name_the_model_device_dtype_torch_and_code():
     key = cost_timing.table_key(tiny_target().model)
-    assert set(key) == {"model", "device", "dtype", "torch", "threads", "drafter_context"} and key["dtype"] == "float32"
+    assert set(key) == {"model", "device", "dtype", "torch", "threads", "drafter_context", "code"}
+    assert key["dtype"] == "float32"
     assert cost_timing.table_key(tiny_target(seed=1).model)["model"] != key["model"]
+
+
+def test_a_changed_engine_source_is_another_table(tmp_path, monkeypatch):
+    # the engine's kernels changed what a forward costs: entries timed before are not reused
+    package = tmp_path / "engine"
+    package.mkdir()
+    (package / "flat.py").write_text("x = 1\n")
+    monkeypatch.setattr(cost_timing.engine_package, "__file__", str(package / "__init__.py"))
+    cost_timing.code_digest.cache_clear()
+    before = cost_timing.table_key(tiny_target().model)["code"]
+    (package / "flat.py").write_text("x = 2\n")
+    cost_timing.code_digest.cache_clear()
+    assert cost_timing.table_key(tiny_target().model)["code"] != before
+    cost_timing.code_digest.cache_clear()
 
 
 def test_entries_are_timed_in_rounds():

@@ -7,10 +7,10 @@ import random
 import pytest
 import torch
 
+from specbench.engine import linear
 from specbench.engine.decode import forward, generate
 from specbench.engine.flat import StaticKV
 from specbench.engine.kv_cache import buffers, cache_length, fast_path, keep_path, new_cache, run_model
-from specbench.engine import linear
 from specbench.engine.linear import packing
 from specbench.engine.protocol import DraftContext, StepOutcome
 from specbench.engine.sampling import Sampling

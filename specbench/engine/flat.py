@@ -96,11 +96,11 @@ def fuse(*linears: torch.nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
         raise ValueError("fuse: either every linear has a bias or none has")
     bias = None if biases[0] is None else torch.cat([b.detach() for b in biases])
     start = 0
-    for linear in linears:
-        end = start + linear.out_features
-        linear.weight.data = weight[start:end]
+    for layer in linears:
+        end = start + layer.out_features
+        layer.weight.data = weight[start:end]
         if bias is not None:
-            linear.bias.data = bias[start:end]
+            layer.bias.data = bias[start:end]
         start = end
     return weight, bias
 

@@ -10,8 +10,8 @@ engine's step overhead (acceptance, compaction, commits) is timed too, at each b
 length. Drafters run per sequence (engine/batch.py), so a batch's drafting costs B proposals: the
 table holds one. Each entry is the median of repeats after a warm-up, with its spread
 (interquartile range over the median). A table is stored under results/costs/ keyed by model,
-device, dtype and torch version; drafters are keyed inside it by strategy, knobs and weights, and
-entries already measured are reused instead of timed again.
+device, dtype, torch version and a digest of the engine's and drafters' source; drafters are keyed
+inside it by strategy, knobs and weights, and entries already measured are reused instead of timed again.
 
 The cost model (measure/stats.py) predicts a strategy's speedup from these costs and the tau and
 draft shape a run measured, never from the strategy's own step times.
@@ -19,6 +19,7 @@ draft shape a run measured, never from the strategy's own step times.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 from contextlib import contextmanager
@@ -29,6 +30,8 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
+from specbench import engine as engine_package
+from specbench import strategies as strategies_package
 from specbench.engine.batch import forward_block, generate_batch
 from specbench.engine.decode import forward, generate, prefill
 from specbench.engine.kv_cache import new_cache, per_layer_type, repeat_rows, run_model, truncate
@@ -58,12 +61,23 @@ def device_name(device: torch.device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
 
 
+@functools.cache
+def code_digest() -> str:
+    """A digest of the source of what is timed (the engine and the drafters): a forward that changed
+    (another kernel, a fused product) costs something else, so its old entries are not reused."""
+    digest = hashlib.sha256()
+    for package in (engine_package, strategies_package):
+        for source in sorted(Path(package.__file__).parent.rglob("*.py")):
+            digest.update(source.read_bytes())
+    return digest.hexdigest()[:12]
+
+
 def table_key(model: torch.nn.Module) -> dict[str, str]:
     device = model.device
     return {"model": fingerprint(model), "device": device_name(device),
             "dtype": str(model.dtype).removeprefix("torch."), "torch": torch.__version__,
             "threads": str(torch.get_num_threads()) if device.type == "cpu" else "-",
-            "drafter_context": str(DRAFTER_CONTEXT)}
+            "drafter_context": str(DRAFTER_CONTEXT), "code": code_digest()}
 
 
 def drafter_key(strategy: Strategy) -> str:

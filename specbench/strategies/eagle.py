@@ -24,8 +24,8 @@ from typing import Callable
 import torch
 from torch import nn
 
-from specbench.engine.linear import Linear
 from specbench.engine.kv_cache import state_bytes
+from specbench.engine.linear import Linear
 from specbench.engine.protocol import DraftContext, Drafter, StepOutcome
 from specbench.engine.tree import DraftTree
 from specbench.strategies.base import Method, load_trained
