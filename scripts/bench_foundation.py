@@ -47,25 +47,26 @@ def hf_versus_ours(bench, strategy_name: str, hf_kwargs: dict, prompts: list[lis
     target = bench.target
     ours = build_strategy(StrategyName((strategy_name,)), target, {}, {})
     ratios, ours_tok, ours_s, hf_tok, hf_s, same = [], 0, 0.0, 0, 0.0, 0
-    forwards = {"ours": 0, "transformers": 0}  # target forwards: equal counts show equal drafting
-    side = "ours"
+    # target forwards: equal counts show equal drafting. Ours are the engine's own count (its fast path
+    # does not go through the module, so a forward hook sees only transformers' calls): the prefill, then
+    # one verify forward a step
+    forwards = {"ours": 0, "transformers": 0}
 
     def count(*_) -> None:
-        forwards[side] += 1
+        forwards["transformers"] += 1
 
     hook = target.model.register_forward_hook(count)
     for i, prompt in enumerate([prompts[0]] + prompts):  # the first pass is a warm-up
-        side = "ours"
         gen, t_ours = timed(lambda: generate(target.model, prompt, max_new, bench.sampling, target.eos_ids,
                                              ours.drafter, ours.new_controller()))
         ids = torch.tensor([prompt], device=target.device)
-        side = "transformers"
         out, t_hf = timed(lambda: target.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
                                                         max_new_tokens=max_new, **hf_kwargs))
         hf_tokens = out[0, len(prompt):].tolist()
         if i == 0:
-            forwards.update(ours=0, transformers=0)
+            forwards["transformers"] = 0
             continue
+        forwards["ours"] += 1 + gen.steps
         same += hf_tokens == gen.tokens
         ours_tok, ours_s = ours_tok + len(gen.tokens), ours_s + t_ours
         hf_tok, hf_s = hf_tok + len(hf_tokens), hf_s + t_hf
