@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 
 from specbench.engine import linear as packed_linear
-from specbench.engine.linear import Linear, linear, packing
+from specbench.engine.linear import Linear, linear, onednn, packing
 
-pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch has no oneDNN")
+pytestmark = pytest.mark.skipif(not onednn(), reason="this torch cannot pack weights for oneDNN")
 
 
 def test_inference_products_are_f_linear_up_to_rounding():

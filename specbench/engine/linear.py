@@ -14,6 +14,7 @@ never across kernels.
 from __future__ import annotations
 
 import contextlib
+import functools
 import weakref
 from collections.abc import Iterator
 
@@ -35,9 +36,23 @@ def packing(enabled: bool) -> Iterator[None]:
         _packing = before
 
 
+@functools.cache
+def onednn() -> bool:
+    """Whether this torch packs and multiplies weights in oneDNN's layout here (built with oneDNN, and
+    its private ops present: they are what torch.compile's CPU backend calls, not a public API)."""
+    if not torch.backends.mkldnn.is_available():
+        return False
+    try:
+        weight = torch.ops.mkldnn._reorder_linear_weight(torch.ones(2, 2), PACKED_ROWS)
+        torch.ops.mkldnn._linear_pointwise(torch.ones(1, 2), weight, None, "none", [], "")
+    except (RuntimeError, AttributeError, NotImplementedError):
+        return False
+    return True
+
+
 def packs(weight: torch.Tensor) -> bool:
     return (_packing and weight.device.type == "cpu" and weight.dtype in (torch.float32, torch.bfloat16)
-            and not torch.is_grad_enabled() and torch.backends.mkldnn.is_available())
+            and not torch.is_grad_enabled() and onednn())
 
 
 def _version(weight: torch.Tensor) -> int:
