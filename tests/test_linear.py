@@ -49,6 +49,18 @@ def test_a_weight_changed_in_place_is_packed_again():
     assert not torch.allclose(before, after)
 
 
+def test_a_weight_whose_data_is_swapped_is_packed_again():
+    # `.data = ...` (flat.fuse) and a module's `.to(dtype)` replace the values without a version change
+    layer = Linear(8, 16)
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        layer(x)
+        layer.weight.data = torch.randn(16, 8)
+        torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias), rtol=0, atol=1e-4)
+        layer.to(torch.bfloat16)
+        assert layer(x.bfloat16()).dtype == torch.bfloat16
+
+
 def test_the_packed_copy_goes_with_its_weight_and_never_into_a_save():
     weight = torch.nn.Parameter(torch.randn(16, 8))
     with torch.no_grad():

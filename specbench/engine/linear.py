@@ -55,21 +55,25 @@ def packs(weight: torch.Tensor) -> bool:
             and not torch.is_grad_enabled() and onednn())
 
 
-def _version(weight: torch.Tensor) -> int:
-    return -1 if weight.is_inference() else weight._version  # an inference tensor has no version counter
+def _state(weight: torch.Tensor) -> tuple:
+    """What identifies the weight's values: its memory, dtype and shape (`.data = ...` and a module's `.to`
+    swap them) and its version counter (an in-place change; an inference tensor has none)."""
+    version = -1 if weight.is_inference() else weight._version
+    return weight.data_ptr(), weight.dtype, weight.shape, version
 
 
-# id(weight) -> (the weight, weakly; its version when packed; the packed copy). Kept beside the weight, not
+# id(weight) -> (the weight, weakly; its state when packed; the packed copy). Kept beside the weight, not
 # on it: an attribute would travel with the tensor into torch.save, which cannot write oneDNN's layout.
-_packed: dict[int, tuple[weakref.ref, int, torch.Tensor]] = {}
+_packed: dict[int, tuple[weakref.ref, tuple, torch.Tensor]] = {}
 
 
 def packed(weight: torch.Tensor) -> torch.Tensor:
-    """The weight in oneDNN's layout, made once per version of the weight and dropped with the weight."""
-    key, version = id(weight), _version(weight)
+    """The weight in oneDNN's layout, made again whenever the weight's values may have changed and
+    dropped with the weight."""
+    key, state = id(weight), _state(weight)
     entry = _packed.get(key)
-    if entry is None or entry[0]() is not weight or entry[1] != version:
-        entry = (weakref.ref(weight, lambda _, key=key: _packed.pop(key, None)), version,
+    if entry is None or entry[0]() is not weight or entry[1] != state:
+        entry = (weakref.ref(weight, lambda _, key=key: _packed.pop(key, None)), state,
                  torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACKED_ROWS))
         _packed[key] = entry
     return entry[2]
