@@ -9,7 +9,7 @@ import pytest
 from specbench.benchmark.pipeline import run_benchmark
 from specbench.config import RunConfig
 from specbench.errors import SpecbenchError
-from specbench.output.records import ROW_KEYS, Row, StrategySummary
+from specbench.output.records import ROW_KEYS, SUMMARY_KEYS, Row, StrategySummary
 from specbench.output.run_dir import read_run
 
 
@@ -41,7 +41,7 @@ def test_older_rows_read_with_their_defaults():
     assert row.batch_size == 1 and row.engine == "specbench" and row.speedup is None
     with pytest.raises(SpecbenchError, match="lack key"):
         Row.from_dict({"strategy": "ar"})
-    assert StrategySummary.from_dict({"strategy": "ar"} | {k: None for k in StrategySummary.REQUIRED[2:]}).engine \
+    assert StrategySummary.from_dict({"strategy": "ar"} | {k: None for k in SUMMARY_KEYS[2:]}).engine \
         == "specbench"
 
 

@@ -153,16 +153,16 @@ class StrategySummary:
     projection: dict[str, Any] | None = None  # onto the --gpu profile
     modelled: dict[str, Any] | None = None  # the load axis's model at this batch size
 
-    REQUIRED = ("strategy", "engine", "prompts", "new_tokens", "wall_s", "tokens_per_s", "speedup", "speedup_ci",
-                "tau", "acceptance_by_position", "draft_efficiency", "mismatches", "first_divergence",
-                "divergence_margin", "time_shares", "memory_bytes", "peak_mem_bytes", "batch_size")
-
     def as_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None or k in self.REQUIRED}
+        return {k: v for k, v in asdict(self).items() if v is not None or k in SUMMARY_KEYS}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "a summary") -> StrategySummary:
         return _from_dict(cls, {"engine": SPECBENCH, **data}, where)
+
+
+SUMMARY_KEYS = (*_required(StrategySummary), "batch_size")
+"""What every summary holds, None or not (the optional entries are left out where None)."""
 
 
 @dataclass
@@ -210,10 +210,7 @@ class RunResult:
 
     def summary_json(self) -> dict[str, Any]:
         """summary.json: the summaries and what the run noted."""
-        extra = {"skipped_prompts": self.skipped_prompts, "notes": self.notes, "vllm_start_s": self.vllm_start_s,
-                 "vllm_idle_engines": self.vllm_idle_engines,
-                 "by_category": [s.as_dict() for s in self.by_category], "noise": self.noise,
-                 "projection": self.projection, "load": self.load}
+        extra = {k: getattr(self, k) for k in self.EXTRA} | {"by_category": [s.as_dict() for s in self.by_category]}
         return {"results": [s.as_dict() for s in self.summary],
                 **{k: v for k, v in extra.items() if v or k in ("skipped_prompts", "notes")}}
 

@@ -26,7 +26,7 @@ from specbench import __version__
 from specbench.config import FIELDS, RunConfig
 from specbench.engines import label
 from specbench.errors import SpecbenchError
-from specbench.files import atomic_path, write_atomic, write_json
+from specbench.files import atomic_path, read_json, write_atomic, write_json
 from specbench.output.records import Row, RunResult, StrategySummary, rows_frame
 from specbench.paths import check_output_dir
 from specbench.strategies.names import BASELINE
@@ -209,17 +209,10 @@ class RunDir:
 # -- reading a run directory back --------------------------------------------------------------
 
 
-def _read_json(path: Path, what: str) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise SpecbenchError(f"cannot read {what} {path}: {err}") from None
-
-
 def _optional_dict(path: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
-    data = _read_json(path, path.name)
+    data = read_json(path, path.name)
     if not isinstance(data, dict):
         raise SpecbenchError(f"{path} must hold a JSON object")
     return data
@@ -234,7 +227,7 @@ def read_run(path: Path, label: str = "", warnings: list[str] | None = None) -> 
         raise SpecbenchError(f"{path} is not a specbench run directory (not a directory)")
     if not (path / "run.json").is_file():
         raise SpecbenchError(f"{path} is not a specbench run directory (no run.json)")
-    meta = _read_json(path / "run.json", "run metadata")
+    meta = read_json(path / "run.json", "run metadata")
     if not isinstance(meta, dict) or meta.get("status") not in STATUSES:
         raise SpecbenchError(f"{path / 'run.json'}: 'status' must be one of {', '.join(STATUSES)}")
     complete = meta["status"] == "complete"
