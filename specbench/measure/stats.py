@@ -29,13 +29,13 @@ import numpy as np
 import pandas as pd
 from scipy.stats import bootstrap
 
+from specbench.engines import SPECBENCH
 from specbench.measure.cost_model import StepShape, predict
 from specbench.measure.cost_table import CostTable
 from specbench.measure.lossless import divergences
 from specbench.output.records import StrategySummary
 from specbench.strategies.names import BASELINE
 
-ENGINE = "specbench"  # the engine of a row that names none (runs before there was a second engine)
 PROMPT = ["prompt_id", "turn"]
 PAIR = ["prompt_id", "turn", "repeat"]
 SHARES = ("prefill", "draft", "verify", "other")
@@ -117,7 +117,7 @@ def _figure(value: float) -> float | None:
 def summarize_strategy(rows: pd.DataFrame, seed: int = 0, costs: CostInputs | None = None) -> StrategySummary:
     """One strategy's summary from its rows (which carry their paired `speedup`)."""
     name = rows.strategy.iloc[0]
-    engine = rows.engine.iloc[0] if "engine" in rows else ENGINE
+    engine = rows.engine.iloc[0] if "engine" in rows else SPECBENCH
     per_prompt = rows.dropna(subset=["speedup"]).groupby(PROMPT).speedup.apply(geometric_mean)
     speedup, low, high = geometric_mean_ci(per_prompt.to_numpy(), seed) if len(per_prompt) else (math.nan,) * 3
     steps, new_tokens = int(rows.steps.sum()), int(rows.new_tokens.sum())
@@ -147,7 +147,7 @@ def summarize_strategy(rows: pd.DataFrame, seed: int = 0, costs: CostInputs | No
     )
     if "engines_agree" in rows and rows.engines_agree.notna().any():
         summary.engine_agreement = engine_agreement(rows)
-    if costs is not None and engine == ENGINE and name != BASELINE and name in costs.drafter_keys and steps:
+    if costs is not None and engine == SPECBENCH and name != BASELINE and name in costs.drafter_keys and steps:
         model = predict(step_shape(rows), costs.table, costs.drafter_keys[name])
         summary.cost_model = {**model, "measured_over_predicted": speedup / model["predicted_speedup"]}
     return summary
@@ -159,9 +159,11 @@ def summarize(rows: pd.DataFrame, seed: int = 0, by: str | None = None,
     `by="category"` one per strategy and category (the category named in each)."""
     if "speedup" not in rows or rows.speedup.isna().all():
         rows = rows.assign(speedup=paired_speedups(rows))
-    rows = rows.assign(engine=rows.engine.fillna(ENGINE) if "engine" in rows else ENGINE)
+    # a row that names no engine is specbench's (runs from before there was a second engine)
+    rows = rows.assign(engine=rows.engine.fillna(SPECBENCH) if "engine" in rows else SPECBENCH)
     keys = list(dict.fromkeys(zip(rows.engine, rows.strategy)))  # (engine, strategy) in order of appearance
-    keys = sorted(keys, key=lambda k: (k[0] != ENGINE, k[1] != BASELINE))  # each engine's `ar` first, specbench's first
+    # each engine's `ar` first, specbench's first
+    keys = sorted(keys, key=lambda k: (k[0] != SPECBENCH, k[1] != BASELINE))
 
     def part_of(frame: pd.DataFrame, key: tuple[str, str]) -> pd.DataFrame:
         return frame[(frame.engine == key[0]) & (frame.strategy == key[1])]
@@ -190,5 +192,5 @@ def transfer(summaries: list[StrategySummary]) -> dict[tuple[str, int], float]:
     """(strategy, batch size) -> vLLM's speedup over specbench's, where both engines ran it."""
     speedups = {(s.engine, s.strategy, s.batch_size): s.speedup for s in summaries
                 if s.strategy != BASELINE and s.speedup is not None}
-    return {(name, batch): value / speedups[(ENGINE, name, batch)] for (engine, name, batch), value in speedups.items()
-            if engine != ENGINE and (ENGINE, name, batch) in speedups and speedups[(ENGINE, name, batch)]}
+    return {(name, batch): value / own for (engine, name, batch), value in speedups.items()
+            if engine != SPECBENCH and (own := speedups.get((SPECBENCH, name, batch)))}
