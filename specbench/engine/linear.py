@@ -4,11 +4,11 @@ through F.linear, whose GEMM packs the weight again at every call.
 
 On the embedded target (weights 4x the L3 cache), F.linear made a verify forward over 9 tokens cost
 1.5x a forward over one; with packed weights it costs 1.2x, and the one-token forward is faster too
-(scripts/bench_fastpath.py). The packed copy is a second copy of the weight, made again when the weight changes
-in place and dropped with it. Where gradients are recorded (training) the
-product is F.linear's. Rounding differs from F.linear's (another kernel, another order of summation),
-by about 1e-5 on the embedded target's logits: each engine's forwards are compared with each other,
-never across kernels.
+(scripts/bench_fastpath.py). The packed copy is a second copy of the weight, made again whenever the
+weight's values may have changed and dropped with the weight. Where gradients are recorded (training)
+the product is F.linear's. Rounding differs from F.linear's (another kernel, another order of
+summation), by about 1e-5 on the embedded target's logits: each engine's forwards are compared with
+each other, never across kernels.
 """
 
 from __future__ import annotations
