@@ -6,8 +6,8 @@ Each round decodes the same prompts of the default suite with each strategy once
 order rotated from round to round; tokens/s per forward are the tokens over the decode wall time summed
 over the rounds, and each ratio to transformers' is the median of the per-round ratios (so a busy
 machine slows every side of a round alike). The greedy tokens must be identical: the count of prompts
-whose tokens differ from transformers' is printed (0 expected). Prints a table; with --out also writes
-it as JSON.
+whose tokens differ from transformers' is printed, and any such prompt ends the script with an error.
+Prints a table; with --out also writes it as JSON.
 
     python scripts/bench_fastpath.py --limit 4 --max-new-tokens 64 --rounds 3
 """
@@ -92,6 +92,9 @@ def main() -> None:
         over = "  ".join(f"{forward} {row[f'{forward}_over_transformers']:.2f}x" for forward in ENGINES)
         print(f"{name:8s} tok/s: {speeds}   over transformers: {over}   "
               f"prompts differing: {', '.join(str(differing[f]) for f in ENGINES)}")
+        if any(differing.values()):
+            raise SystemExit(f"{name}: the engine's greedy tokens differ from transformers' "
+                             f"({', '.join(f'{f}: {n} prompts' for f, n in differing.items() if n)})")
     if args.out:
         write_json(args.out, {"prompts": len(prompts), "max_new_tokens": args.max_new_tokens,
                               "threads": torch.get_num_threads(), "strategies": rows})
