@@ -73,7 +73,7 @@ class RunConfig(DecodeSettings):
     def validate(self, where: str = "configuration") -> RunConfig:
         """This configuration, type-checked, after every check that needs no torch; `where` names its source.
 
-        The checked copy is returned as it is when validated again (the CLI validates, then bench.prepare
+        The checked copy is returned as it is when validated again (the CLI validates, then benchmark.prepare
         would): the checks read the suite and the drafters' formats, once is enough."""
         if vars(self).get("_validated"):
             return self

@@ -1,7 +1,7 @@
 """Render runs' summaries as comparison tables.
 
 Every figure comes from measure/stats.py, through the RunResult a run produced or read back from its
-directory (results.read_run: a finished run's summary.json, or for a run that never finished the same
+directory (output.run_dir.read_run: a finished run's summary.json, or for a run that never finished the same
 `summarize` over the rows it holds). This module only renders.
 """
 

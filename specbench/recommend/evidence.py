@@ -1,6 +1,6 @@
 """Evidence under a results directory, and the candidates it offers a workload.
 
-Readers: run directories (anywhere below the results directory, read with `results.read_run`) and
+Readers: run directories (anywhere below the results directory, read with `output.run_dir.read_run`) and
 tuned studies (results/tuned/<study>.json with the run config <study>.toml beside it). Whatever
 cannot be read is skipped and named; recommend goes on without it.
 

@@ -63,7 +63,7 @@ class TuneConfig:
     @functools.cached_property
     def measured_workload(self) -> RunConfig:
         """The workload as a run of the strategies tuned (its knobs and drafters must be for them), validated
-        once: the CLI's check, tune's and bench.prepare's share it."""
+        once: the CLI's check, tune's and benchmark.prepare's share it."""
         return dataclasses.replace(self.workload, strategies=[spec.name for spec in self.specs()]).validate()
 
     def specs(self) -> list[StrategyName]:
