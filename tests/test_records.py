@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from synthetic_runs import write_run
 
 from specbench.benchmark.pipeline import run_benchmark
 from specbench.config import RunConfig
 from specbench.errors import SpecbenchError
-from specbench.output.records import ROW_KEYS, SUMMARY_KEYS, Row, StrategySummary
+from specbench.output.records import ROW_KEYS, SUMMARY_KEYS, EngineReport, Row, StrategySummary
 from specbench.output.run_dir import read_run
 
 
@@ -51,3 +52,17 @@ def test_optional_entries_are_written_as_groups():
     assert agreeing["engines_first_divergence"] is None and agreeing["engines_divergence_margin"] is None
     batched = Row.from_dict(base | {"batch_rows": 2, "batch_size": 2}).as_dict()
     assert "batch_block" in batched and "engines_agree" not in batched and "speedup" not in batched
+
+
+def test_a_run_from_before_engines_were_plug_ins_reads_its_vllm_report(tmp_path):
+    """Run directories written when vLLM was the one other engine kept its start-up and idle engines as two
+    entries of summary.json; they read as vLLM's engine report, and are written back in the new form."""
+    path = write_run(tmp_path, "old", {"ngram": 1.3})
+    saved = json.loads((path / "summary.json").read_text())
+    saved |= {"vllm_start_s": {"ar": 12.5, "ngram": 14.0}, "vllm_idle_engines": "stopped (SIGSTOP)"}
+    (path / "summary.json").write_text(json.dumps(saved))
+    run = read_run(path)
+    assert run.engines == [EngineReport("vllm", {"ar": 12.5, "ngram": 14.0}, {"idle_engines": "stopped (SIGSTOP)"})]
+    written = run.summary_json()
+    assert "vllm_start_s" not in written and written["engines"][0]["start_s"] == {"ar": 12.5, "ngram": 14.0}
+    assert read_run(path).summary == run.summary and read_run(path).engine_pairs == []

@@ -17,13 +17,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from specbench import engines
+from specbench.backends import vllm as vllm_backend
+from specbench.backends.protocol import EnginePlan
+from specbench.backends.vllm import VLLM
 from specbench.benchmark.measuring import make_row
 from specbench.benchmark.pipeline import measure_run
 from specbench.benchmark.prepare import prepare
 from specbench.cli import app
 from specbench.config import RunConfig
-from specbench.engines import VLLM
 from specbench.errors import SpecbenchError
 from specbench.output.run_dir import RunDir
 from specbench.strategies.registry import definitions
@@ -98,12 +99,13 @@ def test_idle_engines_are_stopped_while_another_is_timed(both):
     """Between its own requests every engine's processes are stopped, so none busy-polls beside the timed one."""
     import psutil
 
-    runners = both["bench"].vllm.runners
+    runners = both["bench"].backends[VLLM].engine.runners
     assert len(runners) == 1 + len(STRATEGIES) and all(runner.processes for runner in runners)
     for runner in runners:
         assert {p.status() for p in runner.processes} == {psutil.STATUS_STOPPED}, runner.name
         assert {p.name() for p in runner.processes} >= {"VLLM::EngineCore", "VLLM::Worker"}
-    assert both["report"]["vllm_idle_engines"] == "stopped (SIGSTOP) outside their own requests"
+    (report,) = [r for r in both["report"]["engines"] if r["engine"] == VLLM]
+    assert report["details"]["idle_engines"] == "stopped (SIGSTOP) outside their own requests"
 
 
 def test_transfer_and_engine_agreement(both):
@@ -125,7 +127,7 @@ def test_the_table_shows_each_engine_and_the_transfer(both):
 
 def test_the_lossless_check_catches_a_planted_mismatch(both):
     bench = both["bench"]
-    ar, ngram = (next(s for s in bench.vllm_strategies if s.name == name) for name in ("ar", "ngram"))
+    ar, ngram = (next(s for s in bench.engine_strategies if s.name == name) for name in ("ar", "ngram"))
     prompt = [int(t) for t in bench.target.tokenizer.encode("def add(a, b):\n    return")]
     reference = ar.runner(prompt, 12, bench.sampling, 0).tokens
     gen = ngram.runner(prompt, 12, bench.sampling, 0)
@@ -175,9 +177,9 @@ def test_bad_engine_input_is_one_line_exit_2_nothing_written(args, message, tmp_
 
 
 def test_without_vllm_the_engine_says_how_to_install_it(monkeypatch):
-    monkeypatch.setattr(engines.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(vllm_backend.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(SpecbenchError, match=r'pip install -e "\.\[vllm\]"'):
-        engines.check_engine(VLLM, {}, [], [1])
+        vllm_backend.VllmBackend.check(EnginePlan([], {}, None, [1], 0.0, {}))
 
 
 def test_tune_on_vllm_writes_a_speculative_config_vllm_accepts(tmp_path):

@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from specbench.backends.registry import ENGINE_NAMES
 from specbench.cli import options
 from specbench.cli.app import app, err, out, print_table, user_errors
 
@@ -25,7 +26,7 @@ def recommend(
     cuda_experience: Annotated[Optional[str], typer.Option(help="The team's CUDA experience: none, some or expert.")] = None,
     score_variance: Annotated[Optional[float], typer.Option(help="Variance of the output scores (source article 1's signal).")] = None,
     model: Annotated[Optional[str], typer.Option(help="Only evidence of this model (as run.json names it; default: any).")] = None,
-    engine: Annotated[Optional[str], typer.Option(help="The deployment's engine, specbench or vllm: its measured figures rank first (default: any engine's).")] = None,
+    engine: Annotated[Optional[str], typer.Option(help=f"The deployment's engine, one of {', '.join(ENGINE_NAMES)}: its measured figures rank first (default: any engine's).")] = None,
     results: Annotated[Optional[Path], typer.Option(help="Results directory with runs and tuned studies (default results/).")] = None,
     profiles: options.Profiles = None,
     learn: Annotated[bool, typer.Option("--learn", help="Also fit a decision tree to every readable result and compare it with the prior (writes RESULTS/decision_tree/).")] = False,

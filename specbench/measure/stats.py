@@ -29,11 +29,11 @@ import numpy as np
 import pandas as pd
 from scipy.stats import bootstrap
 
-from specbench.engines import SPECBENCH
+from specbench.backends.registry import SPECBENCH
 from specbench.measure.cost_model import StepShape, predict
 from specbench.measure.cost_table import CostTable
-from specbench.measure.lossless import divergences
-from specbench.output.records import StrategySummary
+from specbench.measure.lossless import divergences, first_divergence
+from specbench.output.records import EnginePair, StrategySummary
 from specbench.strategies.names import BASELINE
 
 PROMPT = ["prompt_id", "turn"]
@@ -180,7 +180,7 @@ def summarize(rows: pd.DataFrame, seed: int = 0, by: str | None = None,
 
 
 def engine_agreement(rows: pd.DataFrame) -> dict[str, Any]:
-    """vLLM's `ar` rows against specbench's: prompts that agree token for token, and where the others part."""
+    """Another engine's `ar` rows against specbench's: prompts that agree token for token, and where the others part."""
     checked = rows[rows.engines_agree.notna()]
     parted = checked[~checked.engines_agree.astype(bool)]
     return {"prompts": len(checked), "agreeing": int(checked.engines_agree.astype(bool).sum()),
@@ -188,9 +188,30 @@ def engine_agreement(rows: pd.DataFrame) -> dict[str, Any]:
             "divergence_margin": [None if pd.isna(v) else float(v) for v in parted.engines_divergence_margin]}
 
 
-def transfer(summaries: list[StrategySummary]) -> dict[tuple[str, int], float]:
-    """(strategy, batch size) -> vLLM's speedup over specbench's, where both engines ran it."""
+def transfer(summaries: list[StrategySummary], reference: str = SPECBENCH) -> dict[tuple[str, str, int], float]:
+    """(engine, strategy, batch size) -> the strategy's speedup in that engine over its speedup in `reference`,
+    where both engines ran it."""
     speedups = {(s.engine, s.strategy, s.batch_size): s.speedup for s in summaries
                 if s.strategy != BASELINE and s.speedup is not None}
-    return {(name, batch): value / own for (engine, name, batch), value in speedups.items()
-            if engine != SPECBENCH and (own := speedups.get((SPECBENCH, name, batch)))}
+    return {(engine, name, batch): value / own for (engine, name, batch), value in speedups.items()
+            if engine != reference and (own := speedups.get((reference, name, batch)))}
+
+
+def engine_pairs(rows: pd.DataFrame, summaries: list[StrategySummary], greedy: bool) -> list[EnginePair]:
+    """Every pair of engines of a run, the earlier in run order the reference: how many greedy `ar` outputs
+    agree token for token (and where the others part), and the transfer of each strategy both ran."""
+    engines = list(dict.fromkeys(s.engine for s in summaries))
+    ar = rows[(rows.strategy == BASELINE) & (rows.batch_size == 1)] if greedy else rows.iloc[:0]
+    outputs = {engine: {(r.prompt_id, r.turn, r.repeat): list(r.output_ids) for r in part.itertuples()}
+               for engine, part in ar.groupby("engine")}
+    pairs = []
+    for index, reference in enumerate(engines):
+        ratios = transfer(summaries, reference)
+        for engine in engines[index + 1:]:
+            mine, theirs = outputs.get(reference, {}), outputs.get(engine, {})
+            shared = [key for key in mine if key in theirs]
+            parted = [first for key in shared if (first := first_divergence(theirs[key], mine[key])) is not None]
+            pairs.append(EnginePair(reference, engine, len(shared), len(shared) - len(parted), parted,
+                                    {name: ratio for (e, name, batch), ratio in ratios.items()
+                                     if e == engine and batch == 1}))
+    return pairs

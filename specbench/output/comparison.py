@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 from rich.table import Table
 
-from specbench.engines import label
+from specbench.backends.registry import label
 from specbench.errors import SpecbenchError
 from specbench.measure.lossless import divergences, mismatch_detail
 from specbench.output.markdown import markdown_table
@@ -69,8 +69,8 @@ LEGEND = {
     "mem_util_pct": "NVML memory-controller busy time (%)", "dram_bw_gbs": "DRAM bandwidth through NVML GPM (GB/s)",
     "energy_j": "GPU energy over the strategy's generations (J)",
     "batch_size": "sequences decoded together; the speedup is over batched ar at the same batch size",
-    "transfer": "vLLM's speedup over specbench's for the same strategy (@vllm: measured in vLLM, against "
-                "vLLM's own ar)",
+    "transfer": "the engine's speedup over specbench's for the same strategy (@vllm: measured in vLLM, "
+                "against vLLM's own ar)",
 }
 PERCENT = {"draft_efficiency", "share_prefill", "share_draft", "share_verify", "share_other"}
 TIMES_X = {"predicted_speedup", "projected_speedup", "measured_over_predicted"}

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from specbench.engines import SPECBENCH, label
+from specbench.backends.registry import SPECBENCH, label
 from specbench.errors import SpecbenchError
 from specbench.hardware import match_profile
 from specbench.measure.stats import paired_speedups, summarize_strategy
@@ -49,7 +49,7 @@ class RunSetup:
     knobs: dict[str, dict[str, Any]] = field(default_factory=dict)
     controller: str | None = None
     toml: str | None = None  # a tuned configuration file `specbench run --config` reads
-    engine: str = SPECBENCH  # the engine its figures were measured in (engines.py)
+    engine: str = SPECBENCH  # the engine its figures were measured in (backends/)
 
     def key(self) -> str:
         return json.dumps([self.strategy, self.knobs, self.controller, self.engine], sort_keys=True, default=str)

