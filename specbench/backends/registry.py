@@ -21,6 +21,7 @@ SPECBENCH = "specbench"  # the reference engine: its `ar` runs in every run; agr
 MODULES = {  # engine name -> module in specbench.backends
     SPECBENCH: "specbench",
     "vllm": "vllm",
+    "transformers": "transformers",
 }
 ALIASES = {"both": (SPECBENCH, "vllm")}
 ENGINE_NAMES = tuple(MODULES)
