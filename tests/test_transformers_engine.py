@@ -48,7 +48,7 @@ def test_every_strategy_runs_in_transformers_losslessly(both):
                 assert summary["mismatches"] == 0, (strategy, engine)  # against the same engine's ar
     assert summary_of(both, "ar", "transformers")["tau"] == 1.0
     (report,) = both["engines"]
-    assert report["engine"] == "transformers" and set(report["start_s"]) == {"ar", "ngram", "draft"}
+    assert report["engine"] == "transformers" and set(report["start_s"]) == {"draft"}  # what loads a model
 
 
 def test_transfer_and_agreement_against_specbench(both):
