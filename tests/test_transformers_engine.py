@@ -135,3 +135,16 @@ def test_three_engines_give_agreement_and_transfer_for_each_pair(tmp_path, monke
     for engine in engines:
         for strategy in ("ngram", "draft"):
             assert summary_of(report, strategy, engine)["mismatches"] == 0, (strategy, engine)
+
+
+def test_tune_in_transformers_writes_the_generate_arguments_it_measured(tiny_model_dir, tmp_path):
+    result = runner.invoke(app, ["tune", "--engine", "transformers", "--model", str(tiny_model_dir), "--strategy",
+                                 "ngram", "--trials", "2", "--limit", "3", "--max-new-tokens", "8",
+                                 "--out", str(tmp_path), "--json"])
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.stdout)
+    assert record["trials"]["counted"] == 2 and record["best_value"] > 0
+    assert "controller" not in record["best_params"]  # prompt lookup drafts a fixed length
+    arguments = json.loads(open(record["transformers_config"]).read())
+    assert arguments == {"prompt_lookup_num_tokens": record["knobs"]["ngram"].get("num_pred_tokens", 8),
+                         "max_matching_ngram_size": record["knobs"]["ngram"].get("max_ngram", 3)}
