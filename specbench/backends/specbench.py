@@ -39,12 +39,17 @@ def new_controller(strategy: Strategy, schedule: Schedule, batch_size: int) -> C
     return controller if cap is None else CappedController(controller, cap)
 
 
+def generate(*args: Any, **kwargs: Any) -> Generation:
+    """engine.decode.generate, imported when a sequence is first decoded (this module loads before torch)."""
+    from specbench.engine import decode
+
+    return decode.generate(*args, **kwargs)
+
+
 def decode_one(target: Target, strategy: Strategy, schedule: Schedule, prompt: list[int], max_new_tokens: int,
                sampling: Sampling, seed: int) -> Generation:
     """One sequence alone, in the single-sequence loop (engine/decode.py)."""
     import torch
-
-    from specbench.engine.decode import generate
 
     torch.manual_seed(seed)
     return generate(target.model, prompt, max_new_tokens, sampling, target.eos_ids, strategy.drafter,
