@@ -1,4 +1,4 @@
-"""Batch-size benchmark (issue 12) on the embedded default model, CPU, greedy.
+"""Batch-size benchmark on the embedded default model, CPU, greedy.
 
 1. `specbench costs`' default grid for the target and the ngram, dflash and dspark drafters (batch
    1..32 x verify length 1..16 x context 128 and 1024), stored under results/costs/ and reused.

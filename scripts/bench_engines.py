@@ -4,8 +4,8 @@ Every strategy vLLM runs for this target on a CPU (ngram, draft, eagle, dflash: 
 runner, the CPU's, refuses dspark; the drafters converted once to vLLM's layouts) decoded by both
 engines on the same prompts, interleaved and shuffled per prompt, each engine's strategies paired
 with its own `ar`. Per strategy: tokens/s, tau and the speedup with its 95% interval in each engine,
-and the transfer (vLLM's speedup over specbench's); then `ar` against `ar` (the ratio issue 19
-targets) and the engines' greedy agreement. vLLM runs as users start it (its engine core in its own
+and the transfer (vLLM's speedup over specbench's); then `ar` against `ar` (the ratio of the
+two engines' plain decoding) and the engines' greedy agreement. vLLM runs as users start it (its engine core in its own
 process; each engine's processes are stopped while another engine is timed). Writes
 results/benchmarks/engines.{json,md}, or with --out DIR DIR/engines.{json,md} and the run under DIR's parent.
 

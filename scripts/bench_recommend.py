@@ -1,4 +1,4 @@
-"""Recommend benchmark (issue 11): does `specbench recommend` pick the strategy that is fastest?
+"""Recommend benchmark: does `specbench recommend` pick the strategy that is fastest?
 
 On the embedded default model (CPU, greedy, float32), for each category the built-in suite's prompts
 are split in two halves (alternating). `--strategy all` runs on the first half (the evidence) and,
@@ -8,7 +8,7 @@ each workload (category x batch size) `recommend`
 answers from the evidence run alone, and the answer is compared with the measured fastest on the
 check run: whether they are the same strategy, and by how much the recommendation loses when they
 are not (its check speedup over the winner's). The prior's answer for the same workload is set
-beside both, so the places where the measured winner contradicts the source article show. The tree
+beside both, so the places where the measured winner contradicts the practitioners' rules show. The tree
 learned from both runs is written too (`recommend --learn`), or its reason for not being fitted.
 
 At batch 4 the evidence also holds the batch-1 run's load axis (every strategy modelled at batch 4

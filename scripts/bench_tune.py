@@ -1,4 +1,4 @@
-"""Tune benchmark (issue 10) on the embedded default model, CPU, greedy: is TPE worth it, and does tuning pay?
+"""Tune benchmark on the embedded default model, CPU, greedy: is TPE worth it, and does tuning pay?
 
 1. An enumerable dspark space (window_size x adjust_interval x (k_min, k_max), 63 points, the other
    knobs at their defaults, the scheduler as controller). Every point is measured once on the

@@ -1,9 +1,10 @@
 """Rebuild the drafters of the embedded default model: eagle, mtp, dflash and dspark.
 
-Self-distillation (DESIGN.md §3): the default target regenerates its own answers to training
-prompts of many kinds made from the Python standard library's functions and docstrings (never
-the benchmark suite), its hidden states of every layer are kept once, and each drafter is
-trained on the layers it reads. Written to specbench/assets/default/drafters/<strategy>.
+Self-distillation, as EAGLE-3 (arXiv 2503.01840) and DeepSpec make their data: the default target
+regenerates its own answers to training prompts of many kinds made from the Python standard
+library's functions and docstrings (never the benchmark suite), its hidden states of every layer
+are kept once, and each drafter is trained on the layers it reads. Written to
+specbench/assets/default/drafters/<strategy>.
 
     python scripts/build_default_drafters.py                       # all four
     python scripts/build_default_drafters.py --only dflash --steps 400

@@ -23,7 +23,7 @@ def recommend(
     pcie: Annotated[Optional[int], typer.Option(help="PCIe generation, 3-6 (default: the profile's).")] = None,
     bw_util: Annotated[Optional[float], typer.Option(help="Memory-bandwidth utilisation of the deployment, a fraction in (0, 1]: 0.8 for 80%.")] = None,
     cuda_experience: Annotated[Optional[str], typer.Option(help="The team's CUDA experience: none, some or expert.")] = None,
-    score_variance: Annotated[Optional[float], typer.Option(help="Variance of the output scores (source article 1's signal).")] = None,
+    score_variance: Annotated[Optional[float], typer.Option(help="Variance of the output scores (the EAGLE/MTP/DFlash/DSpark practitioners' comparison's signal).")] = None,
     model: Annotated[Optional[str], typer.Option(help="Only evidence of this model (as run.json names it; default: any).")] = None,
     engine: Annotated[Optional[str], typer.Option(help="The deployment's engine, specbench or vllm: its measured figures rank first (default: any engine's).")] = None,
     results: Annotated[Optional[Path], typer.Option(help="Results directory with runs and tuned studies (default results/).")] = None,

@@ -2,7 +2,7 @@
 
 Evidence first: the best candidate the results directory offers (see evidence.py and rank.py).
 Without usable evidence, the prior (prior.py). Either way the prior's path is computed, so the
-output can say where the evidence and the source article's rules part ways.
+output can say where the evidence and the practitioners' rules part ways.
 """
 
 from __future__ import annotations
