@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from specbench.recommend.workload import (
     CREATIVE_TASKS,
@@ -32,7 +32,7 @@ from specbench.recommend.workload import (
 from specbench.strategies.names import BASELINE
 from specbench.strategies.registry import definition
 
-VERBS = ("choose", "skip", "baseline", "cap", "combine", "avoid", "pass")
+Verb = Literal["choose", "skip", "baseline", "cap", "combine", "avoid", "pass"]  # what a branch does
 OPS: dict[str, Callable[[Any, Any], bool]] = {
     ">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le, "==": operator.eq,
     "in": lambda value, options: value in options,
@@ -58,7 +58,7 @@ class Test:
 @dataclass(frozen=True)
 class Branch:
     test: Test | None  # None: always
-    verb: str
+    verb: Verb
     strategy: str | None  # the strategy chosen, skipped, combined into or avoided
     reason: str  # str.format fields: the Workload's attributes and properties
     chosen: str | None = None  # combine: the choice the branch upgrades
