@@ -21,13 +21,10 @@ from typer.testing import CliRunner
 
 from specbench.cli import app
 from specbench.ranges import RANGES
+from tests.helpers import invoke
 
 runner = CliRunner()
 REPO = Path(__file__).resolve().parents[1]  # subprocesses import this checkout, whatever is installed
-
-
-def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from specbench.measure.cost_timing import drafter_key, measure_costs
 from specbench.strategies.build import Strategy
 from specbench.strategies.controllers import FixedController
 from specbench.strategies.ngram import NgramDrafter, NgramOptions
-from tests.conftest import tiny_target
+from tests.helpers import tiny_target
 
 GRID = Grid(verify_lengths=(1, 2, 4), context_lens=(8, 16), budgets=(1, 2), repeats=2, warmup=1)
 

@@ -6,7 +6,6 @@ import itertools
 import json
 
 import pytest
-from synthetic_runs import write_run
 from typer.testing import CliRunner
 
 from specbench.cli import app
@@ -17,6 +16,7 @@ from specbench.recommend.evidence import load_evidence
 from specbench.recommend.prior import members, short_draft_knobs
 from specbench.strategies.knobs import validate_knobs
 from specbench.strategies.registry import DRAFTER_NAMES
+from tests.helpers import write_run
 
 runner = CliRunner()
 A100 = "NVIDIA A100-SXM4-80GB"  # NVML's name: the a100-80g profile, PCIe 4
