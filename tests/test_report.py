@@ -107,7 +107,13 @@ def test_loads_complete_run(tmp_path):
     (run,) = runs
     assert run.complete and [s.strategy for s in run.summary] == list(STRATEGIES)
     assert len(run.rows) == len(STRATEGIES) * len(CATEGORIES) * 3
-    assert run.nvml_series is not None
+    written = pd.read_csv(tmp_path / "run-1" / "nvml_series.csv").to_dict("records")
+    assert written and run.nvml_series == written
+
+
+def test_a_run_without_nvml_has_no_series(tmp_path):
+    (run,), _ = load_runs([write_run(tmp_path, nvml=False)])
+    assert run.complete and run.nvml_series == []
 
 
 @pytest.mark.parametrize("damage, needle", [
