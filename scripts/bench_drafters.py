@@ -14,13 +14,15 @@ with their acceptance figures and the greedy check. Writes results/benchmarks/dr
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 from specbench.benchmark.pipeline import run_benchmark
 from specbench.config import RunConfig
 from specbench.files import write_atomic, write_json
 from specbench.output.comparison import acceptance_table, comparison, render
-from specbench.strategies.names import BASELINE
+from specbench.strategies.names import BASELINE, parse_strategies
+from specbench.strategies.published.formats import drafters_used_by
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "benchmarks"
 DRAFTERS = ("eagle", "mtp", "dflash", "dspark")
@@ -35,10 +37,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--limit", type=int, default=32)
     parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--sampled-limit", type=int, default=8, help="prompts of the sampled combinations")
+    parser.add_argument("--model", default=None, help="the target (default: the embedded model)")
+    parser.add_argument("--drafter", action="append", default=[], help="repeatable (default: the model's drafters)")
+    parser.add_argument("--out", type=Path, default=OUT, help="figures go here, runs to its parent")
     args = parser.parse_args()
-    OUT.mkdir(parents=True, exist_ok=True)
-    report = run_benchmark(RunConfig(strategies=["all"], limit=args.limit, max_new_tokens=args.max_new_tokens,
-                                     device="cpu", out=str(OUT.parent)))
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    workload = RunConfig(model=args.model, drafters=args.drafter, limit=args.limit, max_new_tokens=args.max_new_tokens,
+                         device="cpu", out=str(out.parent))
+    report = run_benchmark(replace(workload, strategies=["all"]))
     results = {r.strategy: r.as_dict() for r in report.summary}
     code = {s.strategy: s.as_dict() for s in report.by_category if s.category == "code"}
     fastest = max(("eagle", "dflash", "dspark"), key=lambda s: results[s]["speedup"])
@@ -60,9 +68,10 @@ def main() -> None:
         "mismatches": {s: r["mismatches"] for s, r in results.items()},
     }
     sampled = {}
+    sampled_drafters = drafters_used_by(args.drafter, parse_strategies(SAMPLED))
     for temperature in (1.0, 0.0):
-        run = run_benchmark(RunConfig(strategies=SAMPLED, limit=8, max_new_tokens=args.max_new_tokens,
-                                      temperature=temperature, device="cpu", out=str(OUT.parent)))
+        run = run_benchmark(replace(workload, strategies=SAMPLED, drafters=sampled_drafters, limit=args.sampled_limit,
+                                    temperature=temperature))
         sampled[f"temperature {temperature:g}"] = {
             "run_dir": str(run.path),
             "results": {r.strategy: {k: getattr(r, k) for k in ("speedup", "speedup_ci", "tau",
@@ -70,7 +79,7 @@ def main() -> None:
                                                                 "mismatches")}
                         for r in run.summary}}
     figures["sampled_combinations"] = sampled
-    write_json(OUT / "drafters.json", figures)
+    write_json(out / "drafters.json", figures)
 
     runs = [report]
     table = comparison(runs)
@@ -105,7 +114,7 @@ def main() -> None:
                   for s, r in part["results"].items()]
         lines.append("")
     lines += ["## By category", "", render(comparison(runs, by="category"), "markdown")]
-    write_atomic(OUT / "drafters.md", "\n".join(lines) + "\n")
+    write_atomic(out / "drafters.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

@@ -15,6 +15,7 @@ results/benchmarks/engines.{json,md}, or with --out DIR DIR/engines.{json,md} an
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from specbench.benchmark.pipeline import run_benchmark
@@ -41,14 +42,18 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=16)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--strategies", default=",".join(STRATEGIES), help="among " + ", ".join(STRATEGIES))
+    parser.add_argument("--engine-args", default=None, help="JSON passed to vLLM, as `specbench run` takes it")
     args = parser.parse_args()
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
-    report = run_benchmark(RunConfig(strategies=STRATEGIES, engine="both", limit=args.limit,
-                                     max_new_tokens=args.max_new_tokens, device="cpu", out=str(out.parent)))
+    strategies = args.strategies.split(",")
+    report = run_benchmark(RunConfig(strategies=strategies, engine="both", limit=args.limit,
+                                     max_new_tokens=args.max_new_tokens, device="cpu", out=str(out.parent),
+                                     engine_args=json.loads(args.engine_args or "{}")))
     by = {(r.engine, r.strategy): r.as_dict() for r in report.summary}
     own_ar, vllm_ar = by[("specbench", BASELINE)], by[("vllm", BASELINE)]
-    best = {engine: max((s for s in STRATEGIES), key=lambda s: by[(engine, s)]["tokens_per_s"])
+    best = {engine: max(strategies, key=lambda s: by[(engine, s)]["tokens_per_s"])
             for engine in ("specbench", "vllm")}
     figures = {
         "run_dir": str(report.path), "noise": report.noise,
@@ -62,7 +67,7 @@ def main() -> None:
                                     ("tokens_per_s", "tau", "speedup", "speedup_ci", "mismatches",
                                      "acceptance_by_position")}
                            for engine in ("specbench", "vllm")} | {"transfer": by[("vllm", s)].get("transfer")}
-                       for s in STRATEGIES},
+                       for s in strategies},
     }
     figures["transfer_geometric_mean"] = geometric_mean([v["transfer"] for v in figures["strategies"].values()])
     write_json(out / "engines.json", figures)
@@ -75,7 +80,7 @@ def main() -> None:
              "| strategy | specbench tok/s | vLLM tok/s | specbench tau | vLLM tau | specbench speedup | "
              "vLLM speedup | transfer |", "|---|---|---|---|---|---|---|---|",
              f"| ar | {own_ar['tokens_per_s']:.1f} | {vllm_ar['tokens_per_s']:.1f} | 1.00 | 1.00 | 1.00 | 1.00 | - |"]
-    for s in STRATEGIES:
+    for s in strategies:
         own, vllm = by[("specbench", s)], by[("vllm", s)]
         lines.append(f"| {s} | {own['tokens_per_s']:.1f} | {vllm['tokens_per_s']:.1f} | {own['tau']:.2f} | "
                      f"{vllm['tau']:.2f} | {speedup(own)} | {speedup(vllm)} | {fmt(vllm.get('transfer'))} |")
@@ -88,7 +93,7 @@ def main() -> None:
               f"prompts (first divergences {agreement.get('first_divergence')}, logit margins "
               f"{[round(m, 3) for m in agreement.get('divergence_margin') or [] if m is not None]})",
               "- greedy mismatches against the same engine's ar: " + ", ".join(
-                  f"{s} {by[('specbench', s)]['mismatches']}/{by[('vllm', s)]['mismatches']}" for s in STRATEGIES)
+                  f"{s} {by[('specbench', s)]['mismatches']}/{by[('vllm', s)]['mismatches']}" for s in strategies)
               + " (specbench/vLLM)",
               f"- vLLM's engines while another engine was timed: {figures['vllm_idle_engines']}",
               "- noise: " + ("; ".join((report.noise or {}).get("reasons") or []) or "quiet"), ""]

@@ -29,8 +29,7 @@ from specbench.files import write_atomic, write_json
 from specbench.measure.stats import geometric_mean_ci
 from specbench.models import encode_turns
 from specbench.output.comparison import comparison, render
-from specbench.strategies.build import build_strategy
-from specbench.strategies.names import BASELINE, StrategyName
+from specbench.strategies.names import BASELINE
 from specbench.strategies.registry import definition
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "benchmarks"
@@ -42,10 +41,15 @@ def timed(fn):
     return value, time.perf_counter() - start
 
 
+def built(bench, name: str):
+    """The run's own strategy of that name, as prepared."""
+    return next(s for s in bench.strategies if s.name == name)
+
+
 def hf_versus_ours(bench, strategy_name: str, hf_kwargs: dict, prompts: list[list[int]], max_new: int) -> dict:
     """Tokens/s of our strategy and of transformers' equivalent on the same prompts, interleaved."""
     target = bench.target
-    ours = build_strategy(StrategyName((strategy_name,)), target, {}, {})
+    ours = built(bench, strategy_name)
     ratios, ours_tok, ours_s, hf_tok, hf_s, same = [], 0, 0.0, 0, 0.0, 0
     # target forwards: equal counts show equal drafting. Ours are the engine's own count (its fast path
     # does not go through the module, so a forward hook sees only transformers' calls): the prefill, then
@@ -83,16 +87,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--limit", type=int, default=24)
     parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--model", default=None, help="the target (default: the embedded model)")
+    parser.add_argument("--drafter", action="append", default=[], help="repeatable (default: the model's drafters)")
+    parser.add_argument("--out", type=Path, default=OUT, help="figures go here, runs to its parent")
     args = parser.parse_args()
-    OUT.mkdir(parents=True, exist_ok=True)
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
 
-    config = RunConfig(strategies=["ngram", "draft"], limit=args.limit, max_new_tokens=args.max_new_tokens,
-                       device="cpu", out=str(OUT.parent))
+    config = RunConfig(model=args.model, drafters=args.drafter, strategies=["ngram", "draft"], limit=args.limit,
+                       max_new_tokens=args.max_new_tokens, device="cpu", out=str(out.parent))
     bench = prepare(config)
     prompts = [encode_turns(bench.target.tokenizer, list(item.turns[:1]), []) for item in bench.suite.items]
     draft_k = definition("draft").options().k
     ngram = definition("ngram").options()
-    draft_model = build_strategy(StrategyName(("draft",)), bench.target, {}, {}).drafter.model
+    draft_model = built(bench, "draft").drafter.model
     # transformers reads the draft length from the assistant's own generation config (arguments to
     # generate() are ignored for it): exactly k tokens a round, no confidence-based early stop
     draft_model.generation_config.num_assistant_tokens = draft_k
@@ -116,7 +124,7 @@ def main() -> None:
     result["summary"] = [{k: getattr(r, k) for k in ("strategy", "tokens_per_s", "speedup", "speedup_ci", "tau",
                                                      "mismatches")}
                          for r in report.summary]
-    write_json(OUT / "foundation.json", result)
+    write_json(out / "foundation.json", result)
     md = ["# Foundation benchmarks", "", f"`python scripts/bench_foundation.py --limit {args.limit} "
           f"--max-new-tokens {args.max_new_tokens}` (CPU, greedy, embedded default model)", ""]
     for key in ("a_draft_vs_transformers", "b_ngram_vs_transformers"):
@@ -129,7 +137,7 @@ def main() -> None:
     md.append(f"- c: time outside the model forward in an `ar` step: {100 * result['c_ar_outside_forward_share']:.1f}%")
     md += ["", "## d: speedup over ar per category", "", render(by_category, "markdown"),
            "## Run summary", "", render(comparison([report]), "markdown")]
-    write_atomic(OUT / "foundation.md", "\n".join(md) + "\n")
+    write_atomic(out / "foundation.md", "\n".join(md) + "\n")
     print("\n".join(md))
 
 
