@@ -84,7 +84,7 @@ def serve(
                 bar.update(task, description=f"{name} {level.label}", completed=done, total=total)
 
             result = serve_sweep(run, prepared, progress)
-        print_result(result, bool(config.slo), as_json)
+        print_result(result, as_json)
 
 
 def serve_config(strategy, concurrency, request_rate, max_concurrency, burstiness, requests, warmup, level_seconds,
@@ -111,7 +111,8 @@ def serve_config(strategy, concurrency, request_rate, max_concurrency, burstines
                        **{k: v for k, v in serve_values.items() if v is not None}).validate()
 
 
-def print_result(result, slo: bool, as_json: bool) -> None:
+def print_result(result, as_json: bool) -> None:
+    """The result's notes, then its JSON or a table per level with the decisions under them."""
     from specbench.output.serve_tables import LEGEND, decisions, level_tables
     from specbench.strict_json import dumps
 
@@ -120,7 +121,7 @@ def print_result(result, slo: bool, as_json: bool) -> None:
     if as_json:
         sys.stdout.write(dumps(result.as_json(), indent=2) + "\n")
     else:
-        for table in level_tables(result.levels, slo):
+        for table in level_tables(result.levels, bool(result.slo)):
             out.print(table)
         out.print(LEGEND, style="dim", highlight=False)
         for line in decisions(result.strategies, result.levels):

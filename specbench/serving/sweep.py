@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from specbench.errors import Interrupted, SpecbenchError
-from specbench.files import write_json
+from specbench.files import read_json, write_json
 from specbench.model_source import model_path
 from specbench.serving import metrics, schedule
 from specbench.serving.config import Level, ServeConfig
@@ -40,10 +40,11 @@ class ServeResult:
     strategies: dict[str, dict[str, Any]] = field(default_factory=dict)  # crossover, capacity, schedule
     notes: list[str] = field(default_factory=list)
     complete: bool = True
+    slo: dict[str, float] = field(default_factory=dict)  # milliseconds
 
     def as_json(self) -> dict[str, Any]:
         return {"run_dir": str(self.path), "levels": self.levels, "strategies": self.strategies, "notes": self.notes,
-                "complete": self.complete}
+                "complete": self.complete, "slo": self.slo}
 
 
 def strategy_names(config: ServeConfig) -> list[str]:
@@ -131,7 +132,7 @@ def serve_sweep(run: ServeRun, prepared: ServePlan, progress: Progress | None = 
     except KeyboardInterrupt:
         raise Interrupted(run.path, "every level finished so far is kept") from None
     result = summarise(run, prepared.arguments)
-    run.finish(result.complete)
+    write_summary(run, result)
     return result
 
 
@@ -170,7 +171,8 @@ def load_target_for(config: ServeConfig):
 
 
 def summarise(run: ServeRun, arguments: dict[str, dict[str, Any]] | None = None) -> ServeResult:
-    """Every measured level against `ar`'s at the same level; crossovers, capacities, schedules; written."""
+    """Every measured level against `ar`'s at the same level; crossovers, capacities and (from the servers'
+    `arguments`) the schedules."""
     config = run.config
     temperature = config.run.temperature
     levels, complete = [], True
@@ -192,7 +194,7 @@ def summarise(run: ServeRun, arguments: dict[str, dict[str, Any]] | None = None)
                 if temperature == 0:
                     entry["lossless"] = greedy_agreement(records, records_of(base))
             levels.append(entry)
-    result = ServeResult(run.path, levels, notes=list(run.meta["notes"]), complete=complete)
+    result = ServeResult(run.path, levels, notes=list(run.meta["notes"]), complete=complete, slo=config.slo)
     for strategy in run.strategies:
         if strategy == BASELINE:
             continue
@@ -208,12 +210,30 @@ def summarise(run: ServeRun, arguments: dict[str, dict[str, Any]] | None = None)
     if config.slo and any(e["strategy"] == BASELINE and e["concurrency"] for e in levels):
         result.strategies[BASELINE] = {"capacity": schedule.capacity(
             [(e["concurrency"], e["slo_p99_met"]) for e in levels if e["strategy"] == BASELINE and e["concurrency"]])}
+    return result
+
+
+def write_summary(run: ServeRun, result: ServeResult) -> None:
+    """summary.json, schedule.json and the plots; serve.json's status."""
+    from specbench.output.serve_plots import write_serve_plots
+
     write_json(run.path / "summary.json", result.as_json())
     schedules = {name: f["vllm_speculative_config"] for name, f in result.strategies.items()
                  if "vllm_speculative_config" in f}
     if schedules:
         write_json(run.path / "schedule.json", schedules)
-    from specbench.output.serve_plots import write_serve_plots
-
     write_serve_plots(result, run.path / "plots")
+    run.finish(result.complete)
+
+
+def read_result(path: Path) -> ServeResult:
+    """A serve run's result as summarised so far (its levels against ar's), read without writing anything; the
+    schedules are those of its summary.json."""
+    run = ServeRun.open(path)
+    result = summarise(run)
+    saved = run.path / "summary.json"
+    if saved.is_file():
+        for name, figures in read_json(saved, "serve summary")["strategies"].items():
+            if "vllm_speculative_config" in figures and name in result.strategies:
+                result.strategies[name]["vllm_speculative_config"] = figures["vllm_speculative_config"]
     return result
