@@ -169,3 +169,16 @@ def test_no_server_process_outlives_an_interrupt(tmp_path):
     left = [p for p in started if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert not left, [(p.pid, p.name()) for p in left]
     assert not os.path.exists(tmp_path / "serve") or not list(tmp_path.glob("serve/*/levels/*/*.json"))
+
+
+def test_a_server_that_fails_to_start_quotes_its_own_error(tmp_path):
+    from specbench.errors import SpecbenchError
+    from specbench.model_source import model_path
+
+    arguments = {"model": str(model_path(None)), "max_model_len": 10 ** 7, "enforce_eager": True}
+    server = Server("ar", arguments, tmp_path / "ar.log", start_timeout=600)
+    with pytest.raises(SpecbenchError) as failed:
+        server.start()
+    message = str(failed.value)
+    assert message.startswith("the vLLM server for ar exited with code") and "max_model_len" in message
+    assert len(message.splitlines()) == 1 and server.process is None

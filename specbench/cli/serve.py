@@ -78,10 +78,17 @@ def serve(
             return f"resume it with: specbench serve --resume {shlex.quote(str(path))}"
 
         with interruptible(how_to_resume, f"interrupted; {how_to_resume(None)}"), progress_bar() as bar:
-            task = bar.add_task("starting", total=None, detail="")
+            prompts = len(prepared.work.prompts)
+            todo = sum(config.requests_at(level, prompts) for name in run.strategies for level in config.levels
+                       if run.measured(name, level) is None)
+            task = bar.add_task("starting", total=todo, detail="requests")
+            finished = {"before": 0, "level": 0}  # requests of the levels ended, of the level running
 
             def progress(name: str, level, done: int, total: int) -> None:
-                bar.update(task, description=f"{name} {level.label}", completed=done, total=total)
+                if done == 0:
+                    finished["before"] += finished["level"]
+                    finished["level"] = total
+                bar.update(task, description=f"{name} {level.label}", completed=finished["before"] + done)
 
             result = serve_sweep(run, prepared, progress)
         print_result(result, as_json)

@@ -66,24 +66,30 @@ def workload(config: ServeConfig) -> Workload:
     return Workload(prompts, config.run.max_new_tokens, config.run.temperature, config.run.seed)
 
 
-def check_endpoints(endpoints: dict[str, str]) -> None:
-    """Every endpoint answers /v1/models, or the run is refused before anything is written."""
+def answers(url: str) -> bool:
+    """Whether the server at `url` answers /v1/models."""
     import urllib.error
     import urllib.request
 
+    try:
+        with urllib.request.urlopen(f"{url}/v1/models", timeout=10) as response:
+            response.read()
+        return True
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def check_endpoints(endpoints: dict[str, str]) -> None:
+    """Every endpoint answers, or the run is refused before anything is written."""
     for name, url in endpoints.items():
-        try:
-            with urllib.request.urlopen(f"{url}/v1/models", timeout=10) as response:
-                response.read()
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise SpecbenchError(f"--endpoint {name}={url} does not answer ({reason}); start the server or fix "
-                                 "the URL") from None
+        if not answers(url):
+            raise SpecbenchError(f"--endpoint {name}={url} does not answer at {url}/v1/models; start the server or "
+                                 "fix the URL")
 
 
 def measure_level(run: ServeRun, strategy: str, url: str, level: Level, work: Workload, config: ServeConfig,
                   server: Server | None, progress: Progress | None) -> bool:
-    """Measure one level and write it; False when its server died during it."""
+    """Measure one level and write it; False when its server died during it (or, an endpoint, stopped answering)."""
     requests = config.requests_at(level, len(work.prompts))
     answered = 0
 
@@ -99,7 +105,7 @@ def measure_level(run: ServeRun, strategy: str, url: str, level: Level, work: Wo
     log = asyncio.run(drive(url, level, work, requests, config.warmup, config.level_seconds, config.max_concurrency,
                             config.burstiness, on_answer=tick))
     after = asyncio.run(metrics.scrape(url))
-    died = server is not None and not server.alive()
+    died = not server.alive() if server is not None else not answers(url)
     run.write_level(strategy, level, log.records, complete=not died, duration_s=log.duration_s,
                     stopped_by_time=log.stopped_by_time, speculation=metrics.speculation(before, after),
                     server=url)
@@ -144,8 +150,12 @@ def measure_strategy(run: ServeRun, strategy: str, engine_args: dict[str, Any] |
     if not todo:
         return
     if config.endpoints:
+        url = config.endpoints[strategy]
         for level in todo:
-            measure_level(run, strategy, config.endpoints[strategy], level, work, config, None, progress)
+            if not measure_level(run, strategy, url, level, work, config, None, progress):
+                run.note(f"{strategy}: {url} stopped answering during {level.label}; the level is incomplete: "
+                         "--resume measures it again")
+                return
         return
     server = Server(strategy, engine_args, run.log_file(strategy), config.start_timeout)
     try:
