@@ -178,3 +178,29 @@ def test_level_tables_fit_80_columns():
     text = console.export_text()
     assert max(len(line) for line in text.splitlines()) <= 80 and "…" not in text
     assert "1.23 (1.11-1.46)" in text and "12/64" in text
+
+
+def test_recommend_for_a_load_reads_serve_runs(tmp_path):
+    from specbench.files import write_json
+
+    def level(strategy, concurrency, speedup, mismatches=0):
+        return {"strategy": strategy, "level": f"c{concurrency}", "concurrency": concurrency, "request_rate": None,
+                "tpot_speedup": speedup, "tpot_speedup_ci": [speedup - 0.1, speedup + 0.1], "throughput_ratio": speedup,
+                "lossless": {"mismatches": mismatches, "compared": 8}}
+
+    run = tmp_path / "serve" / "one"
+    run.mkdir(parents=True)
+    write_json(run / "serve.json", {"kind": "serve", "model": "m", "config": {}})
+    write_json(run / "summary.json", {"levels": [
+        {"strategy": "ar", "level": "c1", "concurrency": 1, "request_rate": None},
+        level("ngram", 1, 1.3), level("dflash", 1, 1.8, mismatches=1), level("eagle", 1, 1.5),
+        level("ngram", 8, 0.9), level("eagle", 8, 0.95)],
+        "strategies": {"eagle": {"crossover": 8, "vllm_speculative_config": {"method": "eagle3"}}}})
+    result = runner.invoke(app, ["recommend", "--concurrency", "1", "--results", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("at concurrency 1: eagle, TPOT 1.50x")  # dflash is faster but not lossless
+    assert "stops paying at concurrency 8" in result.output and "dflash: TPOT speedup 1.80" in result.output
+    result = runner.invoke(app, ["recommend", "--concurrency", "8", "--results", str(tmp_path)])
+    assert result.output.startswith("at concurrency 8: plain decoding (ar)")
+    result = runner.invoke(app, ["recommend", "--concurrency", "4", "--results", str(tmp_path)])
+    assert result.exit_code == 2 and "measured: 1, 8" in result.output
