@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specbench.files import atomic_path
-from specbench.output.plots import DPI, plt, style  # plots chose the Agg backend
+from specbench.output.plots import plt, save_figures, style  # plots chose the Agg backend
 from specbench.strategies.names import BASELINE
 
 
@@ -24,41 +23,47 @@ def _closed_loop(result) -> dict[str, list[dict]]:
     return {name: sorted(points, key=lambda e: e["concurrency"]) for name, points in lines.items()}
 
 
+def _line(name: str) -> dict[str, str]:
+    """A strategy's line: its own colour and marker; `ar`'s black and dashed, the reference."""
+    colour, marker = style(name)
+    if name == BASELINE:
+        return {"color": "black", "marker": marker, "linestyle": "--", "label": name}
+    return {"color": colour, "marker": marker, "linestyle": "-", "label": name}
+
+
+def _labelled(fig, ax, xlabel: str, ylabel: str, title: str):
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return fig
+
+
 def _tpot(lines: dict[str, list[dict]]):
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for name, points in lines.items():
-        colour, marker = style(name)
-        ax.plot([e["concurrency"] for e in points], [e["tpot_ms"]["p50"] for e in points], marker=marker,
-                color="black" if name == BASELINE else colour, linestyle="--" if name == BASELINE else "-", label=name)
+        ax.plot([e["concurrency"] for e in points], [e["tpot_ms"]["p50"] for e in points], **_line(name))
     ax.set_xscale("log", base=2)
     levels = sorted({e["concurrency"] for points in lines.values() for e in points})
     ax.set_xticks(levels, [str(c) for c in levels])
     ax.minorticks_off()
-    ax.set_xlabel("concurrency (clients, closed loop)")
-    ax.set_ylabel("TPOT p50, ms (lower is better)")
-    ax.set_title("Time per output token against load")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    return fig
+    return _labelled(fig, ax, "concurrency (clients, closed loop)", "TPOT p50, ms (lower is better)",
+                     "Time per output token against load")
 
 
 def _pareto(lines: dict[str, list[dict]]):
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for name, points in lines.items():
-        colour, marker = style(name)
-        colour = "black" if name == BASELINE else colour
+        line = _line(name)
         xs = [e["output_tok_s"] for e in points]
         ys = [e["tok_s_per_user"] for e in points]
-        ax.plot(xs, ys, marker=marker, color=colour, linestyle="--" if name == BASELINE else "-", label=name)
+        ax.plot(xs, ys, **line)
         for e, x, y in zip(points, xs, ys):
             ax.annotate(str(e["concurrency"]), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7,
-                        color=colour)
-    ax.set_xlabel("total output tokens/s")
-    ax.set_ylabel("tokens/s per user (1000 / TPOT p50)")
-    ax.set_title("Per-user speed against throughput (labels: concurrency)")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    return fig
+                        color=line["color"])
+    return _labelled(fig, ax, "total output tokens/s", "tokens/s per user (1000 / TPOT p50)",
+                     "Per-user speed against throughput (labels: concurrency)")
 
 
 def write_serve_plots(result, out_dir: Path) -> list[Path]:
@@ -67,11 +72,4 @@ def write_serve_plots(result, out_dir: Path) -> list[Path]:
     if not lines:
         return []
     out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, fig in {"tpot_vs_concurrency.png": _tpot(lines), "pareto.png": _pareto(lines)}.items():
-        path = out_dir / name
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, dpi=DPI, bbox_inches="tight")
-        plt.close(fig)
-        written.append(path)
-    return written
+    return save_figures({"tpot_vs_concurrency.png": _tpot(lines), "pareto.png": _pareto(lines)}, out_dir)
