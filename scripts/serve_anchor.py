@@ -2,9 +2,10 @@
 
 Both clients drive the same server (started here with the target alone, or --url of one running) with the
 same prompts (specbench's, chat template applied; vLLM's custom dataset with --skip-chat-template and
---disable-shuffle), the same answer length, greedy, at the same closed-loop concurrency. The two alternate
-for --rounds rounds; each figure is the median over rounds. specbench's TTFT p50, TPOT p50 and output
-tokens/s should agree with vLLM's within 10%.
+--disable-shuffle), every answer exactly --max-new-tokens long (ignore_eos in both: the text prompts vLLM
+tokenizes again need not end an answer where the token ids do), greedy, at the same closed-loop
+concurrency. The two alternate for --rounds rounds; each figure is the median over rounds. specbench's
+TTFT p50, TPOT p50 and output tokens/s should agree with vLLM's within 10%.
 
 Writes results/benchmarks/serve_anchor.{json,md}.
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import statistics
 import tempfile
@@ -39,13 +41,13 @@ TOLERANCE = 0.10
 
 
 def specbench_figures(url: str, config: ServeConfig, level: Level) -> dict[str, float]:
-    work = workload(config)
+    work = dataclasses.replace(workload(config), ignore_eos=True)
     requests = config.requests_at(level, len(work.prompts))
     log = asyncio.run(drive(url, level, work, requests, config.warmup, config.level_seconds))
     summary = level_summary(log.records, log.duration_s, {})
     assert summary["errors"] == 0, f"{summary['errors']} requests failed"
     return {"ttft_p50_ms": summary["ttft_ms"]["p50"], "tpot_p50_ms": summary["tpot_ms"]["p50"],
-            "output_tok_s": summary["output_tok_s"]}
+            "output_tok_s": summary["output_tok_s"], "output_tokens": summary["output_tokens"]}
 
 
 def vllm_figures(url: str, config: ServeConfig, level: Level, dataset: Path) -> dict[str, float]:
@@ -60,9 +62,10 @@ def vllm_figures(url: str, config: ServeConfig, level: Level, dataset: Path) -> 
         "--dataset-name", "custom", "--dataset-path", str(dataset), "--skip-chat-template", "--disable-shuffle",
         "--custom-output-len", str(config.run.max_new_tokens), "--num-prompts", str(requests),
         "--max-concurrency", str(level.concurrency), "--request-rate", "inf", "--temperature", "0",
-        "--num-warmups", str(config.warmup), "--seed", str(config.run.seed)])
+        "--num-warmups", str(config.warmup), "--seed", str(config.run.seed), "--ignore-eos"])
     result = main(args)
-    return {ours: float(result[theirs]) for ours, theirs in FIGURES.items()}
+    return {**{ours: float(result[theirs]) for ours, theirs in FIGURES.items()},
+            "output_tokens": result["total_output_tokens"]}
 
 
 def main() -> None:
@@ -111,9 +114,11 @@ def main() -> None:
              f"One server of the embedded target, concurrency {args.concurrency}, {report['requests']} requests of "
              f"{args.max_new_tokens} new tokens, greedy; medians of {args.rounds} alternating rounds.", "",
              "| figure | specbench | vllm bench serve | ratio |", "| --- | --- | --- | --- |"]
+    tokens = [r[client]["output_tokens"] for r in rounds for client in ("specbench", "vllm_bench_serve")]
     lines += [f"| {k} | {medians['specbench'][k]:.2f} | {medians['vllm_bench_serve'][k]:.2f} | {ratios[k]:.3f} |"
               for k in FIGURES]
-    lines += ["", f"Within {TOLERANCE:.0%}: {'yes' if report['within_tolerance'] else 'NO'}.", ""]
+    lines += ["", f"Output tokens per round (specbench, vLLM, ...): {', '.join(map(str, tokens))}.",
+              f"Within {TOLERANCE:.0%}: {'yes' if report['within_tolerance'] else 'NO'}.", ""]
     write_atomic(args.out / "serve_anchor.md", "\n".join(lines))
     print("\n".join(lines))
 

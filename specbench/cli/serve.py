@@ -68,16 +68,16 @@ def serve(
 
         from specbench.serving.sweep import plan, serve_sweep, strategy_names
 
-        prepared = plan(config)
-        if run is None:
-            run = ServeRun.create(config, strategy_names(config), config.run.model or "the embedded model",
-                                  config.run.suite)
-        path = run.path
+        def how_to_resume(stop) -> str:
+            return f"resume it with: specbench serve --resume {shlex.quote(str(stop.path))}"
 
-        def how_to_resume(_stop) -> str:
-            return f"resume it with: specbench serve --resume {shlex.quote(str(path))}"
-
-        with interruptible(how_to_resume, f"interrupted; {how_to_resume(None)}"), progress_bar() as bar:
+        before = (f"interrupted before anything new was measured; {how_to_resume(run)}" if run else
+                  "interrupted before anything was measured")
+        with interruptible(how_to_resume, before), progress_bar() as bar:
+            prepared = plan(config)  # drafters converted, prompts encoded: before the run directory exists
+            if run is None:
+                run = ServeRun.create(config, strategy_names(config), config.run.model or "the embedded model",
+                                      config.run.suite)
             prompts = len(prepared.work.prompts)
             todo = sum(config.requests_at(level, prompts) for name in run.strategies for level in config.levels
                        if run.measured(name, level) is None)

@@ -46,10 +46,13 @@ def session(timeout_s: float) -> aiohttp.ClientSession:
 
 
 async def stream_completion(client: aiohttp.ClientSession, base_url: str, model: str, prompt: list[int],
-                            max_tokens: int, temperature: float, seed: int, record: RequestRecord) -> RequestRecord:
+                            max_tokens: int, temperature: float, seed: int, record: RequestRecord,
+                            ignore_eos: bool = False) -> RequestRecord:
     """Send one completion request, stream its answer into `record`, and return it; a failure is its error."""
     payload = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": temperature, "seed": seed,
                "stream": True, "stream_options": {"include_usage": True}, "return_token_ids": True}
+    if ignore_eos:
+        payload["ignore_eos"] = True
     started = time.perf_counter()
     last = started
     ids: list[int] = []

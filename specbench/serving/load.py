@@ -32,6 +32,7 @@ class Workload:
     max_tokens: int
     temperature: float
     seed: int
+    ignore_eos: bool = False  # every answer max_tokens long (vLLM's and SGLang's extension of the API)
 
 
 @dataclass
@@ -99,7 +100,7 @@ async def drive(base_url: str, level: Level, workload: Workload, requests: int, 
             prompt_id, prompt = workload.prompts[index % len(workload.prompts)]
             record = RequestRecord(index, prompt_id, sent=time.perf_counter() - origin)
             await stream_completion(client, base_url, model, prompt, workload.max_tokens, workload.temperature,
-                                    workload.seed + index, record)
+                                    workload.seed + index, record, workload.ignore_eos)
             if measuring and on_answer:
                 on_answer()
             return record
