@@ -204,3 +204,37 @@ def test_recommend_for_a_load_reads_serve_runs(tmp_path):
     assert result.output.startswith("at concurrency 8: plain decoding (ar)")
     result = runner.invoke(app, ["recommend", "--concurrency", "4", "--results", str(tmp_path)])
     assert result.exit_code == 2 and "measured: 1, 8" in result.output
+
+
+def test_summary_pairs_levels_and_keeps_an_incomplete_one_visible(tmp_path):
+    from specbench.config import RunConfig
+    from specbench.output.serve_tables import decisions
+    from specbench.serving.config import Level, ServeConfig
+    from specbench.serving.run_dir import ServeRun
+    from specbench.serving.sweep import summarise
+
+    config = ServeConfig(RunConfig(strategies=["ngram"], out=str(tmp_path)), concurrency=[1, 4], slo={"tpot": 15})
+    run = ServeRun.create(config, ["ar", "ngram"], "m", "s")
+    ids = [1, 2, 3, 4]
+    fast = [record(i, 0.1, 0.1 + 0.01 * 3, 4, ids=ids) for i in range(4)]
+    slow = [record(i, 0.1, 0.1 + 0.02 * 3, 4, ids=ids) for i in range(4)]
+    for level, ar, ngram in ((Level(concurrency=1), slow, fast), (Level(concurrency=4), fast, slow)):
+        run.write_level("ar", level, ar, complete=True, duration_s=1.0, stopped_by_time=False, speculation=None)
+    run.write_level("ngram", Level(concurrency=1), fast, complete=True, duration_s=1.0, stopped_by_time=False,
+                    speculation={"source": "vllm", "tau": 2.0})
+    died = [*slow[:2], record(2, 0.1, 0.2, 0, error="ServerDisconnectedError"), record(3, 0.1, 0.2, 0, error="x")]
+    run.write_level("ngram", Level(concurrency=4), died, complete=False, duration_s=1.0, stopped_by_time=False,
+                    speculation=None)
+    result = summarise(run, {"ngram": {"speculative_config": {"method": "ngram", "num_speculative_tokens": 4}}})
+    assert not result.complete
+    c1 = next(e for e in result.levels if e["strategy"] == "ngram" and e["level"] == "c1")
+    assert c1["tpot_speedup"] == pytest.approx(2.0) and c1["lossless"]["mismatches"] == 0
+    c4 = next(e for e in result.levels if e["strategy"] == "ngram" and e["level"] == "c4")
+    assert not c4["complete"] and c4["errors"] == 2 and c4["tpot_speedup"] == pytest.approx(0.5)
+    assert result.strategies["ngram"]["crossover"] == 4
+    assert result.strategies["ngram"]["capacity"] == 1  # its TPOT p99 of 20 ms misses 15 ms at 4 (and it failed)
+    assert result.strategies["ngram"]["vllm_speculative_config"]["num_speculative_tokens_per_batch_size"] == [
+        [1, 3, 4], [4, 4, 0]]
+    assert result.strategies["ar"]["capacity"] is None  # ar's TPOT is 20 ms at concurrency 1
+    assert any("ngram at c4: incomplete" in line for line in decisions(result.strategies, result.levels))
+    assert run.measured("ngram", Level(concurrency=4)) is None  # resume measures it again

@@ -70,6 +70,9 @@ def decisions(strategies: dict[str, dict[str, Any]], levels: list[dict[str, Any]
             lines.append(f"{name}: meets the SLO (p99) up to concurrency {held}" if held is not None
                          else f"{name}: misses the SLO (p99) at the lowest concurrency measured")
     for e in levels:
+        if not e.get("complete", True):
+            lines.append(f"{e['strategy']} at {e['level']}: incomplete (its server died during it; {e['errors']} "
+                         "requests failed): --resume measures it again")
         check = e.get("lossless")
         if check and check["mismatches"]:
             first = min(check["first_divergence"].values())

@@ -79,13 +79,15 @@ class ServeRun:
     def log_file(self, strategy: str) -> Path:
         return self.path / "logs" / f"{strategy}.log"
 
+    def level_data(self, strategy: str, level: Level) -> dict[str, Any] | None:
+        """The level's record as written (complete or not); None where it was never written."""
+        path = self.level_file(strategy, level)
+        return read_json(path, "serve level file") if path.is_file() else None
+
     def measured(self, strategy: str, level: Level) -> dict[str, Any] | None:
         """The level's record if it was measured completely, else None."""
-        path = self.level_file(strategy, level)
-        if not path.is_file():
-            return None
-        data = read_json(path, "serve level file")
-        return data if data.get("complete") else None
+        data = self.level_data(strategy, level)
+        return data if data and data.get("complete") else None
 
     def write_level(self, strategy: str, level: Level, records: list[RequestRecord], **fields: Any) -> None:
         path = self.level_file(strategy, level)

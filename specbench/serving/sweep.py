@@ -186,18 +186,19 @@ def summarise(run: ServeRun, arguments: dict[str, dict[str, Any]] | None = None)
     config = run.config
     temperature = config.run.temperature
     levels, complete = [], True
-    measured = {(s, lv.key): run.measured(s, lv) for s in run.strategies for lv in config.levels}
+    measured = {(s, lv.key): run.level_data(s, lv) for s in run.strategies for lv in config.levels}
     for level in config.levels:
         base = measured.get((BASELINE, level.key))
         base_summary = level_summary(records_of(base), base["duration_s"], config.slo) if base else None
         for strategy in run.strategies:
             data = measured[(strategy, level.key)]
+            complete = complete and data is not None and data["complete"]
             if data is None:
-                complete = False
                 continue
             records = records_of(data)
             entry = {"strategy": strategy, "level": level.key, "concurrency": level.concurrency,
-                     "request_rate": level.request_rate, "stopped_by_time": data["stopped_by_time"],
+                     "request_rate": level.request_rate, "complete": data["complete"],
+                     "stopped_by_time": data["stopped_by_time"],
                      **level_summary(records, data["duration_s"], config.slo), "speculation": data["speculation"]}
             if base and strategy != BASELINE:
                 entry.update(against_baseline(records, records_of(base), entry, base_summary, config.run.seed))
