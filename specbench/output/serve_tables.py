@@ -62,8 +62,13 @@ def decisions(strategies: dict[str, dict[str, Any]], levels: list[dict[str, Any]
             continue
         if highest is not None:
             stops = figures.get("crossover")
-            lines.append(f"{name}: stops paying at concurrency {stops}" if stops is not None
-                         else f"{name}: still pays at concurrency {highest} (the highest measured)")
+            at = next((e for e in levels if e["strategy"] == name and e["concurrency"] == (stops or highest)), {})
+            there = ""
+            if at.get("tpot_speedup") is not None:
+                low, high = at["tpot_speedup_ci"]
+                there = f" (TPOT speedup {at['tpot_speedup']:.2f}, 95% CI {low:.2f}-{high:.2f})"
+            lines.append(f"{name}: stops paying at concurrency {stops}{there}" if stops is not None
+                         else f"{name}: still pays at concurrency {highest}{there}, the highest measured")
     for name, figures in strategies.items():
         if "capacity" in figures:
             held = figures["capacity"]
