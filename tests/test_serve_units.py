@@ -238,3 +238,18 @@ def test_summary_pairs_levels_and_keeps_an_incomplete_one_visible(tmp_path):
     assert result.strategies["ar"]["capacity"] is None  # ar's TPOT is 20 ms at concurrency 1
     assert any("ngram at c4: incomplete" in line for line in decisions(result.strategies, result.levels))
     assert run.measured("ngram", Level(concurrency=4)) is None  # resume measures it again
+
+
+def test_resume_takes_no_other_option_and_refuses_a_complete_run(tmp_path):
+    from specbench.config import RunConfig
+    from specbench.serving.config import ServeConfig
+    from specbench.serving.run_dir import ServeRun
+
+    run = ServeRun.create(ServeConfig(RunConfig(out=str(tmp_path)), concurrency=[1]), ["ar"], "m", "s")
+    result = runner.invoke(app, ["serve", "--resume", str(run.path), "--limit", "3"])
+    assert result.exit_code == 2 and "drop --limit" in result.output
+    run.finish(complete=True)
+    result = runner.invoke(app, ["serve", "--resume", str(run.path)])
+    assert result.exit_code == 2 and "is complete" in result.output
+    result = runner.invoke(app, ["serve", "--resume", str(tmp_path)])
+    assert result.exit_code == 2 and "not a specbench serve run directory" in result.output

@@ -58,7 +58,7 @@ class ServeRun:
     @classmethod
     def open(cls, path: str | Path) -> ServeRun:
         path = Path(path)
-        meta = read_json(path / SERVE_JSON, "serve run file") if path.is_dir() else None
+        meta = read_json(path / SERVE_JSON, "serve run file") if (path / SERVE_JSON).is_file() else None
         if not isinstance(meta, dict) or meta.get("kind") != "serve" or "config" not in meta:
             raise SpecbenchError(f"{path} is not a specbench serve run directory (no {SERVE_JSON})")
         return cls(path, meta)
