@@ -88,7 +88,6 @@ RANGES: dict[str, Range] = {
     # convert
     "--mask-token-id": _at_least(0, "a vocabulary row"),
     # serve
-    "--request-rate": Range(0, open_low=True, note="requests per second"),
     "--concurrency": _at_least(1, "requests served at once"),
     "--max-concurrency": _at_least(1),
     "--burstiness": Range(0, open_low=True, note="1: Poisson arrivals"),

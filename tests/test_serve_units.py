@@ -150,7 +150,8 @@ def test_a_failed_start_quotes_the_servers_last_error(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--concurrency", "0"], "--concurrency 0: every size must be an integer of at least 1"),
     (["--concurrency", "1,x"], "--concurrency 1,x: expected a comma list of integers"),
-    (["--request-rate", "0"], "--request-rate must be above 0"),
+    (["--request-rate", "0"], "--request-rate 0: every rate must be a number of requests per second above 0"),
+    (["--request-rate", "2,1"], "--request-rate 2,1: list the rates in increasing order"),
     (["--slo", "ttft=fast"], "--slo ttft=fast: expected ttft=MS,tpot=MS,e2e=MS"),
     (["--slo", "p99=5"], "--slo p99=5: expected"),
     (["--endpoint", "ar=ftp://host"], "is not an http(s) URL"),

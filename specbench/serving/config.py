@@ -7,13 +7,14 @@ a RunConfig's, checked by its own validation.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
 from specbench.config import RunConfig
 from specbench.errors import SpecbenchError
-from specbench.ranges import check_range, check_ranges, check_sizes
+from specbench.ranges import check_ranges, check_sizes
 
 SLO_KEYS = ("ttft", "tpot", "e2e")  # milliseconds each
 SERVE_STRATEGIES = ["ngram", "eagle", "dflash"]
@@ -78,8 +79,7 @@ class ServeConfig:
                                  "(open loop)")
         if self.concurrency:
             check_sizes(self.concurrency, "--concurrency")
-        for rate in self.request_rates:
-            check_range("--request-rate", rate)
+        parse_rates(",".join(map(str, self.request_rates)) if self.request_rates else None)
         check_ranges({"--max-concurrency": self.max_concurrency, "--burstiness": self.burstiness,
                       "--requests": self.requests, "--warmup": self.warmup, "--level-seconds": self.level_seconds})
         if self.endpoints and self.run.engine_args:
@@ -131,8 +131,8 @@ def parse_rates(text: str | None) -> list[float]:
         rates = [float(part) for part in text.split(",") if part.strip()]
     except ValueError:
         raise SpecbenchError(f"--request-rate {text}: expected a comma list of numbers such as 0.5,1,2") from None
-    for rate in rates:
-        check_range("--request-rate", rate)
+    if not all(0 < rate < math.inf for rate in rates):
+        raise SpecbenchError(f"--request-rate {text}: every rate must be a number of requests per second above 0")
     if not rates or rates != sorted(set(rates)):
         raise SpecbenchError(f"--request-rate {text}: list the rates in increasing order, each once")
     return rates
