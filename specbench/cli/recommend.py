@@ -17,6 +17,7 @@ def recommend(
     gpu: Annotated[Optional[str], typer.Option(help="GPU profile (see `specbench hardware`); default: the local GPU, else cpu.")] = None,
     task: Annotated[Optional[str], typer.Option(help="Task category: code, chat, creative, legal, high_precision, ...")] = None,
     batch_size: Annotated[int, typer.Option(help="Sequences decoded together.")] = 1,
+    concurrency: Annotated[Optional[int], typer.Option(help="Requests served at once: answer from `specbench serve` runs that measured this concurrency on a real server.", show_default="none")] = None,
     context_len: Annotated[Optional[int], typer.Option(help="Prompt + answer tokens per sequence, for the memory check (default: the evidence's own lengths).")] = None,
     temperature: Annotated[float, typer.Option(help="Sampling temperature of the workload (0 = greedy).")] = 0.0,
     vram_used: Annotated[Optional[float], typer.Option(help="GB of GPU memory the deployment uses with plain decoding.")] = None,
@@ -53,6 +54,18 @@ def recommend(
         if results is not None and not results.is_dir():
             raise SpecbenchError(f"results directory {results} does not exist")
         results_dir = results or Path("results")
+        if concurrency is not None:
+            from specbench.ranges import check_range
+            from specbench.recommend.under_load import lines, recommend_for_load
+
+            check_range("--concurrency", concurrency)
+            rec = recommend_for_load(results_dir, concurrency, model)
+            if as_json:
+                sys.stdout.write(dumps(rec, indent=2) + "\n")
+            else:
+                for line in lines(rec):
+                    out.print(line, highlight=False, markup=False, soft_wrap=True)
+            return
         workload = make_workload(gpu, task, batch_size, context_len, temperature, vram_used, pcie, bw_util,
                                  cuda_experience, score_variance, model, profiles, engine)
         evidence = load_evidence(results_dir)

@@ -67,6 +67,11 @@ def write_plots(runs: Sequence[RunResult], out_dir: Path | str) -> list[Path]:
         "throughput_vs_memory.png": _throughput_memory(strategies),
         "nvml_bandwidth.png": _nvml(runs),
     }
+    return save_figures(figures, out)
+
+
+def save_figures(figures: dict[str, Figure | None], out: Path) -> list[Path]:
+    """Each figure as out/NAME, written atomically and closed; None is no figure. Returns the files."""
     written = []
     for name, fig in figures.items():
         if fig is None:
