@@ -60,7 +60,7 @@ def main() -> None:
         "engine_agreement": vllm_ar.get("engine_agreement"),
         "strategies": {s: {engine: {k: by[(engine, s)].get(k) for k in
                                     ("tokens_per_s", "tau", "speedup", "speedup_ci", "mismatches",
-                                     "acceptance_by_position")}
+                                     "acceptance_rate_by_position")}
                            for engine in ("specbench", "vllm")} | {"transfer": by[("vllm", s)].get("transfer")}
                        for s in STRATEGIES},
     }

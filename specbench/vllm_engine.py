@@ -233,8 +233,8 @@ def engine_processes(llm) -> list:
 
 
 def generation(out, wall_s: float) -> Generation:
-    """A vLLM request as the engine's record: the first token comes from the prefill forward, then one
-    verify forward per draft (`ar`: per token). vLLM does not split its time into draft and verify.
+    """A vLLM request as the engine's record: the first token comes from the prefill forward, then each
+    forward commits a token and the drafts it accepted. vLLM does not split its time into draft and verify.
 
     The counts are the request's own (`per_request_spec_decode_metrics`): the histogram of drafts
     accepted per verify step and the draft tokens proposed. vLLM's process-wide counters
@@ -244,20 +244,23 @@ def generation(out, wall_s: float) -> Generation:
     tokens = list(completion.token_ids)
     stats = completion.spec_decode_metrics
     histogram = list(stats.histogram) if stats is not None else []  # [j]: verify steps that accepted j drafts
+    # drafts: verify steps that carried a draft (vLLM's num_drafts, which its per-position rates divide by)
     drafts, drafted = sum(histogram), stats.num_draft_tokens if stats is not None else 0
     accepted = sum(j * count for j, count in enumerate(histogram))
     by_position = [sum(histogram[k + 1:]) for k in range(len(histogram) - 1)]  # [k]: steps accepting > k drafts
     while by_position and by_position[-1] == 0:
         by_position.pop()
-    steps = 1 + drafts if drafts else len(tokens)
+    # every forward commits one token and the drafts it accepted: the prefill, each draft's verify step and the
+    # steps vLLM drafted nothing for (ngram without a match); at max_tokens the last step's drafts may be cut
+    steps = max(len(tokens) - accepted, 1 + drafts)
     width = max(1, math.ceil(drafted / drafts)) if drafts else 0
     metrics = getattr(out, "metrics", None)
     ttft = getattr(metrics, "first_token_latency", 0.0) or 0.0
     nan = math.nan
-    return Generation(tokens=tokens, steps=steps, drafted=drafted, accepted=accepted, verified=steps + drafted,
-                      max_verified=width + 1, draft_depth=drafted, budget=drafts * width, tree_steps=0,
-                      accept_by_position=by_position, steps_by_drafted=[], prefill_s=nan, draft_s=nan, verify_s=nan,
-                      other_s=nan, ttft_s=float(ttft), wall_s=wall_s,
+    return Generation(tokens=tokens, steps=steps, drafts=drafts, drafted=drafted, accepted=accepted,
+                      verified=steps + drafted, max_verified=width + 1, draft_depth=drafted, budget=drafts * width,
+                      tree_steps=0, accept_by_position=by_position, steps_by_drafted=[], prefill_s=nan, draft_s=nan,
+                      verify_s=nan, other_s=nan, ttft_s=float(ttft), wall_s=wall_s,
                       stop_reason="eos" if completion.finish_reason == "stop" else "length")
 
 

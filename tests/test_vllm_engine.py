@@ -92,6 +92,25 @@ def test_vllm_figures_come_from_its_own_counters(both):
         counts = row["accept_by_position"]
         assert counts == sorted(counts, reverse=True) and sum(counts) == row["accepted"] <= row["drafted"]
         assert row["steps"] > 1 and row["wall_s"] > 0 and row["ttft_s"] > 0
+        # each forward commits a token and what it accepted, steps that drafted nothing (ngram) included
+        assert row["steps"] > row["drafts"] and row["steps"] + row["accepted"] >= row["new_tokens"]
+
+
+def test_per_position_acceptance_matches_vllms_own_counters(both):
+    """The unconditional per-position rate is the one vLLM's `vllm:spec_decode_*` counters give (accepted at
+    position k / drafts, as `vllm bench serve` computes it). Those counters are process-wide and each new
+    engine re-registers them, so they hold the last engine started: compared for that one."""
+    last = both["bench"].vllm.runners[-1]
+    metrics = {m.name: m for m in last.llm.get_metrics() if m.name.startswith("vllm:spec_decode")}
+    drafts = metrics["vllm:spec_decode_num_drafts"].value
+    per_position = metrics["vllm:spec_decode_num_accepted_tokens_per_pos"].values
+    summary = summary_of(both["report"], last.name, VLLM)
+    rates = summary["acceptance_rate_by_position"]
+    assert drafts > 0 and len(rates) <= len(per_position)
+    assert rates + [0.0] * (len(per_position) - len(rates)) == pytest.approx([a / drafts for a in per_position])
+    assert sum(r["drafts"] for r in both["rows"] if r["engine"] == VLLM and r["strategy"] == last.name) == drafts
+    conditional = summary["conditional_acceptance_by_position"]  # the other form, from the same counts
+    assert conditional[1:] == pytest.approx([b / a for a, b in zip(per_position, per_position[1:len(conditional)])])
 
 
 def test_idle_engines_are_stopped_while_another_is_timed(both):
