@@ -204,7 +204,8 @@ def test_speed_bench_turns_not_yet_fetched_from_their_source_are_refused(tmp_pat
     path = write_jsonl(tmp_path / "qualitative.jsonl", [speed_bench_row("a", "summarization", placeholder)])
     with pytest.raises(SpecbenchError, match=r"line 1: SPEED-Bench's turn is still a placeholder.*prepare.py"):
         load_suite(path)
-    raw = write_jsonl(tmp_path / "raw.jsonl", [{"question_id": "a", "category": "summarization", "turns": [placeholder]}])
+    raw = write_jsonl(tmp_path / "raw.jsonl",
+                      [{"question_id": "a", "category": "summarization", "turns": [placeholder]}])
     with pytest.raises(SpecbenchError, match="placeholder"):
         load_suite(raw)
 
