@@ -187,12 +187,13 @@ class RunResult:
     projection: dict[str, Any] | None = None  # the --gpu profile projected onto
     load: dict[str, Any] = field(default_factory=dict)  # the load axis (benchmark/modelled_speedup.py)
     vllm_start_s: dict[str, float] = field(default_factory=dict)  # seconds each vLLM engine took to start
+    vllm_compile_s: dict[str, float | None] = field(default_factory=dict)  # of which compiling, where vLLM times it
     vllm_idle_engines: str | None = None  # what was done to vLLM's engines while another one was timed
     nvml_series: list[dict[str, Any]] = field(default_factory=list)  # strategy, t_s, metric, value
     label: str = ""  # the name it is shown under (the directory's, unless two runs share one)
 
-    EXTRA = ("skipped_prompts", "notes", "vllm_start_s", "vllm_idle_engines", "by_category", "noise", "projection",
-             "load")
+    EXTRA = ("skipped_prompts", "notes", "vllm_start_s", "vllm_compile_s", "vllm_idle_engines", "by_category", "noise",
+             "projection", "load")
     """summary.json's entries beside "results"; the empty ones are left out, except the first two."""
 
     def __post_init__(self) -> None:
