@@ -57,7 +57,8 @@ def main() -> None:
             for engine in ("specbench", "vllm")}
     figures = {
         "run_dir": str(report.path), "noise": report.noise,
-        "vllm_start_s": report.vllm_start_s, "vllm_idle_engines": report.vllm_idle_engines,
+        "vllm_start_s": report.vllm_start_s, "vllm_compile_s": report.vllm_compile_s,
+        "vllm_idle_engines": report.vllm_idle_engines,
         "ar_tokens_per_s": {"specbench": own_ar["tokens_per_s"], "vllm": vllm_ar["tokens_per_s"],
                             "specbench_over_vllm": own_ar["tokens_per_s"] / vllm_ar["tokens_per_s"]},
         "best": {engine: {"strategy": s, "tokens_per_s": by[(engine, s)]["tokens_per_s"]}
@@ -65,7 +66,7 @@ def main() -> None:
         "engine_agreement": vllm_ar.get("engine_agreement"),
         "strategies": {s: {engine: {k: by[(engine, s)].get(k) for k in
                                     ("tokens_per_s", "tau", "speedup", "speedup_ci", "mismatches",
-                                     "acceptance_by_position")}
+                                     "acceptance_rate_by_position")}
                            for engine in ("specbench", "vllm")} | {"transfer": by[("vllm", s)].get("transfer")}
                        for s in strategies},
     }

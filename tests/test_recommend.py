@@ -81,6 +81,15 @@ def test_the_five_cases_with_no_results(tmp_path, args, expected):
     assert (answer["strategy"], answer["source"], answer["evidence"]["rests_on"]) == (expected, "prior", [])
 
 
+@pytest.mark.parametrize(("task", "expected"), [("roleplay", "eagle"), ("writing", "eagle"), ("coding", "dspark")])
+def test_speed_bench_categories_are_tasks(tmp_path, task, expected):
+    """SPEED-Bench's roleplay and writing are creative work to the prior's error-tolerance rule; its other
+    categories are tasks the rule says nothing about."""
+    result = invoke("--gpu", "a100-80g", "--vram-used", 8, "--task", task, "--pcie", 4, "--results", tmp_path, "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["strategy"] == expected
+
+
 def test_the_prior_never_pairs_eagle_with_mtp_on_pcie_4_or_older():
     signals = itertools.product(("chat", "legal", "code"), (None, 8, 20), (None, 0.5, 0.8), (None, 0.01, 0.3),
                                 (None, "none", "expert"), (1, 32), (3, 4))

@@ -45,6 +45,14 @@ def test_older_rows_read_with_their_defaults():
         == "specbench"
 
 
+def test_summaries_written_before_the_acceptance_rename_read_under_the_new_name():
+    """Older summaries held the conditional per-position acceptance as `acceptance_by_position`, and no
+    unconditional rate."""
+    old = {k: None for k in SUMMARY_KEYS if k != "conditional_acceptance_by_position"}
+    summary = StrategySummary.from_dict(old | {"strategy": "s", "acceptance_by_position": [0.8, 0.5]})
+    assert summary.conditional_acceptance_by_position == [0.8, 0.5] and summary.acceptance_rate_by_position is None
+
+
 def test_optional_entries_are_written_as_groups():
     base = {key: 0 for key in ROW_KEYS} | {"accept_by_position": [], "mismatch": False, "first_divergence": None}
     agreeing = Row.from_dict(base | {"engines_agree": True}).as_dict()

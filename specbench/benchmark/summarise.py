@@ -80,6 +80,7 @@ def finish(bench: PreparedRun, run: RunDir, rows: list[Row], complete: bool, noi
     result = RunResult(run.path, {**run.meta, "status": "complete" if complete else "incomplete"}, run.config,
                        run.environment, rows, [], skipped_prompts=bench.skipped, notes=bench.notes,
                        vllm_start_s=bench.vllm.start_s if bench.vllm is not None else {},
+                       vllm_compile_s=bench.vllm.compile_s if bench.vllm is not None else {},
                        vllm_idle_engines=bench.vllm.idle_engines if bench.vllm is not None else None,
                        nvml_series=bench.metrics.series_frame().to_dict("records"))
     if rows:

@@ -33,6 +33,13 @@ from specbench.strategies.knobs import parse_sets
 from specbench.strategies.names import BASELINE, COMBINATIONS, DEFAULT_STRATEGIES
 
 
+def compiling(seconds: float | None) -> str:
+    """What part of a vLLM engine's start-up was compiling."""
+    if seconds is None:
+        return "compiled; vLLM times its compilation on a GPU only"
+    return f"compiling {seconds:.0f} s" if seconds else "eager: nothing compiled"
+
+
 @app.command()
 def run(
     model: options.Model = None,
@@ -115,7 +122,8 @@ def run(
 
             result = run_benchmark(cfg, advance, resume, estimate)
         for name, seconds in result.vllm_start_s.items():
-            err.print(f"vLLM engine for {name} started in {seconds:.0f} s", highlight=False)
+            err.print(f"vLLM engine for {name} started in {seconds:.0f} s "
+                      f"({compiling(result.vllm_compile_s.get(name))})", highlight=False)
         for note in result.notes:
             err.print(f"note: {note}", highlight=False, soft_wrap=True)
         if as_json:

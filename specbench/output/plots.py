@@ -144,8 +144,8 @@ def _tau_by_category(frame: pd.DataFrame) -> Figure | None:
 
 
 def _acceptance(frame: pd.DataFrame) -> Figure | None:
-    curves = [(r["label"], r["strategy"], r["accept_by_position"]) for _, r in frame.iterrows()
-              if len(r["accept_by_position"])]
+    curves = [(r["label"], r["strategy"], r["acceptance_rate_by_position"]) for _, r in frame.iterrows()
+              if len(r["acceptance_rate_by_position"])]
     if not curves:
         return None
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
@@ -153,7 +153,7 @@ def _acceptance(frame: pd.DataFrame) -> Figure | None:
         colour, marker = style(strategy)
         ax.plot(np.arange(1, len(rates) + 1), rates, marker=marker, color=colour, label=label)
     ax.set_xlabel("draft position k")
-    ax.set_ylabel("P(position k accepted | k - 1 accepted)")
+    ax.set_ylabel("drafts accepting position k / drafts")
     ax.set_title("Per-position acceptance")
     ax.set_ylim(0, 1.05)
     ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))

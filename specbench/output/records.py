@@ -59,7 +59,7 @@ class Row:
     steps: int
     drafted: int
     accepted: int
-    accept_by_position: list[int]
+    accept_by_position: list[int]  # [k]: steps that accepted position k + 1
     prefill_s: float
     draft_s: float
     verify_s: float
@@ -78,6 +78,7 @@ class Row:
     draft_depth: int | None = None
     budget: int | None = None
     tree_steps: int | None = None
+    drafts: int | None = None  # steps that carried at least one draft token
     stop_reason: str | None = None
     divergence_margin: float | None = None
     output_ids: list[int] = field(default_factory=list)
@@ -135,7 +136,7 @@ class StrategySummary:
     speedup: float | None
     speedup_ci: list[float | None]
     tau: float | None
-    acceptance_by_position: list[float]
+    conditional_acceptance_by_position: list[float]
     draft_efficiency: float | None
     mismatches: int | None  # None when sampling: no greedy check ran
     first_divergence: list[int]
@@ -144,6 +145,7 @@ class StrategySummary:
     memory_bytes: int
     peak_mem_bytes: int
     batch_size: int = 1
+    acceptance_rate_by_position: list[float] | None = None  # unconditional, vLLM's; None in runs before it
     category: str | None = None  # set in a summary per category
     engine_agreement: dict[str, Any] | None = None  # vLLM's `ar` against specbench's
     cost_model: dict[str, Any] | None = None  # the speedup the cost model predicts, and measured / predicted
@@ -153,12 +155,15 @@ class StrategySummary:
     projection: dict[str, Any] | None = None  # onto the --gpu profile
     modelled: dict[str, Any] | None = None  # the load axis's model at this batch size
 
+    RENAMED = {"acceptance_by_position": "conditional_acceptance_by_position"}
+    """Old names of fields, as summaries written before the rename hold them."""
+
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None or k in SUMMARY_KEYS}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "a summary") -> StrategySummary:
-        return _from_dict(cls, {"engine": SPECBENCH, **data}, where)
+        return _from_dict(cls, {"engine": SPECBENCH, **{cls.RENAMED.get(k, k): v for k, v in data.items()}}, where)
 
 
 SUMMARY_KEYS = (*_required(StrategySummary), "batch_size")
@@ -182,12 +187,13 @@ class RunResult:
     projection: dict[str, Any] | None = None  # the --gpu profile projected onto
     load: dict[str, Any] = field(default_factory=dict)  # the load axis (benchmark/modelled_speedup.py)
     vllm_start_s: dict[str, float] = field(default_factory=dict)  # seconds each vLLM engine took to start
+    vllm_compile_s: dict[str, float | None] = field(default_factory=dict)  # of which compiling, where vLLM times it
     vllm_idle_engines: str | None = None  # what was done to vLLM's engines while another one was timed
     nvml_series: list[dict[str, Any]] = field(default_factory=list)  # strategy, t_s, metric, value
     label: str = ""  # the name it is shown under (the directory's, unless two runs share one)
 
-    EXTRA = ("skipped_prompts", "notes", "vllm_start_s", "vllm_idle_engines", "by_category", "noise", "projection",
-             "load")
+    EXTRA = ("skipped_prompts", "notes", "vllm_start_s", "vllm_compile_s", "vllm_idle_engines", "by_category", "noise",
+             "projection", "load")
     """summary.json's entries beside "results"; the empty ones are left out, except the first two."""
 
     def __post_init__(self) -> None:

@@ -18,7 +18,7 @@ from specbench.ranges import check_ranges
 CUDA_EXPERIENCE = ("none", "some", "expert")
 HIGH_PRECISION_TASKS = ("high_precision", "legal", "medical")
 """Tasks the practitioners' rules call high-precision work (the built-in suite's category and their words)."""
-CREATIVE_TASKS = ("creative", "chat")
+CREATIVE_TASKS = ("creative", "chat", "roleplay", "writing")  # the last two: SPEED-Bench's (and MT-bench's) words
 DEFAULT_VERIFY_TOKENS = 8
 """Tokens one sequence verifies per step at the methods' default draft lengths (dspark's k_max, dflash's block)."""
 
