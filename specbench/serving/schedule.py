@@ -4,7 +4,7 @@ and the per-load setting that follows, in vLLM's own form.
 - crossover: the lowest measured closed-loop concurrency at which the strategy's TPOT speedup over `ar`
   is 1 or less (it stops paying there); None while it pays at every level measured.
 - capacity: the highest measured level up to which every level kept the p99 of each SLO metric within
-  its limit without errors (the source articles' "holds P99 < 200 ms up to 8 concurrent requests").
+  its limit without errors (practitioners' write-ups: "holds P99 < 200 ms up to 8 concurrent requests").
 - schedule: speculate with the strategy's own draft length below its crossover, not at all from it on,
   as vLLM's `num_speculative_tokens_per_batch_size` (concurrency stands in for the running batch size).
 """
