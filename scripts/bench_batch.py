@@ -1,4 +1,4 @@
-"""Batch-size benchmark (issue 12) on the embedded default model, CPU, greedy.
+"""Batch-size benchmark on the embedded default model, CPU, greedy.
 
 1. `specbench costs`' default grid for the target and the ngram, dflash and dspark drafters (batch
    1..32 x verify length 1..16 x context 128 and 1024), stored under results/costs/ and reused.
@@ -50,16 +50,21 @@ def main() -> None:
     parser.add_argument("--batch-sizes", default="1,4,16")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "benchmarks", help="where the figures go")
     parser.add_argument("--smoke", action="store_true", help="a tiny cost grid, for checking the script")
+    parser.add_argument("--strategies", default=",".join(STRATEGIES))
+    parser.add_argument("--model", default=None, help="the target (default: the embedded model)")
+    parser.add_argument("--drafter", action="append", default=[], help="repeatable (default: the model's drafters)")
     args = parser.parse_args()
+    strategies = args.strategies.split(",")
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
     results_dir = ROOT / "results" if not args.smoke else args.out
     args.out.mkdir(parents=True, exist_ok=True)
 
-    target = load_target(None, torch.device("cpu"), torch.float32)
-    table, table_file = measure_target_costs(target, [], results_dir, SMOKE_GRID if args.smoke else BATCH_GRID,
-                                             list(STRATEGIES))
-    config = RunConfig(strategies=list(STRATEGIES), limit=args.limit, max_new_tokens=args.max_new_tokens,
-                       batch_sizes=batch_sizes, device="cpu", out=str(results_dir))
+    target = load_target(args.model, torch.device("cpu"), torch.float32)
+    table, table_file = measure_target_costs(target, args.drafter, results_dir,
+                                             SMOKE_GRID if args.smoke else BATCH_GRID, strategies)
+    config = RunConfig(model=args.model, drafters=args.drafter, strategies=strategies, limit=args.limit,
+                       max_new_tokens=args.max_new_tokens, batch_sizes=batch_sizes, device="cpu",
+                       out=str(results_dir))
     report = run_benchmark(config)
     load = report.load
     figures = {

@@ -14,13 +14,15 @@ with their acceptance figures and the greedy check. Writes results/benchmarks/dr
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 from specbench.benchmark.pipeline import run_benchmark
 from specbench.config import RunConfig
 from specbench.files import write_atomic, write_json
 from specbench.output.comparison import acceptance_table, comparison, render
-from specbench.strategies.names import BASELINE
+from specbench.strategies.names import BASELINE, parse_strategies
+from specbench.strategies.published.formats import drafters_used_by
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "benchmarks"
 DRAFTERS = ("eagle", "mtp", "dflash", "dspark")
@@ -35,10 +37,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--limit", type=int, default=32)
     parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--sampled-limit", type=int, default=8, help="prompts of the sampled combinations")
+    parser.add_argument("--model", default=None, help="the target (default: the embedded model)")
+    parser.add_argument("--drafter", action="append", default=[], help="repeatable (default: the model's drafters)")
+    parser.add_argument("--out", type=Path, default=OUT, help="figures go here, runs to its parent")
     args = parser.parse_args()
-    OUT.mkdir(parents=True, exist_ok=True)
-    report = run_benchmark(RunConfig(strategies=["all"], limit=args.limit, max_new_tokens=args.max_new_tokens,
-                                     device="cpu", out=str(OUT.parent)))
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    workload = RunConfig(model=args.model, drafters=args.drafter, limit=args.limit, max_new_tokens=args.max_new_tokens,
+                         device="cpu", out=str(out.parent))
+    report = run_benchmark(replace(workload, strategies=["all"]))
     results = {r.strategy: r.as_dict() for r in report.summary}
     code = {s.strategy: s.as_dict() for s in report.by_category if s.category == "code"}
     fastest = max(("eagle", "dflash", "dspark"), key=lambda s: results[s]["speedup"])
@@ -46,7 +54,7 @@ def main() -> None:
         "run_dir": str(report.path),
         "noise": report.noise,
         "tau_code": {s: code[s]["tau"] for s in DRAFTERS},
-        "acceptance_by_position": {s: results[s]["acceptance_by_position"] for s in DRAFTERS},
+        "acceptance_rate_by_position": {s: results[s]["acceptance_rate_by_position"] for s in DRAFTERS},
         "fastest_feature_drafter": {"strategy": fastest, "speedup": results[fastest]["speedup"],
                                     "speedup_ci": results[fastest]["speedup_ci"]},
         "dspark_vs_dflash_tau": [results["dspark"]["tau"], results["dflash"]["tau"]],
@@ -60,17 +68,18 @@ def main() -> None:
         "mismatches": {s: r["mismatches"] for s, r in results.items()},
     }
     sampled = {}
+    sampled_drafters = drafters_used_by(args.drafter, parse_strategies(SAMPLED))
     for temperature in (1.0, 0.0):
-        run = run_benchmark(RunConfig(strategies=SAMPLED, limit=8, max_new_tokens=args.max_new_tokens,
-                                      temperature=temperature, device="cpu", out=str(OUT.parent)))
+        run = run_benchmark(replace(workload, strategies=SAMPLED, drafters=sampled_drafters, limit=args.sampled_limit,
+                                    temperature=temperature))
         sampled[f"temperature {temperature:g}"] = {
             "run_dir": str(run.path),
             "results": {r.strategy: {k: getattr(r, k) for k in ("speedup", "speedup_ci", "tau",
-                                                                "acceptance_by_position", "draft_efficiency",
+                                                                "acceptance_rate_by_position", "draft_efficiency",
                                                                 "mismatches")}
                         for r in run.summary}}
     figures["sampled_combinations"] = sampled
-    write_json(OUT / "drafters.json", figures)
+    write_json(out / "drafters.json", figures)
 
     runs = [report]
     table = comparison(runs)
@@ -80,7 +89,7 @@ def main() -> None:
              "## All strategies", "", render(table, "markdown", wide=True),
              acceptance_table(table, "markdown"), "## tau on the code category", ""]
     lines += [f"- {s}: tau {figures['tau_code'][s]:.2f}; per-position acceptance "
-              + " ".join(f"{a:.2f}" for a in figures["acceptance_by_position"][s]) for s in DRAFTERS]
+              + " ".join(f"{a:.2f}" for a in figures["acceptance_rate_by_position"][s]) for s in DRAFTERS]
     f = figures["fastest_feature_drafter"]
     lines += ["", f"Fastest of eagle, dflash, dspark: {f['strategy']} at {f['speedup']:.2f}x "
               f"(95% CI {f['speedup_ci'][0]:.2f}-{f['speedup_ci'][1]:.2f})",
@@ -100,12 +109,12 @@ def main() -> None:
         lines += [f"### {label}", "", "| strategy | speedup | tau | draft efficiency | a_1..a_k | mismatches |",
                   "|---|---|---|---|---|---|"]
         lines += [f"| {s} | {r['speedup']:.2f} | {r['tau']:.2f} | {fmt(r['draft_efficiency'], '.0%')} | "
-                  + " ".join(f"{a:.2f}" for a in r["acceptance_by_position"][:8])
+                  + " ".join(f"{a:.2f}" for a in r["acceptance_rate_by_position"][:8])
                   + f" | {'n/a (sampling)' if r['mismatches'] is None else r['mismatches']} |"
                   for s, r in part["results"].items()]
         lines.append("")
     lines += ["## By category", "", render(comparison(runs, by="category"), "markdown")]
-    write_atomic(OUT / "drafters.md", "\n".join(lines) + "\n")
+    write_atomic(out / "drafters.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

@@ -4,8 +4,8 @@ Every strategy vLLM runs for this target on a CPU (ngram, draft, eagle, dflash: 
 runner, the CPU's, refuses dspark; the drafters converted once to vLLM's layouts) decoded by both
 engines on the same prompts, interleaved and shuffled per prompt, each engine's strategies paired
 with its own `ar`. Per strategy: tokens/s, tau and the speedup with its 95% interval in each engine,
-and the transfer (vLLM's speedup over specbench's); then `ar` against `ar` (the ratio issue 19
-targets) and the engines' greedy agreement. vLLM runs as users start it (its engine core in its own
+and the transfer (vLLM's speedup over specbench's); then `ar` against `ar` (the ratio of the
+two engines' plain decoding) and the engines' greedy agreement. vLLM runs as users start it (its engine core in its own
 process; each engine's processes are stopped while another engine is timed). Writes
 results/benchmarks/engines.{json,md}, or with --out DIR DIR/engines.{json,md} and the run under DIR's parent.
 
@@ -15,6 +15,7 @@ results/benchmarks/engines.{json,md}, or with --out DIR DIR/engines.{json,md} an
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from specbench.benchmark.pipeline import run_benchmark
@@ -41,18 +42,24 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=16)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--strategies", default=",".join(STRATEGIES), help="among " + ", ".join(STRATEGIES))
+    parser.add_argument("--engine-args", default=None, help="JSON passed to vLLM, as `specbench run` takes it")
     args = parser.parse_args()
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
-    report = run_benchmark(RunConfig(strategies=STRATEGIES, engine="both", limit=args.limit,
-                                     max_new_tokens=args.max_new_tokens, device="cpu", out=str(out.parent)))
+    strategies = args.strategies.split(",")
+    report = run_benchmark(RunConfig(strategies=strategies, engine="both", limit=args.limit,
+                                     max_new_tokens=args.max_new_tokens, device="cpu", out=str(out.parent),
+                                     engine_args=json.loads(args.engine_args or "{}")))
     by = {(r.engine, r.strategy): r.as_dict() for r in report.summary}
+    (vllm,) = [r for r in report.engines if r.engine == "vllm"]
     own_ar, vllm_ar = by[("specbench", BASELINE)], by[("vllm", BASELINE)]
-    best = {engine: max((s for s in STRATEGIES), key=lambda s: by[(engine, s)]["tokens_per_s"])
+    best = {engine: max(strategies, key=lambda s: by[(engine, s)]["tokens_per_s"])
             for engine in ("specbench", "vllm")}
     figures = {
         "run_dir": str(report.path), "noise": report.noise,
-        "vllm_start_s": report.vllm_start_s, "vllm_idle_engines": report.vllm_idle_engines,
+        "vllm_start_s": vllm.start_s, "vllm_compile_s": vllm.details.get("compile_s", {}),
+        "vllm_idle_engines": vllm.details.get("idle_engines"),
         "ar_tokens_per_s": {"specbench": own_ar["tokens_per_s"], "vllm": vllm_ar["tokens_per_s"],
                             "specbench_over_vllm": own_ar["tokens_per_s"] / vllm_ar["tokens_per_s"]},
         "best": {engine: {"strategy": s, "tokens_per_s": by[(engine, s)]["tokens_per_s"]}
@@ -60,9 +67,9 @@ def main() -> None:
         "engine_agreement": vllm_ar.get("engine_agreement"),
         "strategies": {s: {engine: {k: by[(engine, s)].get(k) for k in
                                     ("tokens_per_s", "tau", "speedup", "speedup_ci", "mismatches",
-                                     "acceptance_by_position")}
+                                     "acceptance_rate_by_position")}
                            for engine in ("specbench", "vllm")} | {"transfer": by[("vllm", s)].get("transfer")}
-                       for s in STRATEGIES},
+                       for s in strategies},
     }
     figures["transfer_geometric_mean"] = geometric_mean([v["transfer"] for v in figures["strategies"].values()])
     write_json(out / "engines.json", figures)
@@ -75,7 +82,7 @@ def main() -> None:
              "| strategy | specbench tok/s | vLLM tok/s | specbench tau | vLLM tau | specbench speedup | "
              "vLLM speedup | transfer |", "|---|---|---|---|---|---|---|---|",
              f"| ar | {own_ar['tokens_per_s']:.1f} | {vllm_ar['tokens_per_s']:.1f} | 1.00 | 1.00 | 1.00 | 1.00 | - |"]
-    for s in STRATEGIES:
+    for s in strategies:
         own, vllm = by[("specbench", s)], by[("vllm", s)]
         lines.append(f"| {s} | {own['tokens_per_s']:.1f} | {vllm['tokens_per_s']:.1f} | {own['tau']:.2f} | "
                      f"{vllm['tau']:.2f} | {speedup(own)} | {speedup(vllm)} | {fmt(vllm.get('transfer'))} |")
@@ -88,7 +95,7 @@ def main() -> None:
               f"prompts (first divergences {agreement.get('first_divergence')}, logit margins "
               f"{[round(m, 3) for m in agreement.get('divergence_margin') or [] if m is not None]})",
               "- greedy mismatches against the same engine's ar: " + ", ".join(
-                  f"{s} {by[('specbench', s)]['mismatches']}/{by[('vllm', s)]['mismatches']}" for s in STRATEGIES)
+                  f"{s} {by[('specbench', s)]['mismatches']}/{by[('vllm', s)]['mismatches']}" for s in strategies)
               + " (specbench/vLLM)",
               f"- vLLM's engines while another engine was timed: {figures['vllm_idle_engines']}",
               "- noise: " + ("; ".join((report.noise or {}).get("reasons") or []) or "quiet"), ""]

@@ -28,6 +28,7 @@ from specbench.files import write_json
 from specbench.models import encode_turns, load_target
 from specbench.strategies.build import build_strategy
 from specbench.strategies.names import BASELINE, parse_strategy
+from specbench.strategies.published.formats import drafter_dirs_by_strategy
 from specbench.suites import load_suite, select
 
 TRANSFORMERS = "transformers"
@@ -56,15 +57,18 @@ def main() -> None:
     parser.add_argument("--strategy", action="append", help="repeatable; default: ar, ngram, draft")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--model", default=None, help="the target (default: the embedded model)")
+    parser.add_argument("--drafter", action="append", default=[], help="repeatable (default: the model's drafters)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     started = time.perf_counter()
-    target = load_target(None, torch.device("cpu"), torch.float32)
+    target = load_target(args.model, torch.device("cpu"), torch.float32)
     suite = select(load_suite("default"), limit=args.limit)
     prompts = [encode_turns(target.tokenizer, list(item.turns[:1]), []) for item in suite.items]
-    strategies = {name: build_strategy(parse_strategy(name), target, {}, {})
-                  for name in args.strategy or [BASELINE, "ngram", "draft"]}
+    names = [parse_strategy(name) for name in args.strategy or [BASELINE, "ngram", "draft"]]
+    sources = drafter_dirs_by_strategy(args.drafter, names)
+    strategies = {spec.name: build_strategy(spec, target, {}, sources) for spec in names}
     print(f"loaded in {time.perf_counter() - started:.1f} s; {len(prompts)} prompts, {torch.get_num_threads()} threads")
     rows = {}
     for name, strategy in strategies.items():

@@ -54,11 +54,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--limit", type=int, default=24)
     parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--model", default=None, help="the target (default: the embedded model)")
+    parser.add_argument("--drafter", action="append", default=[], help="repeatable (default: the model's drafters)")
+    parser.add_argument("--out", type=Path, default=OUT, help="figures go here, runs to its parent")
     args = parser.parse_args()
-    OUT.mkdir(parents=True, exist_ok=True)
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
 
-    config = RunConfig(strategies=["ngram", "draft"], limit=args.limit, max_new_tokens=args.max_new_tokens,
-                       device="cpu", out=str(OUT.parent), engine=f"{SPECBENCH},{TRANSFORMERS}")
+    config = RunConfig(model=args.model, drafters=args.drafter, strategies=["ngram", "draft"], limit=args.limit,
+                       max_new_tokens=args.max_new_tokens, device="cpu", out=str(out.parent),
+                       engine=f"{SPECBENCH},{TRANSFORMERS}")
     report = run_benchmark(config)
     result = {"a_draft_vs_transformers": versus_transformers(report, "draft"),
               "b_ngram_vs_transformers": versus_transformers(report, "ngram")}
@@ -72,7 +77,7 @@ def main() -> None:
     result["summary"] = [{k: getattr(r, k) for k in ("strategy", "tokens_per_s", "speedup", "speedup_ci", "tau",
                                                      "mismatches")}
                          for r in report.summary if r.engine == SPECBENCH]
-    write_json(OUT / "foundation.json", result)
+    write_json(out / "foundation.json", result)
     md = ["# Foundation benchmarks", "", f"`python scripts/bench_foundation.py --limit {args.limit} "
           f"--max-new-tokens {args.max_new_tokens}` (CPU, greedy, embedded default model)", ""]
     for key in ("a_draft_vs_transformers", "b_ngram_vs_transformers"):
@@ -85,7 +90,7 @@ def main() -> None:
     md.append(f"- c: time outside the model forward in an `ar` step: {100 * result['c_ar_outside_forward_share']:.1f}%")
     md += ["", "## d: speedup over ar per category", "", render(by_category, "markdown"),
            "## Run summary", "", render(comparison([report]), "markdown")]
-    write_atomic(OUT / "foundation.md", "\n".join(md) + "\n")
+    write_atomic(out / "foundation.md", "\n".join(md) + "\n")
     print("\n".join(md))
 
 

@@ -1,4 +1,4 @@
-"""Recommend benchmark (issue 11): does `specbench recommend` pick the strategy that is fastest?
+"""Recommend benchmark: does `specbench recommend` pick the strategy that is fastest?
 
 On the embedded default model (CPU, greedy, float32), for each category the built-in suite's prompts
 are split in two halves (alternating). `--strategy all` runs on the first half (the evidence) and,
@@ -8,7 +8,7 @@ each workload (category x batch size) `recommend`
 answers from the evidence run alone, and the answer is compared with the measured fastest on the
 check run: whether they are the same strategy, and by how much the recommendation loses when they
 are not (its check speedup over the winner's). The prior's answer for the same workload is set
-beside both, so the places where the measured winner contradicts the source article show. The tree
+beside both, so the places where the measured winner contradicts the practitioners' rules show. The tree
 learned from both runs is written too (`recommend --learn`), or its reason for not being fitted.
 
 At batch 4 the evidence also holds the batch-1 run's load axis (every strategy modelled at batch 4
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
@@ -37,6 +38,7 @@ from specbench.recommend import evaluate, learn, make_workload, recommend
 from specbench.recommend.evidence import Evidence, load_evidence
 from specbench.strategies.build import verifies_trees
 from specbench.strategies.names import parse_strategies
+from specbench.strategies.published.formats import drafters_used_by
 from specbench.suites import load_suite
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,10 +68,11 @@ def strategies_at(batch: int) -> list[str]:
     return ["all"] if batch == 1 else [s.name for s in parse_strategies(["all"]) if not verifies_trees(s)]
 
 
-def measure(suite: Path, out: Path, max_new_tokens: int, batch: int) -> Path:
-    report = run_benchmark(RunConfig(strategies=strategies_at(batch), suite=str(suite), limit=None,
-                                     max_new_tokens=max_new_tokens, device="cpu", out=str(out),
-                                     batch_sizes=[batch], cost_model=False))
+def measure(workload: RunConfig, suite: Path, out: Path, batch: int) -> Path:
+    strategies = strategies_at(batch)
+    drafters = drafters_used_by(workload.drafters, parse_strategies(strategies))
+    report = run_benchmark(replace(workload, strategies=strategies, drafters=drafters, suite=str(suite), out=str(out),
+                                   batch_sizes=[batch]))
     return report.path
 
 
@@ -90,14 +93,18 @@ def main() -> None:
     parser.add_argument("--per-half", type=int, default=None, help="Prompts per category in each half (default all).")
     parser.add_argument("--out", type=Path, default=OUT, help="Where recommend.{json,md} go.")
     parser.add_argument("--work", type=Path, default=WORK, help="Runs go to a new folder here.")
+    parser.add_argument("--model", default=None, help="The target (default: the embedded model).")
+    parser.add_argument("--drafter", action="append", default=[], help="Repeatable (default: the model's drafters).")
     args = parser.parse_args()
     categories = [c.strip() for c in args.categories.split(",") if c.strip()]
     work = args.work / datetime.now().strftime("%Y%m%d-%H%M%S")
     work.mkdir(parents=True)
     args.out.mkdir(parents=True, exist_ok=True)
     evidence_suite, check_suite = write_halves(categories, args.per_half, work)
-    evidence_runs = {b: measure(evidence_suite, work / "evidence", args.max_new_tokens, b) for b in BATCH_SIZES}
-    check_runs = {b: measure(check_suite, work / "check", args.max_new_tokens, b) for b in BATCH_SIZES}
+    workload = RunConfig(model=args.model, drafters=args.drafter, limit=None, max_new_tokens=args.max_new_tokens,
+                         device="cpu", cost_model=False)
+    evidence_runs = {b: measure(workload, evidence_suite, work / "evidence", b) for b in BATCH_SIZES}
+    check_runs = {b: measure(workload, check_suite, work / "check", b) for b in BATCH_SIZES}
     evidence = load_evidence(work / "evidence")
     checks = {b: check_speedups(run) for b, run in check_runs.items()}
 

@@ -1,4 +1,4 @@
-"""Tune benchmark (issue 10) on the embedded default model, CPU, greedy: is TPE worth it, and does tuning pay?
+"""Tune benchmark on the embedded default model, CPU, greedy: is TPE worth it, and does tuning pay?
 
 1. An enumerable dspark space (window_size x adjust_interval x (k_min, k_max), 63 points, the other
    knobs at their defaults, the scheduler as controller). Every point is measured once on the
@@ -176,10 +176,12 @@ def main() -> None:
     parser.add_argument("--study-trials", type=int, default=20, help="trials of the real study (part 3)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the head-to-head re-measurement")
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--model", default=None, help="the target (default: the embedded model)")
+    parser.add_argument("--drafter", default=None, help="its dspark drafter (default: the model's)")
     args = parser.parse_args()
     started = time.perf_counter()
-    workload = RunConfig(strategies=["dspark"], limit=args.limit, max_new_tokens=args.max_new_tokens, device="cpu",
-                         gpu=args.gpu)
+    workload = RunConfig(model=args.model, drafters=[args.drafter] if args.drafter else [], strategies=["dspark"],
+                         limit=args.limit, max_new_tokens=args.max_new_tokens, device="cpu", gpu=args.gpu)
     bench = prepare(workload)
     tuning, _ = split_items(bench.suite.items, 0.25, workload.seed)
     evaluator = Evaluator(bench, tuning, None)

@@ -7,6 +7,7 @@ specbench/assets/default/{target,draft} as bfloat16 safetensors (loaded as float
 
     python scripts/build_default_model.py                  # tokenizer + target + draft
     python scripts/build_default_model.py --only draft     # retrain the draft LM only
+    python scripts/build_default_model.py --out /tmp/m --corpus-bytes 200000 --target-steps 2 --draft-steps 2
 
 The drafters of the other strategies are trained against this target by
 scripts/build_default_drafters.py.
@@ -18,6 +19,7 @@ import argparse
 import ast
 import json
 import math
+import os
 import random
 import sys
 import sysconfig
@@ -49,14 +51,18 @@ DRAFT = dict(hidden_size=256, num_hidden_layers=2, num_attention_heads=4, num_ke
              head_dim=64, intermediate_size=768)
 
 
-def stdlib_sources() -> list[tuple[str, str]]:
+def stdlib_sources(corpus_bytes: int = CORPUS_BYTES) -> list[tuple[str, str]]:
     root = Path(sysconfig.get_paths()["stdlib"])
     skip = {"test", "tests", "site-packages", "idlelib", "lib2to3", "turtledemo", "__pycache__"}
-    files = sorted(p for p in root.rglob("*.py") if not skip & set(p.relative_to(root).parts))
+    files = []
+    for folder, subfolders, names in os.walk(root):
+        subfolders[:] = [s for s in subfolders if s not in skip]  # never walk into site-packages
+        files += [Path(folder) / n for n in names if n.endswith(".py")]
+    files.sort()
     out, total = [], 0
     for path in files:
         text = path.read_text(encoding="utf-8", errors="ignore")
-        if total + len(text) > CORPUS_BYTES:
+        if total + len(text) > corpus_bytes:
             break
         out.append((str(path.relative_to(root)), text))
         total += len(text)
@@ -82,9 +88,9 @@ def instruction_pairs(source: str) -> list[str]:
     return pairs
 
 
-def training_texts() -> list[str]:
+def training_texts(corpus_bytes: int = CORPUS_BYTES) -> list[str]:
     texts = []
-    for _, source in stdlib_sources():
+    for _, source in stdlib_sources(corpus_bytes):
         texts.append(source + "<|endoftext|>")
         texts.extend(instruction_pairs(source))
     random.Random(0).shuffle(texts)
@@ -152,26 +158,28 @@ def main() -> None:
     parser.add_argument("--only", choices=["target", "draft"])
     parser.add_argument("--target-steps", type=int, default=1200)
     parser.add_argument("--draft-steps", type=int, default=400)
+    parser.add_argument("--corpus-bytes", type=int, default=CORPUS_BYTES, help="standard-library source to train on")
+    parser.add_argument("--out", type=Path, default=ASSETS, help="where target/ and draft/ go")
     args = parser.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
 
-    texts = training_texts()
+    texts = training_texts(args.corpus_bytes)
     if args.only == "draft":
-        tokenizer = PreTrainedTokenizerFast.from_pretrained(ASSETS / "target")
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(args.out / "target")
     else:
         tokenizer = build_tokenizer(texts)
     stream = token_stream(tokenizer, texts)
     print(f"corpus: {len(texts)} texts, {len(stream)} tokens", flush=True)
 
-    build_file = ASSETS / "BUILD.json"
+    build_file = args.out / "BUILD.json"
     record = json.loads(build_file.read_text()) if build_file.exists() else {}
     record["python"] = sys.version.split()[0]
     record["torch"] = torch.__version__
     record["corpus_tokens"] = len(stream)
     if args.only != "draft":
-        record["target"] = train_lm(TARGET, tokenizer, stream, args.target_steps, 8, 2e-3, 0, ASSETS / "target")
+        record["target"] = train_lm(TARGET, tokenizer, stream, args.target_steps, 8, 2e-3, 0, args.out / "target")
     if args.only != "target":
-        record["draft"] = train_lm(DRAFT, tokenizer, stream, args.draft_steps, 8, 3e-3, 1, ASSETS / "draft")
+        record["draft"] = train_lm(DRAFT, tokenizer, stream, args.draft_steps, 8, 3e-3, 1, args.out / "draft")
     build_file.write_text(json.dumps(record, indent=2) + "\n")
 
 

@@ -74,6 +74,31 @@ def read_json(path: Path, what: str) -> Any:
         raise SpecbenchError(f"{what} {path} is not valid JSON: {exc}") from None
 
 
+def read_json_object(path: Path, what: str) -> dict[str, Any]:
+    data = read_json(path, what)
+    if not isinstance(data, dict):
+        raise SpecbenchError(f"{what} {path} must hold a JSON object")
+    return data
+
+
+def read_jsonl(path: Path, what: str, cut_tail: bool = False) -> tuple[list[Any], bool]:
+    """The values of a JSON Lines file, blank lines skipped, and whether its last line was dropped: with
+    `cut_tail` (a file appended to until an interruption) a last line that does not parse is a write cut
+    off, dropped; any other line that does not parse is an error."""
+    lines = read_text(path, what, "JSON Lines").splitlines()
+    values = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            values.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            if cut_tail and number == len(lines):
+                return values, True
+            raise SpecbenchError(f"{what} {path} line {number} is not valid JSON: {exc}") from None
+    return values, False
+
+
 def read_toml(path: Path, what: str) -> dict[str, Any]:
     try:
         return tomllib.loads(read_text(path, what, "TOML"))

@@ -21,13 +21,10 @@ from typer.testing import CliRunner
 
 from specbench.cli import app
 from specbench.ranges import RANGES
+from tests.helpers import invoke
 
 runner = CliRunner()
 REPO = Path(__file__).resolve().parents[1]  # subprocesses import this checkout, whatever is installed
-
-
-def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
 
 
 @pytest.fixture(scope="module")
@@ -106,11 +103,11 @@ CASES = [
     ("TOML temperature infinite", lambda w: toml(w, "temperature = inf\n"), "temperature must be a finite number"),
     ("binary config file", lambda w: toml(w, bytes(range(256))), "is not a TOML text file"),
     ("resume: run.json not JSON", lambda w: ["run", "--resume", w.damaged("run.json", '{"status": ')],
-     "run.json is damaged: not valid JSON"),
+     "run.json is not valid JSON"),
     ("resume: run.json without status", lambda w: ["run", "--resume", w.damaged("run.json", "[]")],
-     "run.json is damaged"),
+     "run.json must hold a JSON object"),
     ("resume: config.json not JSON", lambda w: ["run", "--resume", w.damaged("config.json", "\x00\x01")],
-     "config.json is damaged: not valid JSON"),
+     "config.json is not valid JSON"),
     ("resume: config.json unknown key", lambda w: ["run", "--resume", w.damaged("config.json", '{"nope": 1}')],
      "config.json is damaged: unknown key(s) nope"),
     ("resume: config.json wrong type", lambda w: ["run", "--resume",
@@ -173,6 +170,7 @@ CASES = [
 # tune's type check of the whole configuration refuses first).
 COMMANDS = {
     "run": lambda w: ["run"],
+    "serve": lambda w: ["serve"],
     "tune": lambda w: ["tune"],
     "recommend": lambda w: ["recommend", "--gpu", "rtx4090"],
     "costs": lambda w: ["costs"],

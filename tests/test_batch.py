@@ -24,11 +24,15 @@ from specbench.strategies.draft_model import DraftModelDrafter, DraftOptions
 from specbench.strategies.names import parse_strategy
 from specbench.strategies.ngram import NgramDrafter, NgramOptions
 from specbench.suites import load_suite
-from tests.conftest import TINY_SHAPES, tiny_target
-from tests.exact import enumerate_outcomes
-from tests.sampling_check import exact_pair_distribution
-from tests.test_engine import ScriptedDrafter, random_prompt
-from tests.test_sampling import small_vocab_lm
+from tests.helpers import (
+    TINY_SHAPES,
+    ScriptedDrafter,
+    enumerate_outcomes,
+    exact_pair_distribution,
+    random_prompt,
+    small_vocab_lm,
+    tiny_target,
+)
 
 CHAIN_STRATEGIES = ("ar", "ngram", "draft", "dflash", "dspark")
 

@@ -14,10 +14,16 @@ from specbench.strategies.controllers import FixedController
 from specbench.strategies.draft_model import DraftModelDrafter, DraftOptions
 from specbench.strategies.names import StrategyName, parse_strategy
 from specbench.strategies.ngram import NgramDrafter, NgramOptions
-from tests.conftest import TINY_SHAPES, tiny_lm, tiny_target
-from tests.sampling_check import chi_square_pvalue
-from tests.test_engine import random_prompt
-from tests.test_sampling import PROMPT, RUNS, small_vocab_lm
+from tests.helpers import (
+    CHI_SQUARE_PROMPT,
+    CHI_SQUARE_RUNS,
+    TINY_SHAPES,
+    chi_square_pvalue,
+    random_prompt,
+    small_vocab_lm,
+    tiny_lm,
+    tiny_target,
+)
 
 
 def test_merge_shares_common_prefixes_and_keeps_every_proposer():
@@ -74,6 +80,6 @@ def test_combination_accepts_at_least_its_best_member():
 
 def test_combination_sampling_is_exact():
     target, draft = small_vocab_lm(0), small_vocab_lm(1)
-    p = chi_square_pvalue(target, PROMPT, Sampling(temperature=1.0), RUNS,
+    p = chi_square_pvalue(target, CHI_SQUARE_PROMPT, Sampling(temperature=1.0), CHI_SQUARE_RUNS,
                           lambda: (combined(draft), FixedController(16)))
     assert p > 0.001

@@ -17,7 +17,7 @@ from specbench.strategies.build import build_strategy
 from specbench.strategies.names import parse_strategy
 from specbench.strategies.published.convert import convert
 from specbench.strategies.published.formats import open_source
-from tests.conftest import tiny_lm, write_tiny_model_dir
+from tests.helpers import tiny_lm, write_tiny_model_dir
 from tests.published_layouts import deepspec_checkpoint, dflash_checkpoint, eagle3_checkpoint, propose
 
 MASK = 7

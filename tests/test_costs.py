@@ -10,7 +10,7 @@ from specbench.measure.cost_timing import drafter_key, measure_costs
 from specbench.strategies.build import Strategy
 from specbench.strategies.controllers import FixedController
 from specbench.strategies.ngram import NgramDrafter, NgramOptions
-from tests.conftest import tiny_target
+from tests.helpers import tiny_target
 
 GRID = Grid(verify_lengths=(1, 2, 4), context_lens=(8, 16), budgets=(1, 2), repeats=2, warmup=1)
 
@@ -119,3 +119,9 @@ def test_proposals_a_run_times_on_a_busy_machine_price_its_own_load_axis(tiny_mo
     assert result.exit_code == 0, result.output
     load = json.loads(result.stdout)["load"]
     assert "note" not in load and {p["strategy"] for p in load["points"]} == {"ngram"}
+
+
+def test_a_model_without_drafters_prices_every_model_free_method():
+    # `specbench costs` on a user's model: no drafter given, so only the methods that need none
+    names = [s.name for s in cost_timing.cost_strategies(tiny_target(), [])]
+    assert names == [n for n in cost_timing.DRAFTER_NAMES if n in ("ngram", "suffix")] and "suffix" in names

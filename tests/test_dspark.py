@@ -19,21 +19,20 @@ from specbench.strategies.dflash import STRATEGY as DFLASH
 from specbench.strategies.dspark import STRATEGY, DSparkDrafter, DSparkOptions
 from specbench.strategies.dspark_scheduler import DSparkScheduler
 from specbench.strategies.ngram import NgramOptions
-from tests.conftest import TINY_SHAPES, tiny_target
-from tests.test_dflash import (
+from tests.helpers import (
+    TINY_SHAPES,
     assert_matches,
     check_blocks_match_inference,
     check_lossless_inside_accepted_drafts,
     check_round_trip,
     exact_first_two,
-    one_thread,
-    random_prompt,
     sampled_first_two,
     small_vocab_target,
+    tiny_target,
     train_tiny,
+    uniform_prompt,
 )
 
-assert one_thread  # the module-wide single-thread fixture, imported to apply here too
 scheduler_for = CONTROLLERS["dspark"]  # (starting draft depth, a strategy's knob dataclass) -> a scheduler
 
 
@@ -62,7 +61,7 @@ def test_greedy_identity_untrained(shape):
         for options in configs:
             drafter = DSparkDrafter.untrained(target, options, seed=seed)
             for _ in range(3):
-                prompt, n = random_prompt(rng, vocab), rng.randint(1, 24)
+                prompt, n = uniform_prompt(rng, vocab), rng.randint(1, 24)
                 expected = generate(target.model, prompt, n, eos_ids=target.eos_ids)
                 got = generate(target.model, prompt, n, eos_ids=target.eos_ids, drafter=drafter,
                                controller=scheduler_for(STRATEGY.budget(options), options))
@@ -136,7 +135,7 @@ def test_budget_cuts_before_the_confidence_does():
 
 def test_sampling_is_exact():
     """Markov-corrected, sequentially sampled drafts keep the target's exact distributions (top-k too)."""
-    target = small_vocab_target(seed=1)
+    target = small_vocab_target(10, seed=1, initializer_range=0.1)
     sampling = Sampling(temperature=0.8, top_k=6)
     prompt = [3, 1, 4]
     drafter = DSparkDrafter.untrained(target, DSparkOptions(block_size=3, confidence_threshold=0.1, layers=1), seed=2)

@@ -6,154 +6,26 @@ import random
 
 import pytest
 import torch
-from scipy.stats import chisquare
-from transformers import Qwen3Config, Qwen3ForCausalLM
 
 import specbench.strategies.eagle as eagle
 from specbench.engine.decode import generate
-from specbench.engine.sampling import Sampling
 from specbench.errors import SpecbenchError
-from specbench.models import Target, fingerprint
+from specbench.models import Target
 from specbench.strategies.controllers import FixedController, HeuristicController
 from specbench.strategies.eagle import EagleDrafter, EagleModel, EagleOptions, eagle_tree, feature_layers
-from specbench.strategies.trainable import DistillBatch
-from specbench.training.distill import DistillSequence
-from specbench.training.trainer import train
-from tests.conftest import TINY_SHAPES, tiny_target
-from tests.test_engine import random_prompt
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    # these tensors are tiny: on a shared 2-core machine a second thread costs more than it gains
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-class Spy:
-    """Wraps a drafter and records every tree it proposes and every outcome it observes."""
-
-    def __init__(self, drafter):
-        self.drafter, self.name, self.hidden_layers = drafter, drafter.name, drafter.hidden_layers
-        self.contexts, self.trees, self.outcomes = [], [], []
-
-    def start(self, prompt, hidden):
-        self.drafter.start(prompt, hidden)
-
-    def propose(self, ctx):
-        self.contexts.append(ctx.tokens.tolist())
-        self.trees.append(self.drafter.propose(ctx))
-        return self.trees[-1]
-
-    def observe(self, outcome):
-        self.outcomes.append(outcome)
-        self.drafter.observe(outcome)
-
-    def state_bytes(self) -> int:
-        return self.drafter.state_bytes()
-
-    def cut_steps(self) -> int:
-        """Steps whose accepted path went past what was committed (EOS or length inside the draft)."""
-        return sum(len(o.committed) < len(o.path) + 1 for o in self.outcomes)
-
-
-def always(depth, logits) -> bool:
-    return True
-
-
-def record_drafting(monkeypatch, module, tree_function: str, drafter, target: Target, prompt: list[int],
-                    new_tokens: int, controller) -> list[tuple[list[int], tuple[int, ...], torch.Tensor]]:
-    """Generate through `drafter`, recording (committed tokens, token path, draft logits after the path)
-    for every node the drafter ran: each step's root, then every node it expanded."""
-    spy = Spy(drafter)
-    records = []
-    tree = getattr(module, tree_function)
-
-    def recording_tree(root_logits, expand, *args):
-        tokens = spy.contexts[-1]
-        records.append((tokens, (), root_logits))
-        paths = [()]
-
-        def recording_expand(level, nodes, parents):
-            nonlocal paths
-            paths = [paths[p] + (t,) for t, p in zip(nodes.tolist(), parents.tolist())]
-            logits = expand(level, nodes, parents)
-            records.extend((tokens, path, row) for path, row in zip(paths, logits))
-            return logits
-
-        return tree(root_logits, recording_expand, *args)
-
-    monkeypatch.setattr(module, tree_function, recording_tree)
-    generate(target.model, prompt, new_tokens, drafter=spy, controller=controller)
-    return records
-
-
-def hidden_states(model, ids: list[int], layers: tuple[int, ...]) -> torch.Tensor:
-    """(len(layers) + 1, T, H) float32: the requested layers, then the final normed state."""
-    with torch.inference_mode():
-        states = model(input_ids=torch.tensor([ids]), output_hidden_states=True).hidden_states
-    return torch.stack([states[i][0] for i in layers] + [states[-1][0]]).clone()
-
-
-def distill_sequences(target: Target, layers: tuple[int, ...], count: int, answer: int,
-                      seed: int = 0) -> list[DistillSequence]:
-    """What training.distill.collect makes, without a tokenizer: random prompts, the target's greedy answers."""
-    rng = random.Random(seed)
-    vocab = target.model.config.vocab_size
-    sequences = []
-    for _ in range(count):
-        prompt = [rng.randrange(vocab) for _ in range(6)]
-        ids = prompt + generate(target.model, prompt, answer).tokens
-        sequences.append(DistillSequence(torch.tensor(ids), len(prompt),
-                                         hidden_states(target.model, ids, layers).to(torch.bfloat16)))
-    return sequences
-
-
-def one_batch(model, ids: list[int], layers: tuple[int, ...]) -> DistillBatch:
-    """A float32 batch of one sequence (no bfloat16 rounding, unlike make_batch)."""
-    ones = torch.ones(1, len(ids), dtype=torch.bool)
-    return DistillBatch(torch.tensor([ids]), hidden_states(model, ids, layers)[None], ones, ones)
-
-
-def small_vocab_target(vocab: int = 12, seed: int = 0) -> Target:
-    torch.manual_seed(seed)
-    config = Qwen3Config(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1, head_dim=16, initializer_range=0.15,
-                         tie_word_embeddings=False, attn_implementation="sdpa")
-    return Target(Qwen3ForCausalLM(config).eval(), None, f"small-vocab-{seed}", frozenset())
-
-
-def first_two_token_distributions(target: Target, prompt: list[int], sampling: Sampling) -> torch.Tensor:
-    """(2, V) float64: the exact distributions of the first and the second generated token."""
-    vocab = target.model.config.vocab_size
-    with torch.inference_mode():
-        first = sampling.probs(target.model(input_ids=torch.tensor([prompt])).logits[0, -1])
-        ids = torch.cat([torch.tensor(prompt).repeat(vocab, 1), torch.arange(vocab)[:, None]], 1)
-        second = sampling.probs(target.model(input_ids=ids).logits[:, -1])
-    exact = torch.stack([first, (first[:, None] * second).sum(0)]).double()
-    return exact / exact.sum(-1, keepdim=True)
-
-
-def check_distribution(target: Target, prompt: list[int], drafter, controller, runs: int) -> None:
-    """Chi-square tests of the first and second sampled tokens against the exact distributions."""
-    sampling = Sampling(temperature=0.9)
-    exact = first_two_token_distributions(target, prompt, sampling)
-    counts = torch.zeros_like(exact)
-    accepted = 0
-    for seed in range(runs):
-        got = generate(target.model, prompt, 2, sampling=sampling, drafter=drafter, controller=controller(), seed=seed)
-        counts[0, got.tokens[0]] += 1
-        counts[1, got.tokens[1]] += 1
-        accepted += got.accepted
-    assert accepted > runs // 4  # drafts were accepted often: acceptance is tested, not plain sampling
-    for observed, expected in zip(counts, exact * runs):
-        big = expected >= 5  # chi-square needs expected counts of at least 5: pool the rest
-        if not big.all():
-            observed = torch.cat([observed[big], observed[~big].sum()[None]])
-            expected = torch.cat([expected[big], expected[~big].sum()[None]])
-        assert chisquare(observed.numpy(), expected.numpy()).pvalue > 0.001
+from tests.helpers import (
+    TINY_SHAPES,
+    Spy,
+    always,
+    check_distribution,
+    cut_steps_with_eos_and_length_inside_drafts,
+    one_batch,
+    random_prompt,
+    record_drafting,
+    small_vocab_target,
+    tiny_target,
+    train_to_memorisation,
+)
 
 
 def random_drafter(target: Target, options: EagleOptions, seed: int = 0) -> EagleDrafter:
@@ -277,21 +149,6 @@ def test_drafting_computes_what_training_trains(monkeypatch):
             torch.testing.assert_close(logits, expected, atol=1e-4, rtol=1e-4)
 
 
-def train_to_memorisation(tmp_path_factory, strategy: str, new_model, steps: int):
-    """A drafter trained (to memorisation) on four greedy answers of a tiny target, and saved:
-    (target, model, sequences, drafter directory, losses)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # module scope: set up before the autouse one_thread
-    target = tiny_target("qwen3-gqa", seed=1)
-    torch.manual_seed(0)
-    model = new_model(target)
-    sequences = distill_sequences(target, model.hidden_layers, count=4, answer=24)
-    out = tmp_path_factory.mktemp(strategy) / "drafter"
-    losses = train(model, sequences, out, strategy, fingerprint(target.model), steps=steps, batch_size=4, lr=1e-2)
-    torch.set_num_threads(threads)
-    return target, model, sequences, out, losses
-
-
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     return train_to_memorisation(tmp_path_factory, "eagle", EagleModel.for_target, steps=120)
@@ -317,27 +174,6 @@ def test_drafter_directory_round_trip(trained):
         eagle.STRATEGY.build(tiny_target("qwen3-gqa", seed=2), options, out)
     with pytest.raises(SpecbenchError, match="--drafter"):
         eagle.STRATEGY.build(target, options, None)
-
-
-def cut_steps_with_eos_and_length_inside_drafts(target: Target, drafter, sequences, k: int) -> int:
-    """EOS and max_new_tokens falling inside accepted drafts of a trained drafter: outputs equal plain
-    decoding; returns how many steps were actually cut inside a draft (tests assert it happened)."""
-    cut = 0
-    for sequence in sequences:
-        prompt = sequence.input_ids[:sequence.answer_start].tolist()
-        answer = sequence.input_ids[sequence.answer_start:].tolist()
-        for eos in (answer[3], answer[8]):
-            eos_ids = frozenset({eos})
-            expected = generate(target.model, prompt, 24, eos_ids=eos_ids)
-            spy = Spy(drafter)
-            got = generate(target.model, prompt, 24, eos_ids=eos_ids, drafter=spy, controller=FixedController(k))
-            assert (got.tokens, got.stop_reason) == (expected.tokens, "eos")
-            cut += spy.cut_steps()
-        for n in (2, 5, 11):
-            spy = Spy(drafter)
-            assert generate(target.model, prompt, n, drafter=spy, controller=FixedController(k)).tokens == answer[:n]
-            cut += spy.cut_steps()
-    return cut
 
 
 def test_eos_and_length_inside_an_accepted_draft(trained):

@@ -12,65 +12,14 @@ from specbench.engine.decode import forward, generate
 from specbench.engine.flat import StaticKV
 from specbench.engine.kv_cache import buffers, cache_length, fast_path, keep_path, new_cache, run_model
 from specbench.engine.linear import packing
-from specbench.engine.protocol import DraftContext, StepOutcome
+from specbench.engine.protocol import DraftContext
 from specbench.engine.sampling import Sampling
 from specbench.engine.tree import DraftTree, ancestor_matrix, tree_attention_mask
 from specbench.engine.verify import accept_greedy
 from specbench.strategies.controllers import FixedController, HeuristicController
 from specbench.strategies.draft_model import DraftModelDrafter, DraftOptions
 from specbench.strategies.ngram import NgramDrafter, NgramOptions
-from tests.conftest import TINY_SHAPES, tiny_lm, tiny_target
-
-
-def random_prompt(rng: random.Random, vocab: int, length: int | None = None) -> list[int]:
-    length = length or rng.randint(1, 24)
-    motif = [rng.randrange(vocab) for _ in range(rng.randint(1, 4))]
-    # repeated motifs give the n-gram drafter something to find
-    return [rng.choice(motif) if rng.random() < 0.5 else rng.randrange(vocab) for _ in range(length)]
-
-
-class ScriptedDrafter:
-    """Proposes a fixed tree every step: exercises tree verification without a real drafter."""
-
-    name = "scripted"
-    hidden_layers = ()
-
-    def __init__(self, make_tree):
-        self.make_tree = make_tree
-
-    def start(self, prompt, hidden):
-        pass
-
-    def propose(self, ctx: DraftContext) -> DraftTree:
-        return self.make_tree(ctx)
-
-    def observe(self, outcome: StepOutcome) -> None:
-        pass
-
-    def state_bytes(self) -> int:
-        return 0
-
-
-def oracle_tree(target_model, branching: int, depth: int, vocab: int, rng: random.Random):
-    """A tree whose first child is sometimes the target's true next token, mixed with wrong siblings."""
-
-    def make(ctx: DraftContext) -> DraftTree:
-        truth = generate(target_model, ctx.tokens.tolist(), depth).tokens
-        tree = DraftTree()
-        parent = -1
-        for d in range(depth):
-            siblings = [rng.randrange(vocab) for _ in range(branching - 1)]
-            good = truth[d] if rng.random() < 0.8 else rng.randrange(vocab)
-            order = siblings + [good] if rng.random() < 0.5 else [good] + siblings
-            ids = [tree.add(t, parent, "scripted") for t in order]
-            parent = ids[order.index(good)]
-            # a deeper decoy branch under a wrong sibling
-            if branching > 1 and d + 1 < depth:
-                wrong = next(i for i, t in zip(ids, order) if i != parent)
-                tree.add(rng.randrange(vocab), wrong, "scripted")
-        return tree
-
-    return make
+from tests.helpers import TINY_SHAPES, ScriptedDrafter, oracle_tree, random_prompt, tiny_lm, tiny_target
 
 
 def test_tree_mask_and_ancestors():

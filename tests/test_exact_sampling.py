@@ -33,48 +33,20 @@ from specbench.strategies.mtp import MtpDrafter, MtpModel, MtpOptions
 from specbench.strategies.names import COMBINATIONS, parse_strategy
 from specbench.strategies.ngram import NgramDrafter, NgramOptions
 from specbench.strategies.registry import DRAFTER_NAMES, definition
-from tests.exact import enumerate_outcomes, first_two
-from tests.test_sampling import small_vocab_lm
-
-VOCAB = 5
-TOLERANCE = 1e-6
-
-
-def logits_at(path: tuple[int, ...], salt: str = "p") -> torch.Tensor:
-    """A synthetic model: fixed random logits for every token path, some tokens impossible."""
-    g = torch.Generator().manual_seed(zlib.crc32(f"{salt}{path}".encode()))
-    logits = torch.randn(VOCAB, generator=g) * 1.5
-    logits[int(torch.randint(VOCAB, (), generator=g))] = float("-inf") if salt != "p" else logits.min()
-    return logits
+from tests.helpers import (
+    TOLERANCE,
+    enumerate_outcomes,
+    first_two,
+    logits_at,
+    small_vocab_lm,
+    step_distribution,
+    target_joint,
+)
 
 
 def q_at(path: tuple[int, ...], salt: str) -> torch.Tensor:
     """A drafter's distribution at `path` (another synthetic model; it gives some tokens probability 0)."""
     return logits_at(path, salt).softmax(-1)
-
-
-def tree_logits(tree: DraftTree, logits_for=logits_at) -> torch.Tensor:
-    """The target's logits at the root and at every node (indexed by the node's token path)."""
-    paths: list[tuple[int, ...]] = [()]
-    for token, parent in zip(tree.tokens, tree.parents):
-        paths.append(paths[parent + 1] + (token,))
-    return torch.stack([logits_for(p) for p in paths])
-
-
-def target_joint(sampling: Sampling, logits_for=logits_at) -> torch.Tensor:
-    first = sampling.probs(logits_for(())).double()
-    return torch.stack([first[a] * sampling.probs(logits_for((a,))).double() for a in range(VOCAB)])
-
-
-def step_distribution(make_tree, sampling: Sampling, verify=accept_sampling, logits_for=logits_at) -> torch.Tensor:
-    """Exact joint distribution of the first two tokens after one step over the tree `make_tree(rng)` builds."""
-
-    def run(rng) -> tuple[int, ...]:
-        tree = make_tree(rng)
-        path, bonus = verify(tree, tree_logits(tree, logits_for), sampling, rng)
-        return tuple(tree.tokens[n] for n in path) + (bonus,)
-
-    return first_two(enumerate_outcomes(run), lambda a: sampling.probs(logits_for((a,))))
 
 
 # -- member trees: each kind of drafter, built from its draws -------------------------------------------

@@ -7,7 +7,7 @@ import torch
 
 from specbench.errors import SpecbenchError
 from specbench.models import cpu_flags, resolve_dtype
-from tests.test_bad_input import invoke
+from tests.helpers import invoke
 
 CPU = torch.device("cpu")
 

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from specbench.errors import SpecbenchError
-from specbench.files import atomic_path, read_json, read_toml, write_atomic, write_json
+from specbench.files import atomic_path, read_json, read_json_object, read_jsonl, read_toml, write_atomic, write_json
 
 
 def test_a_failed_write_keeps_the_old_file_and_leaves_nothing_beside_it(tmp_path):
@@ -58,3 +58,18 @@ def test_readers_fail_in_one_line_naming_the_file(tmp_path, content, reader, nee
         reader(path, "run metadata")
     message = str(raised.value)
     assert "\n" not in message and str(path) in message and needle.format(path=path) in message
+
+
+def test_json_lines_drop_only_a_cut_off_last_line(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"a": 1}\n\n{"a": 2}\n{"a": ')
+    assert read_jsonl(path, "rows", cut_tail=True) == ([{"a": 1}, {"a": 2}], True)
+    with pytest.raises(SpecbenchError, match=r"rows .*rows.jsonl line 4 is not valid JSON"):
+        read_jsonl(path, "rows")
+    path.write_text('{"a": 1}\n{"a": \n{"a": 2}\n')  # damaged mid-file: not an interruption
+    with pytest.raises(SpecbenchError, match="line 2 is not valid JSON"):
+        read_jsonl(path, "rows", cut_tail=True)
+    path.write_text("[1]\n")
+    assert read_jsonl(path, "rows") == ([[1]], False)
+    with pytest.raises(SpecbenchError, match="must hold a JSON object"):
+        read_json_object(path, "rows")

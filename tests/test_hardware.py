@@ -7,7 +7,6 @@ import json
 
 import pytest
 from rich.console import Console
-from test_nvml import FakeNvml, NVMLError_LibraryNotFound
 
 from specbench.errors import SpecbenchError
 from specbench.hardware import (
@@ -19,6 +18,7 @@ from specbench.hardware import (
     load_profiles,
     match_profile,
 )
+from tests.helpers import FakeNvml, NVMLError_LibraryNotFound
 
 EXPECTED = {"rtx3090", "rtx4090", "rtx5090", "l4", "l40s", "a10g", "a100-40g", "a100-80g",
             "h100-pcie", "h100-sxm", "h200", "b200", "cpu"}

@@ -16,7 +16,7 @@ from specbench.errors import SpecbenchError
 from specbench.strategies.controllers import FixedController
 from specbench.strategies.draft_model import DraftModelDrafter, DraftOptions
 from specbench.strategies.ngram import NgramDrafter, NgramOptions
-from tests.test_engine import ScriptedDrafter, oracle_tree, random_prompt
+from tests.helpers import ScriptedDrafter, oracle_tree, random_prompt
 
 WINDOW = 6
 VOCAB = 97

@@ -77,3 +77,36 @@ def test_packing_off_is_f_linear_exactly():
     weight, x = torch.randn(32, 16), torch.randn(5, 16)
     with torch.no_grad(), packing(False):
         assert torch.equal(linear(x, weight), F.linear(x, weight))
+
+
+def test_a_bfloat16_product_matches_f_linear_whether_or_not_this_cpu_packs_it():
+    # oneDNN packs bfloat16 only with avx_ne_convert or avx512bw/vl/dq: the product is right on either CPU
+    torch.manual_seed(0)
+    layer = Linear(40, 96).to(torch.bfloat16)
+    x = torch.randn(7, 40, dtype=torch.bfloat16)
+    with torch.no_grad():
+        got = layer(x)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got, F.linear(x, layer.weight, layer.bias), rtol=2e-2, atol=2e-2)
+    assert (id(layer.weight) in packed_linear._packed) == onednn(torch.bfloat16)
+
+
+def test_a_dtype_onednn_refuses_on_this_cpu_takes_f_linear(monkeypatch):
+    # what oneDNN raises for bfloat16 on an AVX2-only CPU, made to happen here whatever this CPU has
+    def reorder(weight):
+        if weight.dtype == torch.bfloat16:
+            raise RuntimeError("mkldnn_reorder_linear_weight: bf16 path needs the cpu support avx_ne_convert "
+                               "or avx512bw, avx512vl and avx512dq")
+        return torch.ops.mkldnn._reorder_linear_weight(weight, packed_linear.PACKED_ROWS)
+
+    monkeypatch.setattr(packed_linear, "_reorder", reorder)
+    onednn.cache_clear()
+    try:
+        weight, x = torch.randn(16, 8), torch.randn(3, 8)
+        with torch.no_grad():
+            assert torch.equal(linear(x.bfloat16(), weight.bfloat16()), F.linear(x.bfloat16(), weight.bfloat16()))
+            torch.testing.assert_close(linear(x, weight), F.linear(x, weight), rtol=0, atol=1e-4)
+        assert not onednn(torch.bfloat16) and onednn(torch.float32)
+        assert id(weight) in packed_linear._packed
+    finally:
+        onednn.cache_clear()

@@ -15,19 +15,19 @@ from specbench.models import fingerprint
 from specbench.strategies.controllers import FixedController, HeuristicController
 from specbench.strategies.drafter_dir import save_drafter
 from specbench.strategies.mtp import MtpDrafter, MtpModel, MtpOptions, module_mask, mtp_tree
-from tests.conftest import TINY_SHAPES, tiny_target
-from tests.test_eagle import (
+from tests.helpers import (
+    TINY_SHAPES,
     Spy,
     always,
     check_distribution,
     cut_steps_with_eos_and_length_inside_drafts,
     one_batch,
-    one_thread,  # noqa: F401  (autouse fixture)
+    random_prompt,
     record_drafting,
     small_vocab_target,
+    tiny_target,
     train_to_memorisation,
 )
-from tests.test_engine import random_prompt
 
 EVERYWHERE = MtpOptions(entropy_threshold=math.inf)  # untrained modules are unsure: never prune
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import pandas as pd
 import pytest
 
 from specbench.errors import SpecbenchError
@@ -16,7 +19,9 @@ from specbench.measure.projection import (
     memory_fit,
     project,
     step_time,
+    workload_shape,
 )
+from tests.helpers import tiny_lm
 
 # 1e9-parameter bf16 target (2e9 bytes), 1e8-parameter drafter (2e8 bytes), 1e5 KV bytes per token
 # at 1000 tokens of context (1e8 bytes); 8 positions verified, 4 chain draft forwards, tau 3.
@@ -140,3 +145,12 @@ def test_predict_from_the_table_by_hand():
     assert out["ar_step_s"] == pytest.approx(0.010)
     ar = predict(StepShape(tau=1.0, verified=1, budget=0, context=64, tree=False), hand_table(), None)
     assert ar["predicted_speedup"] == pytest.approx(1.0)
+
+
+def test_a_block_drafter_that_drafts_under_a_token_a_step_projects():
+    """dspark's confidence cut can draft nothing on most steps: its shape stays one the roofline takes."""
+    rows = pd.DataFrame([{"steps": 4, "draft_depth": 2, "verified": 6, "new_tokens": 5, "prompt_tokens": 10}])
+    block_drafter = SimpleNamespace(parallel_draft=True, members=[])
+    shape = workload_shape(tiny_lm(), block_drafter, rows)
+    assert (shape.draft_forwards, shape.draft_tokens_per_forward, shape.tau) == (0.5, 1.0, 1.25)
+    assert project(shape, BUILTIN_PROFILES["rtx4090"])["speedup"] > 0

@@ -18,10 +18,8 @@ from specbench.models import Target
 from specbench.strategies.build import build_strategy
 from specbench.strategies.names import parse_strategy
 from specbench.strategies.published.formats import open_source
-from tests.conftest import tiny_lm
+from tests.helpers import chi_square_pvalue, small_vocab_target, tiny_lm
 from tests.published_layouts import BlockReference, deepspec_checkpoint, dflash_checkpoint, propose
-from tests.sampling_check import chi_square_pvalue
-from tests.test_eagle import small_vocab_target
 
 MASK = 7  # an id of the target's vocabulary standing for MASK
 

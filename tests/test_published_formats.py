@@ -17,7 +17,7 @@ from specbench.errors import SpecbenchError
 from specbench.models import load_lm
 from specbench.strategies.names import parse_strategies
 from specbench.strategies.published.formats import drafter_dirs_by_strategy, open_source
-from tests.conftest import write_tiny_model_dir
+from tests.helpers import write_tiny_model_dir
 from tests.published_layouts import deepspec_checkpoint, dflash_checkpoint, eagle3_checkpoint, mtp_target, write
 
 runner = CliRunner()

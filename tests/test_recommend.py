@@ -6,7 +6,6 @@ import itertools
 import json
 
 import pytest
-from synthetic_runs import write_run
 from typer.testing import CliRunner
 
 from specbench.cli import app
@@ -15,8 +14,9 @@ from specbench.hardware import load_profiles
 from specbench.recommend import PRIOR, evaluate, learn, make_workload, prior_markdown, recommend
 from specbench.recommend.evidence import load_evidence
 from specbench.recommend.prior import members, short_draft_knobs
-from specbench.strategies.knobs import validate_knobs
-from specbench.strategies.registry import DRAFTER_NAMES
+from specbench.strategies.knobs import make_options, validate_knobs
+from specbench.strategies.registry import DRAFTER_NAMES, definition
+from tests.helpers import write_run
 
 runner = CliRunner()
 A100 = "NVIDIA A100-SXM4-80GB"  # NVML's name: the a100-80g profile, PCIe 4
@@ -81,6 +81,15 @@ def test_the_five_cases_with_no_results(tmp_path, args, expected):
     assert (answer["strategy"], answer["source"], answer["evidence"]["rests_on"]) == (expected, "prior", [])
 
 
+@pytest.mark.parametrize(("task", "expected"), [("roleplay", "eagle"), ("writing", "eagle"), ("coding", "dspark")])
+def test_speed_bench_categories_are_tasks(tmp_path, task, expected):
+    """SPEED-Bench's roleplay and writing are creative work to the prior's error-tolerance rule; its other
+    categories are tasks the rule says nothing about."""
+    result = invoke("--gpu", "a100-80g", "--vram-used", 8, "--task", task, "--pcie", 4, "--results", tmp_path, "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["strategy"] == expected
+
+
 def test_the_prior_never_pairs_eagle_with_mtp_on_pcie_4_or_older():
     signals = itertools.product(("chat", "legal", "code"), (None, 8, 20), (None, 0.5, 0.8), (None, 0.01, 0.3),
                                 (None, "none", "expert"), (1, 32), (3, 4))
@@ -100,7 +109,11 @@ def test_under_load_the_prior_shortens_the_draft_to_what_a_forward_verifies():
 @pytest.mark.parametrize("strategy", [*DRAFTER_NAMES, "eagle+dspark"])
 def test_short_draft_knobs_are_valid_run_knobs(strategy):
     for drafts in range(1, 8):
-        validate_knobs(short_draft_knobs(strategy, drafts))
+        knobs = short_draft_knobs(strategy, drafts)
+        validate_knobs(knobs)
+        assert set(knobs) == set(members(strategy))
+        # each member drafts at most `drafts` tokens a step, and drafts at all
+        assert all(1 <= definition(m).budget(make_options(m, values)) <= drafts for m, values in knobs.items())
 
 
 def test_the_prior_prints_every_rule():
@@ -300,7 +313,8 @@ def test_json_shape(tmp_path):
     assert answer["engine"] == "specbench" and {a["engine"] for a in answer["alternatives"]} == {"specbench"}
     assert all(set(step) == {"node", "question", "answer", "outcome"} for step in answer["path"])
     assert answer["evidence"]["rests_on"] == [str(tmp_path / "runs" / "a")]
-    assert answer["prior"]["strategy"] == "dspark" and answer["learned"]["fitted"] in (True, False)
+    assert answer["prior"]["strategy"] == "dspark"
+    assert not answer["learned"]["fitted"] and "dspark is fastest on all 30 prompts" in answer["learned"]["reason"]
 
 
 def test_explain_prints_the_path_as_plain_text_when_piped(tmp_path):

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from synthetic_runs import write_run
 
 from specbench.benchmark.pipeline import run_benchmark
 from specbench.config import RunConfig
 from specbench.errors import SpecbenchError
 from specbench.output.records import ROW_KEYS, SUMMARY_KEYS, EngineReport, Row, StrategySummary
 from specbench.output.run_dir import read_run
+from tests.helpers import write_run
 
 
 @pytest.mark.parametrize("batch_sizes", [[1], [1, 2]])
@@ -44,6 +44,14 @@ def test_older_rows_read_with_their_defaults():
         Row.from_dict({"strategy": "ar"})
     assert StrategySummary.from_dict({"strategy": "ar"} | {k: None for k in SUMMARY_KEYS[2:]}).engine \
         == "specbench"
+
+
+def test_summaries_written_before_the_acceptance_rename_read_under_the_new_name():
+    """Older summaries held the conditional per-position acceptance as `acceptance_by_position`, and no
+    unconditional rate."""
+    old = {k: None for k in SUMMARY_KEYS if k != "conditional_acceptance_by_position"}
+    summary = StrategySummary.from_dict(old | {"strategy": "s", "acceptance_by_position": [0.8, 0.5]})
+    assert summary.conditional_acceptance_by_position == [0.8, 0.5] and summary.acceptance_rate_by_position is None
 
 
 def test_optional_entries_are_written_as_groups():

@@ -16,7 +16,7 @@ from specbench.strategies.controllers import FixedController
 from specbench.strategies.knobs import make_options
 from specbench.strategies.registry import definition, vllm_method
 from specbench.strategies.suffix import SuffixDrafter, SuffixOptions, SuffixTrie, speculate
-from tests.test_exact_sampling import TOLERANCE, step_distribution, target_joint
+from tests.helpers import TOLERANCE, step_distribution, target_joint
 
 
 def counts(trie: SuffixTrie) -> dict[tuple[int, ...], int]:

@@ -125,7 +125,9 @@ def test_a_killed_worker_trial_is_failed_and_retried(postgres_url, tiny_model_di
     trials = optuna.load_study(study_name=study, storage=postgres_url).get_trials()
     assert trials[killed.number].state == TrialState.FAIL
     retries = [t for t in trials if RetryHeartbeatStaleTrialCallback.retried_trial_number(t) == killed.number]
-    assert len(retries) == 1 and retries[0].params == killed.params
+    # the retry keeps every value the killed trial had suggested; a knob it was killed before suggesting
+    # is drawn fresh (optuna's RetryHeartbeatStaleTrialCallback fixes the params it stored, no more)
+    assert len(retries) == 1 and killed.params.items() <= retries[0].params.items()
     assert retries[0].state in (TrialState.COMPLETE, TrialState.PRUNED)
     assert not [t for t in trials if t.state == TrialState.RUNNING]
     outcomes = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]

@@ -10,7 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-if TYPE_CHECKING:  # the checks are torch-free; these types are for the loaded run
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    # the checks are torch-free; these types are for the loaded run
     from specbench.config import RunConfig
     from specbench.engine.decode import Generation
     from specbench.engine.sampling import Sampling
@@ -79,3 +82,6 @@ class Backend(Protocol):
 
     def close(self) -> None:
         """Stop whatever the engine started."""
+
+    def keep_log(self, directory: Path) -> None:
+        """Move what the engine logged during the run into the run's directory, once it has stopped."""

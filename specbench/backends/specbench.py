@@ -16,6 +16,8 @@ from specbench.output.records import EngineReport
 from specbench.strategies.controllers import CappedController
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from specbench.backends.protocol import EnginePlan
     from specbench.config import RunConfig
     from specbench.engine.decode import Generation
@@ -100,6 +102,9 @@ class SpecbenchBackend:
 
     def close(self) -> None:
         """Nothing runs outside this process."""
+
+    def keep_log(self, directory: Path) -> None:
+        """It logs nothing of its own."""
 
 
 BACKEND = SpecbenchBackend

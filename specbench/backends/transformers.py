@@ -20,6 +20,8 @@ from specbench.errors import SpecbenchError
 from specbench.output.records import EngineReport
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from specbench.backends.protocol import EnginePlan
     from specbench.config import RunConfig
     from specbench.engine.decode import Generation
@@ -195,6 +197,9 @@ class TransformersBackend:
 
     def close(self) -> None:
         """Everything ran in this process."""
+
+    def keep_log(self, directory: Path) -> None:
+        """It logs nothing of its own."""
 
 
 BACKEND = TransformersBackend

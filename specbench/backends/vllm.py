@@ -20,15 +20,21 @@ import contextlib
 import dataclasses
 import importlib.util
 import inspect
+import json
+import logging.config
 import math
 import os
+import re
 import signal
+import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specbench.errors import SpecbenchError
+from specbench.files import write_atomic
 from specbench.output.records import EngineReport
 from specbench.strategies.knobs import make_options
 from specbench.strategies.names import StrategyName
@@ -105,16 +111,64 @@ def with_drafter(strategy: VllmStrategy, sources: dict[str, DrafterSource], targ
     return dataclasses.replace(strategy, speculative_config={**config, "model": str(model)})
 
 
-def quiet_vllm() -> None:
-    """vLLM logs to stdout at INFO by default, where specbench prints its table or JSON: its own settings
-    (read once, at vLLM's first import, and inherited by its engine processes) move it to stderr, warnings up."""
-    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+def vllm_log() -> Path:
+    """A new file for what vLLM prints while a run checks and starts its engines, kept in the temp folder
+    until the run has a directory (a refused run writes no results)."""
+    handle, name = tempfile.mkstemp(prefix="specbench-vllm-", suffix=".log")
+    os.close(handle)
+    return Path(name)
+
+
+def log_to(log: Path):
+    """vLLM's logging into `log`, at INFO, instead of the terminal, where specbench prints its progress, table
+    or JSON, and a refusal its one line. vLLM configures its logging only once an engine is configured, and
+    warns before that (at import): so this process's `vllm` logger is pointed at the file now, and the same
+    configuration goes to every engine as its `logging_config` (`--logging-config.pylogging_config_file`),
+    which its engine processes apply too."""
+    config = {"version": 1, "disable_existing_loggers": False,
+              "formatters": {"vllm": {"format": "%(asctime)s %(levelname)s %(process)d %(name)s: %(message)s"}},
+              "handlers": {"vllm": {"class": "logging.FileHandler", "filename": str(log), "formatter": "vllm"}},
+              "loggers": {"vllm": {"handlers": ["vllm"], "level": "INFO", "propagate": False}}}
+    path = log.with_suffix(".json")
+    path.write_text(json.dumps(config))
+    logging.config.dictConfig(config)
+    from vllm.config.logging import LoggingConfig
+
+    return LoggingConfig(pylogging_config_file=str(path))
+
+
+@contextlib.contextmanager
+def output_to(log: Path):
+    """This process's stdout and stderr (file descriptors 1 and 2) into `log` while an engine starts: its
+    processes inherit them, so what they print outside logging (progress bars, torch's warnings) goes
+    to the log as well. Restored afterwards."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with log.open("a") as file:
+        os.dup2(file.fileno(), 1)
+        os.dup2(file.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, copy in zip((1, 2), saved):
+            os.dup2(copy, fd)
+            os.close(copy)
+
+
+def log_of(kwargs: dict[str, Any]) -> Path | None:
+    """The log file of engines made with `kwargs`: specbench's, unless `--engine-args` set a logging_config."""
+    config = getattr(kwargs.get("logging_config"), "pylogging_config_file", None)
+    return Path(config).with_suffix(".log") if config and Path(config).name.startswith("specbench-vllm-") else None
 
 
 def engine_kwargs(model_dir: str, dtype: torch.dtype, seed: int, engine_args: dict[str, Any]) -> dict[str, Any]:
-    """vLLM's engine arguments: specbench's defaults under the user's `--engine-args`."""
-    quiet_vllm()
+    """vLLM's engine arguments: specbench's defaults under the user's `--engine-args`. The defaults are
+    vLLM's own (it compiles, and captures CUDA graphs on a GPU, as deployed); `{"enforce_eager": true}`
+    starts it sooner for a quick look."""
+    logging_config = log_to(vllm_log())
     import torch
     from vllm.engine.arg_utils import EngineArgs
 
@@ -126,8 +180,8 @@ def engine_kwargs(model_dir: str, dtype: torch.dtype, seed: int, engine_args: di
     if owned:
         raise SpecbenchError(f"--engine-args: {', '.join(owned)} come from the run (--model, --strategy and its knobs, "
                              "--seed, --dtype); set them there")
-    defaults = {"model": model_dir, "dtype": str(dtype).removeprefix("torch."), "seed": seed, "enforce_eager": True,
-                "disable_log_stats": False}
+    defaults = {"model": model_dir, "dtype": str(dtype).removeprefix("torch."), "seed": seed,
+                "disable_log_stats": False, "logging_config": logging_config}
     if not torch.cuda.is_available():  # vLLM's CPU backend would reserve 4 GiB per engine: a run holds several
         defaults["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES
     return {**defaults, **engine_args}
@@ -138,8 +192,10 @@ class VllmEngine:
 
     def __init__(self, kwargs: dict[str, Any]):
         self.kwargs = kwargs
+        self.log = log_of(kwargs)
         self.runners: list[VllmRunner] = []
         self.start_s: dict[str, float] = {}  # each engine's start-up, part of a user's wait
+        self.compile_s: dict[str, float | None] = {}  # of which compiling, where vLLM times it (None: it does not)
 
     def arguments(self, strategy: VllmStrategy) -> dict[str, Any]:
         """The engine's arguments for one strategy; a speculative one reports its counts per request."""
@@ -163,11 +219,14 @@ class VllmEngine:
 
         started = time.perf_counter()
         try:
-            llm = LLM(**self.arguments(strategy))
+            with output_to(self.log) if self.log else contextlib.nullcontext():
+                llm = LLM(**self.arguments(strategy))
         except (ValueError, TypeError, RuntimeError) as exc:
-            raise SpecbenchError(f"vLLM refused {strategy.name}: {_reason(exc)}") from None
+            where = f" (vLLM's log: {self.log})" if self.log else ""
+            raise SpecbenchError(f"vLLM refused {strategy.name}: {_reason(exc)}{where}") from None
         self.start_s[strategy.name] = time.perf_counter() - started
         runner = VllmRunner(strategy.name, llm, engine_processes(llm))
+        self.compile_s[strategy.name] = compile_seconds(llm, self.log, runner.processes)
         runner.pause()
         self.runners.append(runner)
         return runner
@@ -178,6 +237,16 @@ class VllmEngine:
         if all(runner.processes for runner in self.runners):
             return "stopped (SIGSTOP) outside their own requests"
         return "left running: vLLM's engine processes were not found"
+
+    def keep_log(self, directory: Path) -> None:
+        """Move the log into `directory` as vllm.log (after an interrupted run's, when resumed)."""
+        if self.log is None or not self.log.exists():
+            return
+        kept = directory / "vllm.log"
+        earlier = kept.read_text(errors="replace") if kept.exists() else ""
+        write_atomic(kept, earlier + self.log.read_text(errors="replace"))
+        self.log.unlink()
+        self.log.with_suffix(".json").unlink(missing_ok=True)
 
     def stop(self, runner: VllmRunner) -> None:
         runner.close()
@@ -232,6 +301,23 @@ class VllmRunner:
             self.llm.llm_engine.engine_core.shutdown()
 
 
+def compile_seconds(llm, log: Path | None, processes: list) -> float | None:
+    """The seconds the engine spent compiling, as vLLM reports it: its engine core logs them with its
+    start-up ("init engine ... (compilation: N s)") where it times its own compilation backend (on a GPU).
+    None where it does not (on a CPU vLLM traces once with plain torch.compile, inside the start-up);
+    0 for an engine that does not compile (enforce_eager)."""
+    from vllm.config import CompilationMode
+
+    if llm.llm_engine.vllm_config.compilation_config.mode == CompilationMode.NONE:
+        return 0.0
+    pids = {str(process.pid) for process in processes}
+    for line in log.read_text(errors="replace").splitlines() if log else []:
+        reported = re.search(r" (\d+) \S+: init engine .* \(compilation: ([\d.]+) s", line)
+        if reported and reported[1] in pids:
+            return float(reported[2])
+    return None
+
+
 def engine_processes(llm) -> list:
     """The processes of an `LLM`'s engine: its engine core (vLLM's process manager) and their children
     (the workers); empty where this vLLM keeps them elsewhere."""
@@ -248,8 +334,8 @@ def engine_processes(llm) -> list:
 
 
 def generation(out, wall_s: float) -> Generation:
-    """A vLLM request as the engine's record: the first token comes from the prefill forward, then one
-    verify forward per draft (`ar`: per token). vLLM does not split its time into draft and verify.
+    """A vLLM request as the engine's record: the first token comes from the prefill forward, then each
+    forward commits a token and the drafts it accepted. vLLM does not split its time into draft and verify.
 
     The counts are the request's own (`per_request_spec_decode_metrics`): the histogram of drafts
     accepted per verify step and the draft tokens proposed. vLLM's process-wide counters
@@ -261,20 +347,23 @@ def generation(out, wall_s: float) -> Generation:
     tokens = list(completion.token_ids)
     stats = completion.spec_decode_metrics
     histogram = list(stats.histogram) if stats is not None else []  # [j]: verify steps that accepted j drafts
+    # drafts: verify steps that carried a draft (vLLM's num_drafts, which its per-position rates divide by)
     drafts, drafted = sum(histogram), stats.num_draft_tokens if stats is not None else 0
     accepted = sum(j * count for j, count in enumerate(histogram))
     by_position = [sum(histogram[k + 1:]) for k in range(len(histogram) - 1)]  # [k]: steps accepting > k drafts
     while by_position and by_position[-1] == 0:
         by_position.pop()
-    steps = 1 + drafts if drafts else len(tokens)
+    # every forward commits one token and the drafts it accepted: the prefill, each draft's verify step and the
+    # steps vLLM drafted nothing for (ngram without a match); at max_tokens the last step's drafts may be cut
+    steps = max(len(tokens) - accepted, 1 + drafts)
     width = max(1, math.ceil(drafted / drafts)) if drafts else 0
     metrics = getattr(out, "metrics", None)
     ttft = getattr(metrics, "first_token_latency", 0.0) or 0.0
     nan = math.nan
-    return Generation(tokens=tokens, steps=steps, drafted=drafted, accepted=accepted, verified=steps + drafted,
-                      max_verified=width + 1, draft_depth=drafted, budget=drafts * width, tree_steps=0,
-                      accept_by_position=by_position, steps_by_drafted=[], prefill_s=nan, draft_s=nan, verify_s=nan,
-                      other_s=nan, ttft_s=float(ttft), wall_s=wall_s,
+    return Generation(tokens=tokens, steps=steps, drafts=drafts, drafted=drafted, accepted=accepted,
+                      verified=steps + drafted, max_verified=width + 1, draft_depth=drafted, budget=drafts * width,
+                      tree_steps=0, accept_by_position=by_position, steps_by_drafted=[], prefill_s=nan, draft_s=nan,
+                      verify_s=nan, other_s=nan, ttft_s=float(ttft), wall_s=wall_s,
                       stop_reason="eos" if completion.finish_reason == "stop" else "length")
 
 
@@ -371,11 +460,17 @@ class VllmBackend:
     def report(self) -> EngineReport:
         if self.engine is None:
             return EngineReport(VLLM)
-        return EngineReport(VLLM, dict(self.engine.start_s), {"idle_engines": self.engine.idle_engines})
+        return EngineReport(VLLM, dict(self.engine.start_s),
+                            {"compile_s": dict(self.engine.compile_s), "idle_engines": self.engine.idle_engines})
 
     def close(self) -> None:
         if self.engine is not None:
             self.engine.close()
+
+    def keep_log(self, directory: Path) -> None:
+        """What vLLM printed goes to the run's directory as vllm.log."""
+        if self.engine is not None:
+            self.engine.keep_log(directory)
 
 
 BACKEND = VllmBackend

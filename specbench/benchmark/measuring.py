@@ -58,7 +58,7 @@ def make_rows(model, strategy: Strategy, items: list[SuiteItem], turn: int, repe
             strategy=strategy.name, prompt_id=item.id, category=item.category, turn=turn, repeat=repeat,
             order=order, prompt_tokens=len(prompt), new_tokens=tokens, wall_s=share.wall_s, ttft_s=gen.ttft_s,
             tpot_s=(gen.wall_s - gen.ttft_s) / (tokens - 1) if tokens > 1 else None,
-            steps=gen.steps, tau=tokens / gen.steps if gen.steps else None,
+            steps=gen.steps, drafts=gen.drafts, tau=tokens / gen.steps if gen.steps else None,
             drafted=gen.drafted, accepted=gen.accepted, verified=gen.verified, max_verified=gen.max_verified,
             draft_depth=gen.draft_depth, budget=gen.budget, tree_steps=gen.tree_steps,
             accept_by_position=gen.accept_by_position,

@@ -77,6 +77,8 @@ def run_benchmark(config: RunConfig, progress: Progress | None = None, resume: s
         return measure_run(bench, run, progress, on_estimate, started)
     finally:
         bench.close()
+        for engine in bench.backends.values():  # what the engines printed, once they have stopped
+            engine.keep_log(run.path)
 
 
 def measure_run(bench: PreparedRun, run: RunDir, progress: Progress | None = None, on_estimate: Estimate | None = None,

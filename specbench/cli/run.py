@@ -33,6 +33,13 @@ from specbench.strategies.knobs import parse_sets
 from specbench.strategies.names import BASELINE, COMBINATIONS, DEFAULT_STRATEGIES
 
 
+def compiling(seconds: float | None) -> str:
+    """What part of an engine's start-up was compiling (vLLM reports it)."""
+    if seconds is None:
+        return "compiled; vLLM times its compilation on a GPU only"
+    return f"compiling {seconds:.0f} s" if seconds else "eager: nothing compiled"
+
+
 @app.command()
 def run(
     model: options.Model = None,
@@ -116,7 +123,9 @@ def run(
             result = run_benchmark(cfg, advance, resume, estimate)
         for report in result.engines:
             for name, seconds in report.start_s.items():
-                err.print(f"{report.engine} engine for {name} started in {seconds:.0f} s", highlight=False)
+                compiled = (f" ({compiling(report.details['compile_s'].get(name))})"
+                            if "compile_s" in report.details else "")
+                err.print(f"{report.engine} engine for {name} started in {seconds:.0f} s{compiled}", highlight=False)
         for note in result.notes:
             err.print(f"note: {note}", highlight=False, soft_wrap=True)
         if as_json:

@@ -36,15 +36,21 @@ def packing(enabled: bool) -> Iterator[None]:
         _packing = before
 
 
+def _reorder(weight: torch.Tensor) -> torch.Tensor:
+    return torch.ops.mkldnn._reorder_linear_weight(weight, PACKED_ROWS)
+
+
 @functools.cache
-def onednn() -> bool:
-    """Whether this torch packs and multiplies weights in oneDNN's layout here (built with oneDNN, and
-    its private ops present: they are what torch.compile's CPU backend calls, not a public API)."""
+def onednn(dtype: torch.dtype = torch.float32) -> bool:
+    """Whether this torch packs and multiplies weights of `dtype` in oneDNN's layout on this CPU, tried
+    once per dtype. It needs a build with oneDNN and its private ops (what torch.compile's CPU backend
+    calls, not a public API), and for bfloat16 instructions not every x86 CPU has: oneDNN refuses it
+    without avx_ne_convert or avx512bw/vl/dq (an AVX2-only EPYC), and products of that dtype are F.linear's."""
     if not torch.backends.mkldnn.is_available():
         return False
     try:
-        weight = torch.ops.mkldnn._reorder_linear_weight(torch.ones(2, 2), PACKED_ROWS)
-        torch.ops.mkldnn._linear_pointwise(torch.ones(1, 2), weight, None, "none", [], "")
+        weight = _reorder(torch.ones(2, 2, dtype=dtype))
+        torch.ops.mkldnn._linear_pointwise(torch.ones(1, 2, dtype=dtype), weight, None, "none", [], "")
     except (RuntimeError, AttributeError, NotImplementedError):
         return False
     return True
@@ -52,7 +58,7 @@ def onednn() -> bool:
 
 def packs(weight: torch.Tensor) -> bool:
     return (_packing and weight.device.type == "cpu" and weight.dtype in (torch.float32, torch.bfloat16)
-            and not torch.is_grad_enabled() and onednn())
+            and not torch.is_grad_enabled() and onednn(weight.dtype))
 
 
 def _state(weight: torch.Tensor) -> tuple:
@@ -74,7 +80,7 @@ def packed(weight: torch.Tensor) -> torch.Tensor:
     entry = _packed.get(key)
     if entry is None or entry[0]() is not weight or entry[1] != state:
         entry = (weakref.ref(weight, lambda _, key=key: _packed.pop(key, None)), state,
-                 torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACKED_ROWS))
+                 _reorder(weight.detach()))
         _packed[key] = entry
     return entry[2]
 

@@ -147,6 +147,6 @@ class Grid:
         return replace(self, context_lens=tuple(sorted({min(c, room) for c in self.context_lens})))
 
 
-# `specbench costs`' default: the load axis of issue 12, about two minutes on 2 CPU cores for the embedded model
+# `specbench costs`' default: the load axis, about two minutes on 2 CPU cores for the embedded model
 BATCH_GRID = Grid(batch_sizes=(1, 2, 4, 8, 16, 32), verify_lengths=(1, 2, 4, 8, 16), context_lens=(128, 1024),
                   budgets=(1, 3, 7, 15), repeats=5, warmup=1)

@@ -47,7 +47,7 @@ from specbench.strategies.build import Strategy, build_strategy
 from specbench.strategies.controllers import FixedController
 from specbench.strategies.names import parse_strategy
 from specbench.strategies.published.formats import drafter_dirs_by_strategy
-from specbench.strategies.registry import DRAFTER_NAMES
+from specbench.strategies.registry import DRAFTER_NAMES, definition
 from specbench.suites import load_suite
 
 Progress = Callable[[str, int, int], None]  # what, done, total
@@ -315,12 +315,13 @@ def time_drafters(table: CostTable, model, strategies: list[Strategy], context: 
 
 
 def cost_strategies(target, drafter_dirs: list[str | Path], names: list[str] | None = None) -> list[Strategy]:
-    """The strategies whose proposals a table times: `names`, or every drafter this target has (ngram
-    always, the trained ones where the embedded default ships them or a --drafter gives them)."""
+    """The strategies whose proposals a table times: `names`, or every drafter this target has (the
+    model-free ones always, the trained ones where the embedded default ships them or a --drafter gives
+    them)."""
     specs = [parse_strategy(name) for name in names or DRAFTER_NAMES]
     sources = drafter_dirs_by_strategy(drafter_dirs, specs)
     if names is None:
-        specs = [s for s in specs if s.name == "ngram" or s.name in sources or target.name == DEFAULT_MODEL]
+        specs = [s for s in specs if definition(s.name).model_free or s.name in sources or target.name == DEFAULT_MODEL]
     return [build_strategy(spec, target, {}, sources) for spec in specs]
 
 

@@ -102,7 +102,8 @@ def workload_shape(target_model, drafter, rows) -> WorkloadShape:
         kv_bytes_per_token=kv_bytes_per_token(config.num_hidden_layers, config.num_key_value_heads, head_dim, 2),
         context_len=float((rows.prompt_tokens + rows.new_tokens / 2).mean()),
         tokens_verified=verified, draft_forwards=min(depth, 1.0) if parallel else depth,
-        tau=min(rows.new_tokens.sum() / steps, verified), draft_tokens_per_forward=depth if parallel else 1.0)
+        # a block drafter that drafts under one token a step on average still runs whole forwards when it drafts
+        tau=min(rows.new_tokens.sum() / steps, verified), draft_tokens_per_forward=max(depth, 1.0) if parallel else 1.0)
 
 
 def ar_shape(shape: WorkloadShape) -> WorkloadShape:

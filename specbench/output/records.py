@@ -59,7 +59,7 @@ class Row:
     steps: int
     drafted: int
     accepted: int
-    accept_by_position: list[int]
+    accept_by_position: list[int]  # [k]: steps that accepted position k + 1
     prefill_s: float
     draft_s: float
     verify_s: float
@@ -78,6 +78,7 @@ class Row:
     draft_depth: int | None = None
     budget: int | None = None
     tree_steps: int | None = None
+    drafts: int | None = None  # steps that carried at least one draft token
     stop_reason: str | None = None
     divergence_margin: float | None = None
     output_ids: list[int] = field(default_factory=list)
@@ -135,7 +136,7 @@ class StrategySummary:
     speedup: float | None
     speedup_ci: list[float | None]
     tau: float | None
-    acceptance_by_position: list[float]
+    conditional_acceptance_by_position: list[float]
     draft_efficiency: float | None
     mismatches: int | None  # None when sampling: no greedy check ran
     first_divergence: list[int]
@@ -144,6 +145,7 @@ class StrategySummary:
     memory_bytes: int
     peak_mem_bytes: int
     batch_size: int = 1
+    acceptance_rate_by_position: list[float] | None = None  # unconditional, vLLM's; None in runs before it
     category: str | None = None  # set in a summary per category
     engine_agreement: dict[str, Any] | None = None  # another engine's `ar` against specbench's
     cost_model: dict[str, Any] | None = None  # the speedup the cost model predicts, and measured / predicted
@@ -153,12 +155,15 @@ class StrategySummary:
     projection: dict[str, Any] | None = None  # onto the --gpu profile
     modelled: dict[str, Any] | None = None  # the load axis's model at this batch size
 
+    RENAMED = {"acceptance_by_position": "conditional_acceptance_by_position"}
+    """Old names of fields, as summaries written before the rename hold them."""
+
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None or k in SUMMARY_KEYS}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "a summary") -> StrategySummary:
-        return _from_dict(cls, {"engine": SPECBENCH, **data}, where)
+        return _from_dict(cls, {"engine": SPECBENCH, **{cls.RENAMED.get(k, k): v for k, v in data.items()}}, where)
 
 
 SUMMARY_KEYS = (*_required(StrategySummary), "batch_size")
@@ -171,7 +176,7 @@ class EngineReport:
 
     engine: str
     start_s: dict[str, float] = field(default_factory=dict)  # strategy -> seconds its engine took to start
-    details: dict[str, Any] = field(default_factory=dict)  # the engine's own facts: vLLM's idle engines
+    details: dict[str, Any] = field(default_factory=dict)  # the engine's own: vLLM's compile_s, idle engines
 
     @property
     def empty(self) -> bool:
@@ -202,8 +207,9 @@ class EnginePair:
 def engine_reports(saved: dict[str, Any], where: str) -> list[EngineReport]:
     """summary.json's engine reports; a run written before engines were plug-ins kept vLLM's two entries."""
     reports = [EngineReport.from_dict(r, where) for r in saved.get("engines", [])]
-    if saved.get("vllm_start_s") or saved.get("vllm_idle_engines"):
-        details = {"idle_engines": saved["vllm_idle_engines"]} if saved.get("vllm_idle_engines") else {}
+    legacy = {"idle_engines": saved.get("vllm_idle_engines"), "compile_s": saved.get("vllm_compile_s")}
+    if saved.get("vllm_start_s") or any(legacy.values()):
+        details = {key: value for key, value in legacy.items() if value}
         reports.append(EngineReport("vllm", dict(saved.get("vllm_start_s") or {}), details))
     return reports
 

@@ -26,7 +26,7 @@ from specbench import __version__
 from specbench.backends.registry import label
 from specbench.config import FIELDS, RunConfig
 from specbench.errors import SpecbenchError
-from specbench.files import atomic_path, read_json, write_atomic, write_json
+from specbench.files import atomic_path, read_json, read_json_object, read_jsonl, write_atomic, write_json
 from specbench.output.records import EnginePair, Row, RunResult, StrategySummary, engine_reports, rows_frame
 from specbench.paths import check_output_dir
 from specbench.strategies.names import BASELINE
@@ -72,15 +72,9 @@ def run_name(config: RunConfig, strategies: list[str]) -> str:
 
 
 def _read_object(path: Path, name: str) -> dict[str, Any]:
-    try:
-        data = json.loads((path / name).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SpecbenchError(f"{path} is not a specbench run directory ({name} missing)") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise SpecbenchError(f"{path / name} is damaged: not valid JSON ({getattr(exc, 'msg', exc)})") from None
-    if not isinstance(data, dict):
-        raise SpecbenchError(f"{path / name} is damaged: expected a JSON object")
-    return data
+    if not (path / name).is_file():
+        raise SpecbenchError(f"{path} is not a specbench run directory ({name} missing)")
+    return read_json_object(path / name, "run file")
 
 
 class RunDir:
@@ -151,13 +145,8 @@ class RunDir:
 
     def read_rows(self) -> list[Row]:
         """Rows measured so far; a last line cut off by an interruption is dropped."""
-        rows = []
-        for line in self.rows_file.read_text().splitlines():
-            try:
-                rows.append(Row.from_dict(json.loads(line), f"rows of run {self.path}"))
-            except json.JSONDecodeError:
-                break
-        return rows
+        records, _ = read_jsonl(self.rows_file, "rows", cut_tail=True)
+        return [Row.from_dict(r, f"rows of run {self.path}") for r in records]
 
     def append_rows(self, rows: list[Row]) -> None:
         with self.rows_file.open("a") as f:
@@ -210,12 +199,7 @@ class RunDir:
 
 
 def _optional_dict(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        return {}
-    data = read_json(path, path.name)
-    if not isinstance(data, dict):
-        raise SpecbenchError(f"{path} must hold a JSON object")
-    return data
+    return read_json_object(path, path.name) if path.is_file() else {}
 
 
 def read_run(path: Path, label: str = "", warnings: list[str] | None = None) -> RunResult:
@@ -271,18 +255,9 @@ def _read_rows(path: Path, complete: bool, warnings: list[str], defaults: dict[s
     jsonl, parquet = path / "rows.jsonl", path / "rows.parquet"
     where = f"rows of run {path}"
     if jsonl.is_file():
-        records = []
-        lines = jsonl.read_text(encoding="utf-8").splitlines()
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                if not complete and number == len(lines):
-                    warnings.append(f"run {path}: skipped the cut-off last line of rows.jsonl")
-                    continue
-                raise SpecbenchError(f"{jsonl} line {number} is not valid JSON: {err}") from None
+        records, cut = read_jsonl(jsonl, "rows", cut_tail=not complete)
+        if cut:
+            warnings.append(f"run {path}: skipped the cut-off last line of rows.jsonl")
     elif parquet.is_file():
         import pandas as pd
 

@@ -1,6 +1,6 @@
 """`specbench recommend`: which strategy, with which settings, for this workload on this hardware.
 
-Evidence first (runs, tuned studies), the source articles' rules as the prior, a tree learned
+Evidence first (runs, tuned studies), practitioners' published rules as the prior, a tree learned
 from the results beside it. Library use:
 
     from specbench.recommend import make_workload, recommend

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +28,7 @@ import pandas as pd
 
 from specbench.backends.registry import SPECBENCH, label
 from specbench.errors import SpecbenchError
+from specbench.files import read_json_object, read_toml
 from specbench.hardware import match_profile
 from specbench.measure.stats import paired_speedups, summarize_strategy
 from specbench.output.records import RunResult
@@ -185,15 +185,15 @@ def read_studies(results: Path, evidence: Evidence) -> None:
 
 
 def _study(path: Path) -> Study:
-    meta = json.loads(path.read_text(encoding="utf-8"))
-    if not isinstance(meta, dict) or not isinstance(meta.get("strategy"), str):
+    meta = read_json_object(path, "tuned study")
+    if not isinstance(meta.get("strategy"), str):
         raise SpecbenchError(f"{path}: not a tuned study (no 'strategy')")
     if meta.get("best_params") is None and meta.get("toml") is None:
         return Study(path, meta, None)
     toml_path = path.with_suffix(".toml")  # beside the record, wherever the results directory moved
     if not toml_path.is_file():
         raise SpecbenchError(f"{path}: no tuned configuration {toml_path.name} beside it")
-    toml = tomllib.loads(toml_path.read_text(encoding="utf-8"))
+    toml = read_toml(toml_path, "tuned configuration")
     knobs = toml.get("knobs", {})
     if not isinstance(knobs, dict) or not all(isinstance(v, dict) for v in knobs.values()):
         raise SpecbenchError(f"{toml_path}: [knobs] must hold one table per strategy")

@@ -1,4 +1,5 @@
-"""The prior: source article 1's selection rules (DESIGN.md §6) and the load rule, as data.
+"""The prior: the selection rules of a practitioners' comparison of EAGLE, MTP, DFlash and DSpark (a blog
+post: folklore that evidence outranks) and the load rule, as data.
 
 Each rule reads one workload signal and holds ordered branches; the first branch whose test holds
 acts. A rule whose signal was not given is skipped. Rules run in the order of `PRIOR`: the load
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from specbench.recommend.workload import (
     CREATIVE_TASKS,
@@ -31,7 +32,7 @@ from specbench.recommend.workload import (
 from specbench.strategies.names import BASELINE
 from specbench.strategies.registry import definition
 
-VERBS = ("choose", "skip", "baseline", "cap", "combine", "avoid", "pass")
+Verb = Literal["choose", "skip", "baseline", "cap", "combine", "avoid", "pass"]  # what a branch does
 OPS: dict[str, Callable[[Any, Any], bool]] = {
     ">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le, "==": operator.eq,
     "in": lambda value, options: value in options,
@@ -57,7 +58,7 @@ class Test:
 @dataclass(frozen=True)
 class Branch:
     test: Test | None  # None: always
-    verb: str
+    verb: Verb
     strategy: str | None  # the strategy chosen, skipped, combined into or avoided
     reason: str  # str.format fields: the Workload's attributes and properties
     chosen: str | None = None  # combine: the choice the branch upgrades
@@ -83,10 +84,11 @@ class Rule:
         return next(b for b in self.branches if b.test is None or b.test.holds(workload))
 
 
-ARTICLE = "source article 1, selection section"
+ARTICLE = "the EAGLE/MTP/DFlash/DSpark practitioners' comparison, selection section"
 PRIOR: tuple[Rule, ...] = (
     Rule("load", "batch_size", "Does the batch leave the forward memory-bound?",
-         "specbench (DESIGN.md §5 roofline): a forward turns compute-bound at bf16 FLOP/s over bytes/s tokens", (
+         "specbench (roofline, Williams et al. 2009): a forward turns compute-bound at bf16 FLOP/s over bytes/s "
+         "tokens", (
              Branch(Test("batch_size", "==", 1), "pass", None,
                     "batch 1: a forward reads every weight for one token, so verifying drafts is nearly free"),
              Branch(Test("verify_budget", "<", 2), "baseline", BASELINE,
@@ -253,7 +255,7 @@ def _two_alternatives(choice: str, found: list[Alternative], workload: Workload,
 
 def prior_markdown(rules: tuple[Rule, ...] = PRIOR) -> str:
     """The rules as a Markdown list, one line per branch, in evaluation order."""
-    lines = ["# The prior: source article 1's decision rules and the load rule", ""]
+    lines = ["# The prior: the practitioners' decision rules and the load rule", ""]
     for number, rule in enumerate(rules, start=1):
         lines.append(f"{number}. **{rule.id}** ({rule.signal or 'no signal'}): {rule.question} _{rule.source}_")
         lines += [f"   - `{b.describe()}`" for b in rule.branches]

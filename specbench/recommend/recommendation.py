@@ -2,7 +2,7 @@
 
 Evidence first: the best candidate the results directory offers (see evidence.py and rank.py).
 Without usable evidence, the prior (prior.py). Either way the prior's path is computed, so the
-output can say where the evidence and the source article's rules part ways.
+output can say where the evidence and the practitioners' rules part ways.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from specbench.recommend.prior import PriorOutcome, Step, evaluate
 from specbench.recommend.rank import Assessed, rank, speedup_text, why_lost
 from specbench.recommend.workload import CREATIVE_TASKS, HIGH_PRECISION_TASKS, Workload, check_task
 from specbench.strategies.names import BASELINE
-from specbench.suites import load_suite
+from specbench.suites import SPEED_BENCH_CATEGORIES, load_suite
 
 
 @dataclass(frozen=True)
@@ -126,9 +126,10 @@ def _assessed_json(a: Assessed) -> dict[str, Any]:
 
 
 def known_tasks(evidence: Evidence) -> set[str]:
-    """Tasks `--task` accepts: the built-in suite's categories, the prior's words, the evidence's categories."""
-    return set(load_suite("default").categories()) | set(HIGH_PRECISION_TASKS) | set(CREATIVE_TASKS) \
-        | evidence.categories()
+    """Tasks `--task` accepts: the built-in suite's categories and SPEED-Bench's, the prior's words, the
+    evidence's categories."""
+    return set(load_suite("default").categories()) | set(SPEED_BENCH_CATEGORIES) | set(HIGH_PRECISION_TASKS) \
+        | set(CREATIVE_TASKS) | evidence.categories()
 
 
 def recommend(workload: Workload, results: Path = Path("results"), evidence: Evidence | None = None) -> Recommendation:

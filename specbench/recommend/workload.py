@@ -17,8 +17,8 @@ from specbench.ranges import check_ranges
 
 CUDA_EXPERIENCE = ("none", "some", "expert")
 HIGH_PRECISION_TASKS = ("high_precision", "legal", "medical")
-"""Tasks source article 1 calls high-precision work (the built-in suite's category and the article's words)."""
-CREATIVE_TASKS = ("creative", "chat")
+"""Tasks the practitioners' rules call high-precision work (the built-in suite's category and their words)."""
+CREATIVE_TASKS = ("creative", "chat", "roleplay", "writing")  # the last two: SPEED-Bench's (and MT-bench's) words
 DEFAULT_VERIFY_TOKENS = 8
 """Tokens one sequence verifies per step at the methods' default draft lengths (dspark's k_max, dflash's block)."""
 
@@ -35,7 +35,7 @@ class Workload:
     pcie_gen: int | None = None  # given, else the profile's
     bw_util: float | None = None  # memory-bandwidth utilisation of the current deployment, a fraction
     cuda_experience: str | None = None
-    score_variance: float | None = None  # variance of the output scores (source article 1's signal)
+    score_variance: float | None = None  # variance of the output scores (a practitioners' signal)
     model: str | None = None  # None: evidence of any model
     engine: str | None = None  # the deployment's engine (backends/registry.py): its figures first; None: any
 

@@ -30,6 +30,7 @@ class Method:
     trainable: Callable[..., Any] | None = None  # (target, options) -> a fresh trainable drafter nn.Module
     space: SearchSpace = SearchSpace()  # what `specbench tune` searches; `controller` names the controller choice
     limits: Callable[[Drafter], dict[str, int]] | None = None  # values of the loaded drafter that bounds can name
+    model_free: bool = False  # drafts from the context alone (prompt lookup, suffix trees): no drafter to load
     tree: bool = False  # drafts token trees (verified with a tree mask, at batch size 1 only), not chains
     # (options, controller, drafter path or None) -> its vLLM and SGLang forms (strategies/serving.py)
     serving: Callable[[Any, str, str | None], Serving] | None = None

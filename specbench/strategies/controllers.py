@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # annotations only: controller names are read before torch is
 
     from specbench.engine.protocol import Controller
 
-ENTROPY_THRESHOLD = 2.1  # nats; source article 1's value
+ENTROPY_THRESHOLD = 2.1  # nats; the EAGLE/MTP/DFlash/DSpark practitioners' comparison's value
 
 
 @dataclass

@@ -21,7 +21,7 @@ the confidence head's BCE target is 1 - TV, detached; the Markov head is teacher
 target's tokens. The draft-length scheduler (strategies/dspark_scheduler.py) is the default controller.
 
 Default confidence_threshold 0.2 (DeepSpec's evaluator defaults to 0, no cut; neither the paper's
-code nor the source articles give a value): on the CPU default target one more verified position
+code nor the practitioners' write-ups give a value): on the CPU default target one more verified position
 costs about a twentieth of a target forward (measured on two cores: ~20 ms to verify 1 token,
 ~28 ms for 8), and one drafted position of the 2-layer drafter about as much again, so at a
 typical 4 tokens per step a draft whose whole prefix survives with probability under ~0.2

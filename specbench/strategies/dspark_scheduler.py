@@ -1,4 +1,4 @@
-"""DSpark's draft-length scheduler (source article 2), a controller usable with any drafter.
+"""DSpark's draft-length scheduler (the DFlash-to-DSpark practitioners' write-up), a controller usable with any drafter.
 
 K is the verify length: the last committed token plus the drafts, so the draft budget is K - 1.
 Every `adjust_interval` committed tokens (accepted drafts + the bonus token, counted per

@@ -46,7 +46,7 @@ def parse_branching(text: str) -> tuple[int, ...]:
 @dataclass
 class MtpOptions:
     n_modules: int = knob(3, "MTP modules used: the tree's maximum depth", "modules", low=1, high=16)
-    # source article 1: top-3, then top-2; a tuple is accepted
+    # the EAGLE/MTP/DFlash/DSpark practitioners' comparison: top-3, then top-2; a tuple is accepted
     branching: str = knob("3,2", "children per node by level; the last width repeats below", "nodes per level")
     entropy_threshold: float = knob(2.1, "a node whose draft entropy exceeds it gets no children", "nats", low=0)
 
@@ -239,8 +239,8 @@ def _build(target, options: MtpOptions, drafter_dir: Path | None) -> MtpDrafter:
                       options)
 
 
-# around source article 1's tree (top-3 then top-2, 2.1 nats: the geometric centre of 0.5..8); at most
-# as many modules as the drafter was trained with
+# around the EAGLE/MTP/DFlash/DSpark practitioners' comparison's tree (top-3 then top-2,
+# 2.1 nats: the geometric centre of 0.5..8); at most as many modules as the drafter was trained with
 SPACE = SearchSpace((
     Param("n_modules", IntRange(1, Ref("trained_modules"))),
     Param("branching", Choice(("3,2", "2", "3", "2,1", "3,1", "2,2", "4,2", "3,3", "4,3"))),

@@ -12,7 +12,8 @@ from specbench.strategies.registry import DRAFTER_NAMES
 
 BASELINE = "ar"
 
-# the combinations `all` includes (DESIGN.md §3); any other combination can be named explicitly
+# the combinations `all` includes (each verified as SpecInfer's merged token tree, arXiv 2305.09781); any other
+# combination can be named explicitly
 COMBINATIONS = ("eagle+dflash", "mtp+dspark", "eagle+dspark", "dflash+dspark", "eagle+mtp")
 
 # `default`: the fastest method of each family on the embedded model (results/benchmarks/) and the

@@ -82,4 +82,4 @@ def _serving(o: NgramOptions, controller: str, drafter: str) -> Serving:
 
 
 STRATEGY = Method("ngram", NgramOptions, _build, budget=lambda o: o.num_pred_tokens,
-                  short_draft=lambda n: {"num_pred_tokens": n}, space=SPACE, serving=_serving)
+                  short_draft=lambda n: {"num_pred_tokens": n}, space=SPACE, serving=_serving, model_free=True)

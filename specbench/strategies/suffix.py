@@ -219,4 +219,4 @@ def _serving(o: SuffixOptions, controller: str, drafter: str | None) -> Serving:
 
 STRATEGY = Method("suffix", SuffixOptions, _build, budget=lambda o: o.num_speculative_tokens,
                   short_draft=lambda n: {"num_speculative_tokens": n}, space=SPACE, tree=True,
-                  serving=_serving)
+                  serving=_serving, model_free=True)

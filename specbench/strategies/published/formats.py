@@ -114,3 +114,10 @@ def drafter_dirs_by_strategy(dirs: list[str | Path], specs: list[StrategyName]) 
                                  f"which this run does not use (its drafting strategies: {', '.join(used) or 'none'})")
         out[source.strategy] = source
     return out
+
+
+def drafters_used_by(dirs: list[str | Path], specs: list[StrategyName]) -> list[str | Path]:
+    """The --drafter values some strategy of `specs` uses, in their order: what a run of fewer strategies with
+    the same drafters is given (drafter_dirs_by_strategy refuses the others)."""
+    used = {member for spec in specs for member in spec.members}
+    return [name for name in dirs if open_source(name).strategy in used]

@@ -1,0 +1,46 @@
+"""Each strategy's `vllm serve` arguments: the same translation and drafter conversion as `--engine vllm`.
+
+The only place serving reads the in-process vLLM engine's module: its translation of a strategy to a
+speculative_config, its drafter conversion (done once, cached) and its engine-argument defaults, so a
+strategy is configured identically whether vLLM runs it in process or behind a server.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specbench.backends import vllm as vllm_engine
+from specbench.config import RunConfig
+from specbench.model_source import model_path
+from specbench.strategies.names import parse_strategies
+from specbench.strategies.published.formats import drafter_dirs_by_strategy
+
+
+def server_arguments(config: RunConfig, target_loader) -> dict[str, dict[str, Any]]:
+    """Strategy name -> the engine arguments of its server (`ar`: no speculative_config). A knob vLLM has
+    no counterpart for is refused before anything starts; `target_loader()` gives the loaded target, only
+    called where a drafter is converted to vLLM's layout."""
+    import torch
+    from transformers import AutoConfig
+
+    from specbench.models import resolve_device, resolve_dtype
+
+    specs = parse_strategies(config.strategies)
+    sources = drafter_dirs_by_strategy(config.drafters, specs)
+    strategies = [vllm_engine.translate(s, config.knobs, config.controller, sources) for s in specs]
+    dtype = resolve_dtype(config.dtype, resolve_device(config.device))
+    cpu = not torch.cuda.is_available()
+    vllm_engine.engine_kwargs(model_path(config.model), dtype, config.seed, config.engine_args)  # checks them
+    base = vllm_engine.engine_kwargs(model_path(config.model), dtype, config.seed, {})
+    base.pop("disable_log_stats")  # a server logs its stats unless told not to
+    base["enforce_eager"] = cpu  # CUDA graphs are how vLLM serves on a GPU; a CPU has none to capture
+    limit = getattr(AutoConfig.from_pretrained(model_path(config.model)), "max_position_embeddings", None)
+    base["max_model_len"] = min(limit, vllm_engine.MAX_MODEL_LEN) if limit else vllm_engine.MAX_MODEL_LEN
+    base.update(config.engine_args)
+    arguments = {}
+    for strategy in strategies:
+        if strategy.speculative_config and "model" in strategy.speculative_config:
+            strategy = vllm_engine.with_drafter(strategy, sources, target_loader(), vllm_engine.drafter_cache())
+        arguments[strategy.name] = ({**base, "speculative_config": strategy.speculative_config}
+                                    if strategy.speculative_config else dict(base))
+    return arguments
