@@ -108,7 +108,7 @@ def test_per_position_acceptance_matches_vllms_own_counters(both):
     """The unconditional per-position rate is the one vLLM's `vllm:spec_decode_*` counters give (accepted at
     position k / drafts, as `vllm bench serve` computes it). Those counters are process-wide and each new
     engine re-registers them, so they hold the last engine started: compared for that one."""
-    last = both["bench"].vllm.runners[-1]
+    last = both["bench"].backends[VLLM].engine.runners[-1]
     metrics = {m.name: m for m in last.llm.get_metrics() if m.name.startswith("vllm:spec_decode")}
     drafts = metrics["vllm:spec_decode_num_drafts"].value
     per_position = metrics["vllm:spec_decode_num_accepted_tokens_per_pos"].values
