@@ -21,6 +21,7 @@ from specbench.strategies.published.formats import drafter_dirs_by_strategy
 
 runner = CliRunner()
 ENGINES = ("specbench", "transformers")
+EAGER_SMALL_CACHE = {"kv_cache_memory_bytes": 64 << 20, "enforce_eager": True}  # vLLM started sooner, for the test
 
 
 def run(*args: str) -> dict:
@@ -122,7 +123,7 @@ def test_three_engines_give_agreement_and_transfer_for_each_pair(tmp_path, monke
     monkeypatch.setenv("VLLM_CACHE_ROOT", os.environ.get("VLLM_CACHE_ROOT")
                        or os.path.join(os.path.expanduser("~"), ".cache", "vllm"))
     report = run("--strategy", "ngram,draft", "--engine", "specbench,vllm,transformers", "--limit", 2,
-                 "--max-new-tokens", 16, "--engine-args", json.dumps({"kv_cache_memory_bytes": 64 << 20}),
+                 "--max-new-tokens", 16, "--engine-args", json.dumps(EAGER_SMALL_CACHE),
                  "--out", tmp_path / "results")
     engines = ("specbench", "vllm", "transformers")
     pairs = {(p["reference"], p["engine"]): p for p in report["engine_pairs"]}
