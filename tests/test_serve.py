@@ -1,7 +1,7 @@
 """`specbench serve` against real `vllm serve` on the embedded model (vLLM's CPU attention takes its head size).
 
-Every server here runs with enforce_eager (serve's default on a CPU, where there are no CUDA graphs to
-capture) and a small KV cache. A server start costs a minute or more on a loaded machine, so the tests
+Every server here runs with enforce_eager (serve's default is vLLM's: it compiles, which takes minutes
+on a CPU) and a small KV cache. A server start costs a minute or more on a loaded machine, so the tests
 share them: one serve run (ar and ngram servers, both load shapes) serves most tests, one server the
 tests start themselves serves --endpoint and resume, and one start is interrupted on purpose.
 """
@@ -26,7 +26,7 @@ from specbench.serving.server import Server
 
 pytestmark = [pytest.mark.vllm, pytest.mark.usefixtures("vllm_installed")]
 runner = CliRunner()
-SMALL = json.dumps({"kv_cache_memory_bytes": 64 << 20})
+SMALL = json.dumps({"kv_cache_memory_bytes": 64 << 20, "enforce_eager": True})
 LOAD = ["--limit", "4", "--max-new-tokens", "24", "--warmup", "1"]
 REPO = Path(__file__).resolve().parents[1]
 

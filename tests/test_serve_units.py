@@ -145,6 +145,9 @@ def test_a_failed_start_quotes_the_servers_last_error(tmp_path):
     log = tmp_path / "server.log"
     log.write_text("INFO starting\nValueError: num_speculative_tokens must be > 0\nINFO shutting down\n")
     assert last_error(log) == "ValueError: num_speculative_tokens must be > 0"
+    log.write_text("usage: api_server.py [-h] [--jit-monitor-mode {error,warn}]\n"
+                   "api_server.py: error: argument --logging-config: invalid loads value: 'x'\n")
+    assert last_error(log) == "api_server.py: error: argument --logging-config: invalid loads value: 'x'"
 
 
 @pytest.mark.parametrize("args, message", [

@@ -54,12 +54,13 @@ def serve_command(engine_args: dict[str, Any], port: int) -> list[str]:
 
 
 def last_error(log: Path) -> str:
-    """The server's own last error line: the last line naming an error, else its last line."""
+    """The server's own last error line: the last line naming an error (argparse's `prog: error: ...`
+    included, not its usage text's `{error,warn}` choices), else its last line."""
     try:
         lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
     except OSError:
         return "(no log)"
-    errors = [line for line in lines if "Error" in line or "error" in line.split(":", 1)[0]]
+    errors = [line for line in lines if "Error" in line or ": error:" in line]
     return (errors or lines or ["(empty log)"])[-1][:300]
 
 
