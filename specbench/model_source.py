@@ -97,7 +97,8 @@ def preparable(name: str) -> KnownModel:
     if known is None:
         raise SpecbenchError(f"specbench prepare {name}: not a model specbench knows; known: {', '.join(KNOWN_MODELS)}")
     if known.package is None:
-        raise SpecbenchError(f"{name} ships its drafters inside specbench (rebuilt by scripts/build_default_drafters.py)")
+        raise SpecbenchError(f"{name} ships its drafters inside specbench "
+                             "(rebuilt by scripts/build_default_drafters.py)")
     if not known.converted():
         known.source_file()
     return known

@@ -133,7 +133,8 @@ def distilled(target, work: Path, settings: BuildSettings, layers: tuple[int, ..
 def _record(known: KnownModel, strategy: str, settings: BuildSettings, losses: list[float], model, seconds: float):
     path = known.home / "drafters" / BUILD
     record = read_json(path, "build record") if path.is_file() else {}
-    record[strategy] = {**asdict(settings), "first_loss": losses[0], "final_loss": sum(losses[-10:]) / len(losses[-10:]),
+    record[strategy] = {**asdict(settings), "first_loss": losses[0],
+                        "final_loss": sum(losses[-10:]) / len(losses[-10:]),
                         "parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
                         "train_seconds": round(seconds)}
     path.parent.mkdir(parents=True, exist_ok=True)
