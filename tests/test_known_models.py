@@ -159,6 +159,15 @@ def test_drafters_built_for_another_model_are_refused(known, tmp_path):
     assert result.exit_code == 2 and "built for another model" in result.output
 
 
+def test_prepare_on_the_command_line(known):
+    result = invoke("prepare", NAME, "--only", "mtp", "--prompts", 2, "--answer-tokens", 3, "--steps", 1)
+    assert result.exit_code == 0, result.output
+    assert f"{NAME}: built mtp" in result.output and known.ready_drafters() == ["mtp"]
+    assert "nothing to build; already there: mtp" in invoke("prepare", NAME, "--only", "mtp").output
+    result = invoke("prepare", NAME, "--only", "medusa")
+    assert result.exit_code == 2 and "not a trained drafter" in result.output
+
+
 def test_a_strategy_without_its_drafter_says_to_prepare(known, tmp_path):
     result = invoke("run", "--model", NAME, "--strategy", "eagle", "--limit", 1, "--out", tmp_path)
     assert result.exit_code == 2 and f"specbench prepare {NAME}" in result.output
