@@ -22,7 +22,7 @@ import torch
 from specbench.errors import Interrupted, SpecbenchError
 from specbench.files import atomic_path, read_json, write_json
 from specbench.model_source import DRAFT, DRAFTERS, KnownModel, preparable
-from specbench.models import fingerprint, load_target
+from specbench.models import fingerprint, load_target, resolve_device
 from specbench.strategies.registry import definition
 from specbench.training.chat_prompts import chat_prompts
 from specbench.training.distill import DistillSequence, collect, pick_layers
@@ -36,7 +36,7 @@ Progress = Callable[[str, int, int, float | None], None]  # phase, done, total, 
 class BuildSettings:
     """How the drafters are made. On two CPU cores the target's answers take minutes (20 s per 16 prompts
     when quiet) and training takes hours: measured 2026-12-02, DFlash ran about 14 s a step on two shared
-    cores, so five drafters of 200 steps are two to three hours there (minutes on a GPU)."""
+    cores, so five drafters of 200 steps are two to three hours there. A GPU is used where there is one."""
 
     prompts: int = 192
     answer_tokens: int = 96
@@ -65,7 +65,7 @@ def prepare_model(name: str, settings: BuildSettings = BuildSettings(), only: tu
     if unknown:
         raise SpecbenchError(f"--only {', '.join(unknown)}: not a trained drafter; trained: {', '.join(DRAFTERS)}")
     started = time.time()
-    target = load_target(name, torch.device("cpu"), torch.float32)
+    target = load_target(name, resolve_device("auto"), torch.float32)
     seconds = {"load": round(time.time() - started)}
     mark = fingerprint(target.model)
     kept = [s for s in only if _finished(known, s, mark)]
