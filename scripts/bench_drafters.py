@@ -54,7 +54,7 @@ def main() -> None:
         "run_dir": str(report.path),
         "noise": report.noise,
         "tau_code": {s: code[s]["tau"] for s in DRAFTERS},
-        "acceptance_by_position": {s: results[s]["acceptance_by_position"] for s in DRAFTERS},
+        "acceptance_rate_by_position": {s: results[s]["acceptance_rate_by_position"] for s in DRAFTERS},
         "fastest_feature_drafter": {"strategy": fastest, "speedup": results[fastest]["speedup"],
                                     "speedup_ci": results[fastest]["speedup_ci"]},
         "dspark_vs_dflash_tau": [results["dspark"]["tau"], results["dflash"]["tau"]],
@@ -75,7 +75,7 @@ def main() -> None:
         sampled[f"temperature {temperature:g}"] = {
             "run_dir": str(run.path),
             "results": {r.strategy: {k: getattr(r, k) for k in ("speedup", "speedup_ci", "tau",
-                                                                "acceptance_by_position", "draft_efficiency",
+                                                                "acceptance_rate_by_position", "draft_efficiency",
                                                                 "mismatches")}
                         for r in run.summary}}
     figures["sampled_combinations"] = sampled
@@ -89,7 +89,7 @@ def main() -> None:
              "## All strategies", "", render(table, "markdown", wide=True),
              acceptance_table(table, "markdown"), "## tau on the code category", ""]
     lines += [f"- {s}: tau {figures['tau_code'][s]:.2f}; per-position acceptance "
-              + " ".join(f"{a:.2f}" for a in figures["acceptance_by_position"][s]) for s in DRAFTERS]
+              + " ".join(f"{a:.2f}" for a in figures["acceptance_rate_by_position"][s]) for s in DRAFTERS]
     f = figures["fastest_feature_drafter"]
     lines += ["", f"Fastest of eagle, dflash, dspark: {f['strategy']} at {f['speedup']:.2f}x "
               f"(95% CI {f['speedup_ci'][0]:.2f}-{f['speedup_ci'][1]:.2f})",
@@ -109,7 +109,7 @@ def main() -> None:
         lines += [f"### {label}", "", "| strategy | speedup | tau | draft efficiency | a_1..a_k | mismatches |",
                   "|---|---|---|---|---|---|"]
         lines += [f"| {s} | {r['speedup']:.2f} | {r['tau']:.2f} | {fmt(r['draft_efficiency'], '.0%')} | "
-                  + " ".join(f"{a:.2f}" for a in r["acceptance_by_position"][:8])
+                  + " ".join(f"{a:.2f}" for a in r["acceptance_rate_by_position"][:8])
                   + f" | {'n/a (sampling)' if r['mismatches'] is None else r['mismatches']} |"
                   for s, r in part["results"].items()]
         lines.append("")

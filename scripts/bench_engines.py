@@ -52,12 +52,14 @@ def main() -> None:
                                      max_new_tokens=args.max_new_tokens, device="cpu", out=str(out.parent),
                                      engine_args=json.loads(args.engine_args or "{}")))
     by = {(r.engine, r.strategy): r.as_dict() for r in report.summary}
+    (vllm,) = [r for r in report.engines if r.engine == "vllm"]
     own_ar, vllm_ar = by[("specbench", BASELINE)], by[("vllm", BASELINE)]
     best = {engine: max(strategies, key=lambda s: by[(engine, s)]["tokens_per_s"])
             for engine in ("specbench", "vllm")}
     figures = {
         "run_dir": str(report.path), "noise": report.noise,
-        "vllm_start_s": report.vllm_start_s, "vllm_idle_engines": report.vllm_idle_engines,
+        "vllm_start_s": vllm.start_s, "vllm_compile_s": vllm.details.get("compile_s", {}),
+        "vllm_idle_engines": vllm.details.get("idle_engines"),
         "ar_tokens_per_s": {"specbench": own_ar["tokens_per_s"], "vllm": vllm_ar["tokens_per_s"],
                             "specbench_over_vllm": own_ar["tokens_per_s"] / vllm_ar["tokens_per_s"]},
         "best": {engine: {"strategy": s, "tokens_per_s": by[(engine, s)]["tokens_per_s"]}
@@ -65,7 +67,7 @@ def main() -> None:
         "engine_agreement": vllm_ar.get("engine_agreement"),
         "strategies": {s: {engine: {k: by[(engine, s)].get(k) for k in
                                     ("tokens_per_s", "tau", "speedup", "speedup_ci", "mismatches",
-                                     "acceptance_by_position")}
+                                     "acceptance_rate_by_position")}
                            for engine in ("specbench", "vllm")} | {"transfer": by[("vllm", s)].get("transfer")}
                        for s in strategies},
     }

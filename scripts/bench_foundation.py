@@ -6,8 +6,9 @@
 (c) the share of an `ar` step spent outside the model forward;
 (d) the speedup of `draft` and `ngram` over `ar` per category (a regular `specbench run`).
 
-Each pair runs interleaved, prompt by prompt, in one process after a warm-up; outputs are
-checked to be identical. Writes results/benchmarks/foundation.{json,md}.
+(a) and (b) are one `specbench run --engine specbench,transformers`: transformers' generate is an
+engine of the run (specbench/backends/transformers.py), so both engines decode each prompt
+interleaved, after a warm-up, and every output is checked. Writes results/benchmarks/foundation.{json,md}.
 
     python scripts/bench_foundation.py --limit 24 --max-new-tokens 64
 """
@@ -15,72 +16,38 @@ checked to be identical. Writes results/benchmarks/foundation.{json,md}.
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
 import numpy as np
-import torch
 
+from specbench.backends.registry import SPECBENCH
+from specbench.backends.transformers import TRANSFORMERS
 from specbench.benchmark.pipeline import run_benchmark
-from specbench.benchmark.prepare import prepare
 from specbench.config import RunConfig
-from specbench.engine.decode import generate
 from specbench.files import write_atomic, write_json
-from specbench.measure.stats import geometric_mean_ci
-from specbench.models import encode_turns
+from specbench.measure.stats import PAIR, geometric_mean_ci
 from specbench.output.comparison import comparison, render
+from specbench.output.records import RunResult
 from specbench.strategies.names import BASELINE
-from specbench.strategies.registry import definition
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "benchmarks"
 
 
-def timed(fn):
-    start = time.perf_counter()
-    value = fn()
-    return value, time.perf_counter() - start
-
-
-def built(bench, name: str):
-    """The run's own strategy of that name, as prepared."""
-    return next(s for s in bench.strategies if s.name == name)
-
-
-def hf_versus_ours(bench, strategy_name: str, hf_kwargs: dict, prompts: list[list[int]], max_new: int) -> dict:
-    """Tokens/s of our strategy and of transformers' equivalent on the same prompts, interleaved."""
-    target = bench.target
-    ours = built(bench, strategy_name)
-    ratios, ours_tok, ours_s, hf_tok, hf_s, same = [], 0, 0.0, 0, 0.0, 0
-    # target forwards: equal counts show equal drafting. Ours are the engine's own count (its fast path
-    # does not go through the module, so a forward hook sees only transformers' calls): the prefill, then
-    # one verify forward a step
-    forwards = {"ours": 0, "transformers": 0}
-
-    def count(*_) -> None:
-        forwards["transformers"] += 1
-
-    hook = target.model.register_forward_hook(count)
-    for i, prompt in enumerate([prompts[0]] + prompts):  # the first pass is a warm-up
-        gen, t_ours = timed(lambda: generate(target.model, prompt, max_new, bench.sampling, target.eos_ids,
-                                             ours.drafter, ours.new_controller()))
-        ids = torch.tensor([prompt], device=target.device)
-        out, t_hf = timed(lambda: target.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                                                        max_new_tokens=max_new, **hf_kwargs))
-        hf_tokens = out[0, len(prompt):].tolist()
-        if i == 0:
-            forwards["transformers"] = 0
-            continue
-        forwards["ours"] += 1 + gen.steps
-        same += hf_tokens == gen.tokens
-        ours_tok, ours_s = ours_tok + len(gen.tokens), ours_s + t_ours
-        hf_tok, hf_s = hf_tok + len(hf_tokens), hf_s + t_hf
-        ratios.append((len(gen.tokens) / t_ours) / (len(hf_tokens) / t_hf))
-    hook.remove()
+def versus_transformers(report: RunResult, strategy: str) -> dict:
+    """Tokens/s of our strategy and of transformers' generate running the same method on the same prompts."""
+    rows = report.frame()
+    rows = rows[rows.strategy == strategy]
+    ours, theirs = (rows[rows.engine == engine].set_index(PAIR) for engine in (SPECBENCH, TRANSFORMERS))
+    theirs = theirs.loc[ours.index]
+    ratios = (ours.new_tokens / ours.wall_s) / (theirs.new_tokens / theirs.wall_s)
     centre, low, high = geometric_mean_ci(np.array(ratios))
-    return {"ours_tokens_per_s": ours_tok / ours_s, "hf_tokens_per_s": hf_tok / hf_s,
-            "ratio": (ours_tok / ours_s) / (hf_tok / hf_s), "per_prompt_ratio_geomean": centre,
-            "per_prompt_ratio_ci": [low, high], "identical_outputs": f"{same}/{len(ratios)}",
-            "target_forwards": forwards}
+    same = sum(a == b for a, b in zip(ours.output_ids, theirs.output_ids))
+    ours_rate, hf_rate = (part.new_tokens.sum() / part.wall_s.sum() for part in (ours, theirs))
+    # target forwards that committed tokens: equal counts show equal drafting
+    return {"ours_tokens_per_s": ours_rate, "hf_tokens_per_s": hf_rate, "ratio": ours_rate / hf_rate,
+            "per_prompt_ratio_geomean": centre, "per_prompt_ratio_ci": [low, high],
+            "identical_outputs": f"{same}/{len(ours)}",
+            "target_forwards": {"ours": int(ours.steps.sum()), "transformers": int(theirs.steps.sum())}}
 
 
 def main() -> None:
@@ -95,35 +62,21 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
 
     config = RunConfig(model=args.model, drafters=args.drafter, strategies=["ngram", "draft"], limit=args.limit,
-                       max_new_tokens=args.max_new_tokens, device="cpu", out=str(out.parent))
-    bench = prepare(config)
-    prompts = [encode_turns(bench.target.tokenizer, list(item.turns[:1]), []) for item in bench.suite.items]
-    draft_k = definition("draft").options().k
-    ngram = definition("ngram").options()
-    draft_model = built(bench, "draft").drafter.model
-    # transformers reads the draft length from the assistant's own generation config (arguments to
-    # generate() are ignored for it): exactly k tokens a round, no confidence-based early stop
-    draft_model.generation_config.num_assistant_tokens = draft_k
-    draft_model.generation_config.num_assistant_tokens_schedule = "constant"
-    draft_model.generation_config.assistant_confidence_threshold = 0.0
-    result = {
-        "a_draft_vs_transformers": hf_versus_ours(bench, "draft", {"assistant_model": draft_model},
-                                                  prompts, args.max_new_tokens),
-        "b_ngram_vs_transformers": hf_versus_ours(
-            bench, "ngram", {"prompt_lookup_num_tokens": ngram.num_pred_tokens,
-                             "max_matching_ngram_size": ngram.max_ngram},
-            prompts, args.max_new_tokens),
-    }
+                       max_new_tokens=args.max_new_tokens, device="cpu", out=str(out.parent),
+                       engine=f"{SPECBENCH},{TRANSFORMERS}")
     report = run_benchmark(config)
-    ar = next(r for r in report.summary if r.strategy == BASELINE)
+    result = {"a_draft_vs_transformers": versus_transformers(report, "draft"),
+              "b_ngram_vs_transformers": versus_transformers(report, "ngram")}
+    ar = next(r for r in report.summary if r.strategy == BASELINE and r.engine == SPECBENCH)
     shares = ar.time_shares
     result["c_ar_outside_forward_share"] = shares["other"] / (shares["verify"] + shares["other"])
     by_category = comparison([report], by="category")
+    by_category = by_category[by_category.engine == SPECBENCH]
     result["d_speedup_by_category"] = by_category[["strategy", "category", "speedup", "tau"]].to_dict("records")
     result["run_dir"] = str(report.path)
     result["summary"] = [{k: getattr(r, k) for k in ("strategy", "tokens_per_s", "speedup", "speedup_ci", "tau",
                                                      "mismatches")}
-                         for r in report.summary]
+                         for r in report.summary if r.engine == SPECBENCH]
     write_json(out / "foundation.json", result)
     md = ["# Foundation benchmarks", "", f"`python scripts/bench_foundation.py --limit {args.limit} "
           f"--max-new-tokens {args.max_new_tokens}` (CPU, greedy, embedded default model)", ""]

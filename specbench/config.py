@@ -16,7 +16,8 @@ from typing import Any
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
-from specbench.engines import check_engine
+from specbench.backends.protocol import EnginePlan
+from specbench.backends.registry import check_engines
 from specbench.errors import SpecbenchError
 from specbench.files import read_toml
 from specbench.hardware import get_profile, load_profiles
@@ -67,8 +68,8 @@ class RunConfig(DecodeSettings):
     # strategy -> {"batch_sizes": [...], "draft_tokens": [...]}: at most that many drafts per step from each
     # listed batch size on (vLLM's num_speculative_tokens_per_batch_size; 0 = plain decoding)
     draft_schedule: dict[str, dict[str, list[int]]] = field(default_factory=dict)
-    engine: str = "specbench"  # specbench, vllm or both (engines.py)
-    engine_args: dict[str, Any] = field(default_factory=dict)  # vLLM engine arguments (--engine-args JSON)
+    engine: str = "specbench"  # an engine, an alias (both) or a comma list of them (backends/registry.py)
+    engine_args: dict[str, Any] = field(default_factory=dict)  # the engine's own arguments (--engine-args JSON)
 
     def validate(self, where: str = "configuration") -> RunConfig:
         """This configuration, type-checked, after every check that needs no torch; `where` names its source.
@@ -104,7 +105,8 @@ class RunConfig(DecodeSettings):
         check_sizes(self.batch_sizes, "--batch-sizes")
         for strategy, entry in self.draft_schedule.items():
             check_draft_schedule(strategy, entry)
-        check_engine(self.engine, self.engine_args, specs, self.batch_sizes)
+        check_engines(self.engine, EnginePlan(specs, self.knobs, self.controller, self.batch_sizes, self.temperature,
+                                              self.engine_args))
 
 
 def check_draft_schedule(strategy: str, entry: Any) -> None:

@@ -33,17 +33,25 @@ def schedule_toml(schedules: dict[str, dict[str, list[int]]], source: str) -> st
     return "\n".join(lines)
 
 
-def vllm_config(method: str | None, entry: dict[str, list[int]]) -> dict[str, Any] | None:
-    """vLLM's speculative_config form of `method` (registry.vllm_method), with inclusive batch-size ranges;
-    None where vLLM has no such method or where no batch size drafts at all."""
+def vllm_ranges(entry: dict[str, list[int]]) -> list[list[int]]:
+    """The schedule as vLLM's `num_speculative_tokens_per_batch_size`: inclusive [first, last, cap] batch-size
+    ranges starting at 1 (vLLM requires it and carries the last range's cap on to larger batches;
+    vllm/v1/spec_decode/dynamic/utils.py)."""
     sizes, caps = entry["batch_sizes"], entry["draft_tokens"]
-    if method is None or max(caps) == 0:
-        return None
-    ranges: dict[str, int] = {}
+    ranges: list[list[int]] = []
     start = 0
     for i in range(len(sizes)):
         if i + 1 == len(sizes) or caps[i + 1] != caps[start]:
             end = sizes[i + 1] - 1 if i + 1 < len(sizes) else sizes[i]
-            ranges[f"{sizes[start]}-{end}"] = caps[start]
+            ranges.append([1 if not ranges else sizes[start], end, caps[start]])
             start = i + 1
-    return {"method": method, "num_speculative_tokens": max(caps), "num_speculative_tokens_per_batch_size": ranges}
+    return ranges
+
+
+def vllm_config(method: str | None, entry: dict[str, list[int]]) -> dict[str, Any] | None:
+    """vLLM's speculative_config form of `method` (registry.vllm_method) with the schedule; None where vLLM
+    has no such method or where no batch size drafts at all."""
+    if method is None or max(entry["draft_tokens"]) == 0:
+        return None
+    return {"method": method, "num_speculative_tokens": max(entry["draft_tokens"]),
+            "num_speculative_tokens_per_batch_size": vllm_ranges(entry)}

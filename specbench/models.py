@@ -136,6 +136,11 @@ def fingerprint(model: torch.nn.Module) -> str:
     return digest.hexdigest()[:16]
 
 
+def context_limit(target: Target) -> int | None:
+    """The positions the target's model takes, where its config says."""
+    return getattr(target.model.config, "max_position_embeddings", None)
+
+
 def encode_turns(tokenizer, turns: list[str], answers: list[str]) -> list[int]:
     """Token ids for the next answer: the user turns so far, interleaved with the model's own answers."""
     messages = []

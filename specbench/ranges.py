@@ -90,6 +90,12 @@ RANGES: dict[str, Range] = {
     "--answer-tokens": _at_least(1),
     # convert
     "--mask-token-id": _at_least(0, "a vocabulary row"),
+    # serve
+    "--concurrency": _at_least(1, "requests served at once"),
+    "--max-concurrency": _at_least(1),
+    "--burstiness": Range(0, open_low=True, note="1: Poisson arrivals"),
+    "--requests": _at_least(1, "per level"),
+    "--level-seconds": Range(0, open_low=True, note="seconds"),
 }
 
 

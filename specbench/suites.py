@@ -4,13 +4,24 @@ File formats, detected from content (and the .json extension):
 - AlpacaEval JSON: a list of objects with "instruction"; "dataset" is the category.
 - MT-bench / Spec-Bench question.jsonl: one object per line with "question_id", "category", "turns".
 - Plain JSONL: one object per line with "prompt" and optional "category".
+- SPEED-Bench (NVIDIA, arXiv 2604.09557), as its reference preparation writes it: a directory of
+  one JSONL file per split, `qualitative.jsonl` (880 prompts in 11 categories: coding, humanities,
+  math, multilingual, qa, rag, reasoning, roleplay, stem, summarization, writing) and
+  `throughput_{1k,2k,8k,16k,32k}.jsonl` (1,536 prompts of about that many input tokens each, in the
+  categories low_entropy, mixed and high_entropy); each line has "question_id", "category" and
+  "messages" (the user turns as {"role", "content"}) beside the dataset's other fields. A directory
+  means its qualitative split, as in `vllm bench serve --dataset-name speed_bench`; a split's file
+  is named directly. Layout: NVIDIA-NeMo/Skills nemo_skills/dataset/speed-bench/prepare.py (which
+  vLLM's SpeedBench dataset, vllm/benchmarks/datasets, reads from), the nvidia/SPEED-Bench dataset
+  card, and AIPerf's speed_bench loader (the categories). The published parquet leaves some turns to
+  be fetched from their source datasets (a placeholder text): those are refused, not measured.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from specbench.errors import SpecbenchError
@@ -18,6 +29,10 @@ from specbench.errors import SpecbenchError
 DEFAULT_SUITE = "specbench"
 UNCATEGORIZED = "uncategorized"
 SUITE_SUFFIXES = (".json", ".jsonl")
+SPEED_BENCH_CATEGORIES = ("coding", "humanities", "math", "multilingual", "qa", "rag", "reasoning", "roleplay", "stem",
+                          "summarization", "writing")  # its qualitative split's
+SPEED_BENCH_SPLIT = "qualitative"  # what a SPEED-Bench directory means, as in vLLM's benchmark
+UNFETCHED = "FULL BENCHMARK DATA SHOULD BE FETCHED FROM THE SOURCE"  # SPEED-Bench's placeholder turns
 
 
 @dataclass(frozen=True)
@@ -109,6 +124,8 @@ def _round_robin(items: tuple[SuiteItem, ...], limit: int) -> tuple[SuiteItem, .
 
 
 def _load_file(path: Path) -> Suite:
+    if path.is_dir():
+        return _speed_bench_dir(path)
     text = _read_text(path)
     if not text.strip():
         raise SpecbenchError(f"{path}: file is empty")
@@ -119,6 +136,15 @@ def _load_file(path: Path) -> Suite:
     if not items:
         raise SpecbenchError(f"{path}: no prompts in file")
     return Suite(name=path.stem, items=tuple(items))
+
+
+def _speed_bench_dir(path: Path) -> Suite:
+    """A prepared SPEED-Bench directory: its qualitative split, named after the directory."""
+    split = path / f"{SPEED_BENCH_SPLIT}.jsonl"
+    if not split.is_file():
+        raise SpecbenchError(f"{path} is a directory without {split.name}: give a suite file, or SPEED-Bench's "
+                             "directory as NeMo-Skills' speed-bench prepare.py writes it")
+    return replace(_load_file(split), name=f"{path.resolve().name}-{SPEED_BENCH_SPLIT}")
 
 
 def _read_text(path: Path) -> str:
@@ -171,9 +197,9 @@ def _jsonl_items(path: Path, text: str) -> list[SuiteItem]:
             entry = _as_object(json.loads(line), where)
         except json.JSONDecodeError:
             raise SpecbenchError(f"{where}: not valid JSON") from None
-        shape = shape or ("turns" if "turns" in entry else "prompt")
-        if shape == "turns":
-            item = _question_item(entry, where)
+        shape = shape or next((key for key in ("turns", "messages") if key in entry), "prompt")
+        if shape in ("turns", "messages"):
+            item = _question_item(entry, shape, where)
             if item.id in question_ids:
                 raise SpecbenchError(f"{where}: duplicate question_id {entry['question_id']!r}")
             question_ids.add(item.id)
@@ -184,19 +210,33 @@ def _jsonl_items(path: Path, text: str) -> list[SuiteItem]:
     return items
 
 
-def _question_item(entry: dict, where: str) -> SuiteItem:
+def _question_item(entry: dict, shape: str, where: str) -> SuiteItem:
+    """An MT-bench question ("turns") or a SPEED-Bench one ("messages": the user's turns)."""
     if "question_id" not in entry:
         raise SpecbenchError(f'{where}: missing "question_id"')
     question_id = entry["question_id"]
     if isinstance(question_id, bool) or not isinstance(question_id, (int, str)):
         raise SpecbenchError(f'{where}: "question_id" must be an integer or a string')
-    if "turns" not in entry:
-        raise SpecbenchError(f'{where}: missing "turns"')
-    turns = entry["turns"]
+    turns = _messages(entry, where) if shape == "messages" else entry.get("turns")
+    if turns is None:
+        raise SpecbenchError(f'{where}: missing "{shape}"')
     if not isinstance(turns, list) or not turns or not all(isinstance(turn, str) and turn.strip() for turn in turns):
-        raise SpecbenchError(f'{where}: "turns" must be a non-empty list of non-empty strings')
+        raise SpecbenchError(f'{where}: "{shape}" must be a non-empty list of non-empty strings')
+    if any(turn.startswith(UNFETCHED) for turn in turns):
+        raise SpecbenchError(f"{where}: SPEED-Bench's turn is still a placeholder for data in its source dataset; "
+                             "prepare the data with NeMo-Skills' speed-bench prepare.py, then --suite its output")
     category = _category(entry, "category", where)
     return SuiteItem(f"{category}-{question_id}", category, tuple(turns))
+
+
+def _messages(entry: dict, where: str) -> list | None:
+    """The user turns of a chat's messages (SPEED-Bench's prepared layout)."""
+    messages = entry.get("messages")
+    if messages is None:
+        return None
+    if not isinstance(messages, list) or not all(isinstance(m, dict) and "content" in m for m in messages):
+        raise SpecbenchError(f'{where}: "messages" must be a list of {{"role", "content"}} objects')
+    return [m["content"] for m in messages if m.get("role", "user") == "user"]
 
 
 def _as_object(entry: object, where: str) -> dict:

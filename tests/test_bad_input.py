@@ -170,6 +170,7 @@ CASES = [
 # tune's type check of the whole configuration refuses first).
 COMMANDS = {
     "run": lambda w: ["run"],
+    "serve": lambda w: ["serve"],
     "tune": lambda w: ["tune"],
     "recommend": lambda w: ["recommend", "--gpu", "rtx4090"],
     "costs": lambda w: ["costs"],

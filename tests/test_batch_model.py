@@ -135,7 +135,7 @@ def test_schedule_round_trips_through_a_run_config(tmp_path):
 def test_vllm_form():
     form = vllm_config(vllm_method("dflash"), {"batch_sizes": [1, 4, 16, 32], "draft_tokens": [7, 5, 5, 0]})
     assert form == {"method": "dflash", "num_speculative_tokens": 7,
-                    "num_speculative_tokens_per_batch_size": {"1-3": 7, "4-31": 5, "32-32": 0}}
+                    "num_speculative_tokens_per_batch_size": [[1, 3, 7], [4, 31, 5], [32, 32, 0]]}
     assert vllm_method("eagle+dflash") is None  # a combination: no vLLM counterpart
     assert vllm_config(None, {"batch_sizes": [1], "draft_tokens": [3]}) is None
     assert vllm_config(vllm_method("ngram"), {"batch_sizes": [1], "draft_tokens": [0]}) is None  # never drafts

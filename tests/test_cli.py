@@ -135,6 +135,20 @@ def test_multi_turn_suite_runs_turn_by_turn(tiny_model_dir, tmp_path):
     assert second["prompt_tokens"] > first["prompt_tokens"] + first["new_tokens"] - 1  # the answer is in the context
 
 
+def test_a_speed_bench_directory_runs_with_its_categories(tiny_model_dir, tmp_path):
+    from tests.test_suites import write_speed_bench
+
+    suite = write_speed_bench(tmp_path / "speed-bench")
+    result = invoke("run", "--model", tiny_model_dir, "--suite", suite, "--strategy", "ngram", "--max-new-tokens", 4,
+                    "--out", tmp_path, "--json", "--warmup", 0)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["suite"] == "speed-bench-qualitative"
+    assert {s["category"] for s in report["by_category"]} == {"coding", "roleplay", "writing"}
+    result = invoke("report", report["run_dir"], "--by", "category", "--format", "json")
+    assert {r["category"] for r in json.loads(result.stdout)} == {"coding", "roleplay", "writing"}
+
+
 def test_interrupt_keeps_finished_prompts(tiny_model_dir, tmp_path, monkeypatch):
     import specbench.benchmark.pipeline as benchmark
 

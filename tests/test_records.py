@@ -9,8 +9,9 @@ import pytest
 from specbench.benchmark.pipeline import run_benchmark
 from specbench.config import RunConfig
 from specbench.errors import SpecbenchError
-from specbench.output.records import ROW_KEYS, SUMMARY_KEYS, Row, StrategySummary
+from specbench.output.records import ROW_KEYS, SUMMARY_KEYS, EngineReport, Row, StrategySummary
 from specbench.output.run_dir import read_run
+from tests.helpers import write_run
 
 
 @pytest.mark.parametrize("batch_sizes", [[1], [1, 2]])
@@ -45,9 +46,31 @@ def test_older_rows_read_with_their_defaults():
         == "specbench"
 
 
+def test_summaries_written_before_the_acceptance_rename_read_under_the_new_name():
+    """Older summaries held the conditional per-position acceptance as `acceptance_by_position`, and no
+    unconditional rate."""
+    old = {k: None for k in SUMMARY_KEYS if k != "conditional_acceptance_by_position"}
+    summary = StrategySummary.from_dict(old | {"strategy": "s", "acceptance_by_position": [0.8, 0.5]})
+    assert summary.conditional_acceptance_by_position == [0.8, 0.5] and summary.acceptance_rate_by_position is None
+
+
 def test_optional_entries_are_written_as_groups():
     base = {key: 0 for key in ROW_KEYS} | {"accept_by_position": [], "mismatch": False, "first_divergence": None}
     agreeing = Row.from_dict(base | {"engines_agree": True}).as_dict()
     assert agreeing["engines_first_divergence"] is None and agreeing["engines_divergence_margin"] is None
     batched = Row.from_dict(base | {"batch_rows": 2, "batch_size": 2}).as_dict()
     assert "batch_block" in batched and "engines_agree" not in batched and "speedup" not in batched
+
+
+def test_a_run_from_before_engines_were_plug_ins_reads_its_vllm_report(tmp_path):
+    """Run directories written when vLLM was the one other engine kept its start-up and idle engines as two
+    entries of summary.json; they read as vLLM's engine report, and are written back in the new form."""
+    path = write_run(tmp_path, "old", {"ngram": 1.3})
+    saved = json.loads((path / "summary.json").read_text())
+    saved |= {"vllm_start_s": {"ar": 12.5, "ngram": 14.0}, "vllm_idle_engines": "stopped (SIGSTOP)"}
+    (path / "summary.json").write_text(json.dumps(saved))
+    run = read_run(path)
+    assert run.engines == [EngineReport("vllm", {"ar": 12.5, "ngram": 14.0}, {"idle_engines": "stopped (SIGSTOP)"})]
+    written = run.summary_json()
+    assert "vllm_start_s" not in written and written["engines"][0]["start_s"] == {"ar": 12.5, "ngram": 14.0}
+    assert read_run(path).summary == run.summary and read_run(path).engine_pairs == []

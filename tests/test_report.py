@@ -167,7 +167,8 @@ def test_comparison_renders_the_summaries(tmp_path):
     assert list(df["strategy"]) == list(STRATEGIES)
     for (_, row), summary in zip(df.iterrows(), runs[0].summary):
         assert row["speedup"] == summary.speedup and row["tau"] == summary.tau
-        assert row["accept_by_position"] == summary.acceptance_by_position
+        assert row["acceptance_rate_by_position"] == summary.acceptance_rate_by_position
+        assert row["conditional_acceptance_by_position"] == summary.conditional_acceptance_by_position
         assert sum(row[f"share_{p}"] for p in ("prefill", "draft", "verify", "other")) == pytest.approx(1.0)
     by_category = comparison(runs, by="category")
     assert len(by_category) == len(STRATEGIES) * len(CATEGORIES)
@@ -197,7 +198,7 @@ def test_the_default_table_fits_80_columns_with_a_legend(tmp_path):
     assert "…" not in text  # nothing truncated
     assert "speedup [95% CI]" in text and "tok/s" in text and "mismatch" in text
     assert "tau: tokens per target forward" in text  # the legend names each column and its unit
-    assert "a1" in text and "0.85" in text  # per-position acceptance, its own table
+    assert "drafts accepting it / drafts" in text and "p1" in text and "0.85" in text  # its own table
     wide = printed(runs, width=200, wide=True)
     assert "prefill" in wide and "needs GB" in wide and "meas/pred" not in wide  # no cost model in this run
 

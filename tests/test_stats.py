@@ -12,7 +12,7 @@ import pytest
 from specbench.engine.decode import Generation
 from specbench.engine.tree import DraftTree
 from specbench.measure.stats import (
-    acceptance_by_position,
+    PositionCounts,
     geometric_mean,
     geometric_mean_ci,
     paired_speedups,
@@ -70,25 +70,31 @@ def test_bootstrap_interval_covers_the_true_geometric_mean_about_95_percent():
 
 
 def test_per_position_acceptance_of_hand_built_steps():
-    """Five steps accepting 0, 1, 3, 2 and 3 of 3 drafts: a1 = 4/5, a2 = 3/4, a3 = 2/3."""
+    """Five drafts accepting 0, 1, 3, 2 and 3 of 3 drafts, and one step that drafted nothing: positions
+    1, 2, 3 accepted by 4, 3 and 2 of the 5 drafts (unconditional, vLLM's); conditionally a1 = 4/6 (the
+    empty step rejected at position 1), a2 = 3/4, a3 = 2/3."""
     gen = Generation(tokens=[])
     for accepted in (0, 1, 3, 2, 3):
         gen.record(DraftTree.chain([7, 7, 7], "t"), accepted, budget=3)
-    assert gen.accept_by_position == [4, 3, 2]
-    assert acceptance_by_position(np.array(gen.accept_by_position), gen.steps) == pytest.approx([4 / 5, 3 / 4, 2 / 3])
-    assert gen.drafted == 15 and gen.accepted == 9 and gen.verified == 20 and gen.budget == 15
+    gen.record(DraftTree(), 0, budget=0)
+    assert gen.accept_by_position == [4, 3, 2] and gen.drafts == 5 and gen.steps == 6
+    counts = PositionCounts(np.array(gen.accept_by_position), gen.drafts, gen.steps)
+    assert counts.rates() == pytest.approx([4 / 5, 3 / 5, 2 / 5])
+    assert counts.conditional() == pytest.approx([4 / 6, 3 / 4, 2 / 3])
+    assert gen.drafted == 15 and gen.accepted == 9 and gen.verified == 21 and gen.budget == 15
 
 
 def test_tau_efficiency_shares_and_mismatches():
     rows = pd.DataFrame([
         row("ar", "p1", 12, 1.0),
-        row("s", "p1", 12, 0.5, steps=4, drafted=16, accepted=8, accept_by_position=[3, 3, 2], draft_s=0.1,
-            verify_s=0.3, other_s=0.05, prefill_s=0.05),
+        row("s", "p1", 12, 0.5, steps=4, drafts=4, drafted=16, accepted=8, accept_by_position=[3, 3, 2],
+            draft_s=0.1, verify_s=0.3, other_s=0.05, prefill_s=0.05),
     ])
     s = summarize(rows)[1]
     assert s.tau == 3.0  # 12 tokens over 4 target forwards
     assert s.draft_efficiency == 0.5  # 8 of 16 drafted nodes accepted
-    assert s.acceptance_by_position == pytest.approx([3 / 4, 1.0, 2 / 3])
+    assert s.acceptance_rate_by_position == pytest.approx([3 / 4, 3 / 4, 2 / 4])
+    assert s.conditional_acceptance_by_position == pytest.approx([3 / 4, 1.0, 2 / 3])
     assert s.time_shares == pytest.approx({"prefill": 0.1, "draft": 0.2, "verify": 0.6, "other": 0.1})
     assert s.mismatches == 0
     sampled = summarize(rows.assign(mismatch=None))[1]

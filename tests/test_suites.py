@@ -159,6 +159,69 @@ def test_bare_name_of_an_existing_file(tmp_path, monkeypatch):
     assert load_suite("myprompts").name == "myprompts"
 
 
+# SPEED-Bench, as NeMo-Skills' speed-bench prepare.py writes it (the layout `vllm bench serve` reads)
+
+def speed_bench_row(question_id: str, category: str, *turns: str, **fields) -> dict:
+    """One line of a prepared split: the dataset card's fields, the turns as user messages."""
+    return {"question_id": question_id, "category": category, "sub_category": fields.get("sub_category", ""),
+            "source": fields.get("source", "mock"), "src_id": fields.get("src_id", ""),
+            "difficulty": fields.get("difficulty", "medium"), "multiturn": len(turns) > 1,
+            "messages": [{"role": "user", "content": turn} for turn in turns]}
+
+
+def write_speed_bench(root: Path) -> Path:
+    root.mkdir()
+    write_jsonl(root / "qualitative.jsonl", [
+        speed_bench_row("a1f3", "coding", "Write a Python function that reverses a list."),
+        speed_bench_row("b2c4", "roleplay", "You are a ship's cook. Greet the crew.", "Now tell them dinner is late."),
+        speed_bench_row("c9d0", "writing", "Write a haiku about rain."),
+        speed_bench_row("d7e1", "coding", "Explain what a Python decorator does."),
+    ])
+    write_jsonl(root / "throughput_1k.jsonl", [
+        speed_bench_row("e5f6", "low_entropy", "Copy the text below.\n" + "lorem ipsum " * 40),
+        speed_bench_row("f0a1", "high_entropy", "Continue the story.\n" + "once upon a time " * 30),
+    ])
+    return root
+
+
+def test_speed_bench_directory_is_its_qualitative_split(tmp_path):
+    suite = load_suite(write_speed_bench(tmp_path / "speed-bench"))
+    assert suite.name == "speed-bench-qualitative"
+    assert suite.categories() == {"coding": 2, "roleplay": 1, "writing": 1}
+    assert suite.items[0] == SuiteItem("coding-a1f3", "coding", ("Write a Python function that reverses a list.",))
+    assert suite.items[1].turns == ("You are a ship's cook. Greet the crew.", "Now tell them dinner is late.")
+    assert [item.id for item in select(suite, ["coding"]).items] == ["coding-a1f3", "coding-d7e1"]
+
+
+def test_speed_bench_throughput_split_by_its_file(tmp_path):
+    suite = load_suite(write_speed_bench(tmp_path / "speed-bench") / "throughput_1k.jsonl")
+    assert suite.name == "throughput_1k" and suite.categories() == {"high_entropy": 1, "low_entropy": 1}
+
+
+def test_speed_bench_turns_not_yet_fetched_from_their_source_are_refused(tmp_path):
+    """The published parquet leaves some turns to be fetched from their source datasets."""
+    placeholder = "FULL BENCHMARK DATA SHOULD BE FETCHED FROM THE SOURCE USING SPECDEC_BENCH\n\n{article}"
+    path = write_jsonl(tmp_path / "qualitative.jsonl", [speed_bench_row("a", "summarization", placeholder)])
+    with pytest.raises(SpecbenchError, match=r"line 1: SPEED-Bench's turn is still a placeholder.*prepare.py"):
+        load_suite(path)
+    raw = write_jsonl(tmp_path / "raw.jsonl",
+                      [{"question_id": "a", "category": "summarization", "turns": [placeholder]}])
+    with pytest.raises(SpecbenchError, match="placeholder"):
+        load_suite(raw)
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ({"question_id": "a", "category": "qa", "messages": "hi"}, r'"messages" must be a list of'),
+    ({"question_id": "a", "category": "qa", "messages": [{"role": "system", "content": "x"}]},
+     r'"messages" must be a non-empty list'),
+    ({"category": "qa", "messages": [{"role": "user", "content": "x"}]}, r'missing "question_id"'),
+])
+def test_malformed_speed_bench_lines(tmp_path, line, message):
+    path = write_jsonl(tmp_path / "qualitative.jsonl", [line])
+    with pytest.raises(SpecbenchError, match=rf"line 1: {message}"):
+        load_suite(path)
+
+
 # malformed input: every message names the file and the line or entry
 
 @pytest.mark.parametrize(("text", "message"), [
@@ -218,7 +281,7 @@ def test_empty_json_list(tmp_path):
 
 
 def test_directory_and_binary_files_are_errors(tmp_path):
-    with pytest.raises(SpecbenchError, match="cannot read"):
+    with pytest.raises(SpecbenchError, match="is a directory without qualitative.jsonl"):
         load_suite(tmp_path)
     (tmp_path / "x.jsonl").write_bytes(b"\xff\xfe\x00garbage")
     with pytest.raises(SpecbenchError, match="not UTF-8"):

@@ -12,18 +12,23 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
-from specbench import engines
+from specbench.backends import vllm as vllm_backend
+from specbench.backends.protocol import EnginePlan
+from specbench.backends.vllm import VLLM
 from specbench.benchmark.measuring import make_row
 from specbench.benchmark.pipeline import measure_run
 from specbench.benchmark.prepare import prepare
 from specbench.cli import app
 from specbench.config import RunConfig
-from specbench.engines import VLLM
 from specbench.errors import SpecbenchError
 from specbench.output.run_dir import RunDir
 from specbench.strategies.registry import definitions
@@ -32,7 +37,9 @@ pytestmark = [pytest.mark.vllm, pytest.mark.usefixtures("vllm_installed", "draft
 # everything vLLM runs for this target on a CPU: vLLM's V1 model runner (the CPU's, without Triton) has no dspark
 STRATEGIES = ["ngram", "draft", "eagle", "dflash"]
 runner = CliRunner()
-SMALL_KV_CACHE = {"kv_cache_memory_bytes": 64 << 20}  # 10k tokens of the embedded model: engines share 24 GB
+# 10k tokens of the embedded model (engines share 24 GB), and eager mode: the tests keep vLLM's start-up short
+# (compiling takes minutes per engine here); a run's default is vLLM's own, compiled
+ENGINE_ARGS = {"kv_cache_memory_bytes": 64 << 20, "enforce_eager": True}
 
 
 @pytest.fixture(scope="module")
@@ -51,14 +58,15 @@ def drafter_cache(tmp_path_factory):
 def both(drafter_cache, tmp_path_factory):
     out = tmp_path_factory.mktemp("both")
     config = RunConfig(strategies=STRATEGIES, engine="both", limit=2, max_new_tokens=24, warmup=0,
-                       cost_model=False, out=str(out), engine_args=SMALL_KV_CACHE)
+                       cost_model=False, out=str(out), engine_args=ENGINE_ARGS)
     bench = prepare(config.validate())
     try:
         run = RunDir.create(config.out, bench.config, bench.target.name, bench.suite.name,
                             [s.label for s in bench.runs])
         report = measure_run(bench, run, None, None).as_json()
         rows = [json.loads(line) for line in (run.path / "rows.jsonl").read_text().splitlines()]
-        yield {"report": report, "rows": rows, "bench": bench}
+        log = bench.backends[VLLM].engine.log.read_text()
+        yield {"report": report, "rows": rows, "bench": bench, "log": log}
     finally:
         bench.close()
 
@@ -92,18 +100,86 @@ def test_vllm_figures_come_from_its_own_counters(both):
         counts = row["accept_by_position"]
         assert counts == sorted(counts, reverse=True) and sum(counts) == row["accepted"] <= row["drafted"]
         assert row["steps"] > 1 and row["wall_s"] > 0 and row["ttft_s"] > 0
+        # each forward commits a token and what it accepted, steps that drafted nothing (ngram) included
+        assert row["steps"] > row["drafts"] and row["steps"] + row["accepted"] >= row["new_tokens"]
+
+
+def test_per_position_acceptance_matches_vllms_own_counters(both):
+    """The unconditional per-position rate is the one vLLM's `vllm:spec_decode_*` counters give (accepted at
+    position k / drafts, as `vllm bench serve` computes it). Those counters are process-wide and each new
+    engine re-registers them, so they hold the last engine started: compared for that one."""
+    last = both["bench"].backends[VLLM].engine.runners[-1]
+    metrics = {m.name: m for m in last.llm.get_metrics() if m.name.startswith("vllm:spec_decode")}
+    drafts = metrics["vllm:spec_decode_num_drafts"].value
+    per_position = metrics["vllm:spec_decode_num_accepted_tokens_per_pos"].values
+    summary = summary_of(both["report"], last.name, VLLM)
+    rates = summary["acceptance_rate_by_position"]
+    assert drafts > 0 and len(rates) <= len(per_position)
+    assert rates + [0.0] * (len(per_position) - len(rates)) == pytest.approx([a / drafts for a in per_position])
+    assert sum(r["drafts"] for r in both["rows"] if r["engine"] == VLLM and r["strategy"] == last.name) == drafts
+    conditional = summary["conditional_acceptance_by_position"]  # the other form, from the same counts
+    assert conditional[1:] == pytest.approx([b / a for a, b in zip(per_position, per_position[1:len(conditional)])])
+
+
+def test_what_vllm_prints_goes_to_the_runs_log(both):
+    """vLLM's logging, its engine processes' included, goes to the log, at INFO; each engine's start-up is
+    recorded, with what of it was compiling (nothing, in the tests' eager mode)."""
+    assert "INFO" in both["log"] and "init engine (profile, create kv cache, warmup model) took" in both["log"]
+    (report,) = [r for r in both["report"]["engines"] if r["engine"] == VLLM]
+    assert set(report["start_s"]) == {"ar", *STRATEGIES} and all(s > 0 for s in report["start_s"].values())
+    assert report["details"]["compile_s"] == {name: 0.0 for name in ("ar", *STRATEGIES)}
+
+
+def test_vllm_runs_as_deployed_unless_told(tmp_path):
+    """No enforce_eager of specbench's: vLLM's defaults compile (and capture CUDA graphs on a GPU)."""
+    from specbench.backends.vllm import engine_kwargs, log_of, logged
+
+    kwargs = logged(engine_kwargs(str(tmp_path), torch.float32, 0, {}))
+    assert "enforce_eager" not in kwargs and log_of(kwargs).parent == Path(tempfile.gettempdir())
+    assert engine_kwargs(str(tmp_path), torch.float32, 0, {"enforce_eager": True})["enforce_eager"] is True
+
+
+def test_the_log_joins_the_run_directory_after_an_interrupted_runs(tmp_path):
+    import logging
+
+    from specbench.backends.vllm import VllmEngine, engine_kwargs, logged
+
+    for attempt in ("first", "resumed"):
+        engine = VllmEngine(logged(engine_kwargs(str(tmp_path), torch.float32, 0, {})))
+        logging.getLogger("vllm.test").warning("%s attempt", attempt)
+        engine.keep_log(tmp_path)
+        assert not engine.log.exists() and not engine.log.with_suffix(".json").exists()
+    lines = (tmp_path / "vllm.log").read_text().splitlines()
+    assert [line.split(": ")[-1] for line in lines] == ["first attempt", "resumed attempt"]
+
+
+def test_a_refusal_is_one_line_with_vllms_output_in_its_log(tmp_path):
+    """The command a user types, in a process of its own (vLLM's engine processes write to the terminal's
+    file descriptors, which an in-process runner does not capture)."""
+    env = {**os.environ, "XDG_CACHE_HOME": os.environ["XDG_CACHE_HOME"], "TMPDIR": str(tmp_path)}
+    command = [sys.executable, "-m", "specbench", "run", "--engine", "both", "--strategy", "dspark", "--limit", "1",
+               "--out", str(tmp_path / "results")]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1200,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == "error: vLLM refused dspark: Model Runner V1 does not support: dspark speculative " \
+                                  "decoding" and done.stdout == ""
+    assert not (tmp_path / "results").exists()
+    (log,) = tmp_path.glob("specbench-vllm-*.log")
+    assert "WARNING" in log.read_text() and "speculative" in log.read_text()  # the check's own warnings
 
 
 def test_idle_engines_are_stopped_while_another_is_timed(both):
     """Between its own requests every engine's processes are stopped, so none busy-polls beside the timed one."""
     import psutil
 
-    runners = both["bench"].vllm.runners
+    runners = both["bench"].backends[VLLM].engine.runners
     assert len(runners) == 1 + len(STRATEGIES) and all(runner.processes for runner in runners)
     for runner in runners:
         assert {p.status() for p in runner.processes} == {psutil.STATUS_STOPPED}, runner.name
         assert {p.name() for p in runner.processes} >= {"VLLM::EngineCore", "VLLM::Worker"}
-    assert both["report"]["vllm_idle_engines"] == "stopped (SIGSTOP) outside their own requests"
+    (report,) = [r for r in both["report"]["engines"] if r["engine"] == VLLM]
+    assert report["details"]["idle_engines"] == "stopped (SIGSTOP) outside their own requests"
 
 
 def test_transfer_and_engine_agreement(both):
@@ -125,7 +201,7 @@ def test_the_table_shows_each_engine_and_the_transfer(both):
 
 def test_the_lossless_check_catches_a_planted_mismatch(both):
     bench = both["bench"]
-    ar, ngram = (next(s for s in bench.vllm_strategies if s.name == name) for name in ("ar", "ngram"))
+    ar, ngram = (next(s for s in bench.engine_strategies if s.name == name) for name in ("ar", "ngram"))
     prompt = [int(t) for t in bench.target.tokenizer.encode("def add(a, b):\n    return")]
     reference = ar.runner(prompt, 12, bench.sampling, 0).tokens
     gen = ngram.runner(prompt, 12, bench.sampling, 0)
@@ -175,16 +251,16 @@ def test_bad_engine_input_is_one_line_exit_2_nothing_written(args, message, tmp_
 
 
 def test_without_vllm_the_engine_says_how_to_install_it(monkeypatch):
-    monkeypatch.setattr(engines.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(vllm_backend.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(SpecbenchError, match=r'pip install -e "\.\[vllm\]"'):
-        engines.check_engine(VLLM, {}, [], [1])
+        vllm_backend.VllmBackend.check(EnginePlan([], {}, None, [1], 0.0, {}))
 
 
 def test_tune_on_vllm_writes_a_speculative_config_vllm_accepts(tmp_path):
     from vllm import LLM
 
     result = runner.invoke(app, ["tune", "--engine", "vllm", "--strategy", "ngram", "--trials", "2", "--limit", "3",
-                                 "--engine-args", json.dumps(SMALL_KV_CACHE),
+                                 "--engine-args", json.dumps(ENGINE_ARGS),
                                  "--max-new-tokens", "16", "--out", str(tmp_path), "--json"])
     assert result.exit_code == 0, result.output
     record = json.loads(result.stdout)
@@ -194,5 +270,5 @@ def test_tune_on_vllm_writes_a_speculative_config_vllm_accepts(tmp_path):
     assert config["num_speculative_tokens"] == record["knobs"]["ngram"].get("num_pred_tokens", 8)
     assert "controller" not in record["best_params"]  # vLLM drafts a fixed length: the controller is not searched
     llm = LLM(model=str(Path(__file__).resolve().parents[1] / "specbench/assets/default/target"), dtype="float32",
-              enforce_eager=True, max_model_len=512, speculative_config=config, **SMALL_KV_CACHE)
+              max_model_len=512, speculative_config=config, **ENGINE_ARGS)
     llm.llm_engine.engine_core.shutdown()

@@ -1,8 +1,9 @@
 """Decoding for the bench: one strategy on a group of prompts at a batch size, unmeasured or measured.
 
-A group of one decodes in the single-sequence loop (or the strategy's own engine, vLLM's); a larger
-group decodes in lockstep, each sequence with its own drafter copy, controller and seeded Rng. Every
-sequence samples from its prompt's seed (`prompt_seed`), the same at every batch size and in tune.
+A group of one decodes in the strategy's engine (its runner: specbench's single-sequence loop, or
+another engine's own decoding); a larger group decodes in specbench's loop in lockstep, each sequence
+with its own drafter copy, controller and seeded Rng. Every sequence samples from its prompt's seed
+(`prompt_seed`), the same at every batch size and in tune.
 """
 
 from __future__ import annotations
@@ -15,15 +16,13 @@ from typing import Any
 
 import torch
 
+from specbench.backends.specbench import new_controller
 from specbench.benchmark.prepare import PreparedRun
-from specbench.draft_schedule import cap_at
 from specbench.engine.batch import BatchGeneration, drafter_copies, generate_batch
-from specbench.engine.decode import Generation, generate
-from specbench.engine.protocol import Controller
+from specbench.engine.decode import Generation
 from specbench.engine.sampling import seeded
 from specbench.models import encode_turns
 from specbench.strategies.build import Strategy
-from specbench.strategies.controllers import CappedController
 from specbench.suites import SuiteItem
 
 
@@ -33,30 +32,17 @@ def prompt_seed(run_seed: int, item: SuiteItem, turn: int, repeat: int = 0) -> i
     return run_seed * 1_000_003 + zlib.crc32(f"{item.id}/{turn}/{repeat}".encode())
 
 
-def new_controller(bench: PreparedRun, strategy: Strategy, batch_size: int) -> Controller | None:
-    """A fresh controller for one sequence, capped where the run's draft schedule says so at this batch size."""
-    if strategy.new_controller is None:
-        return None
-    controller = strategy.new_controller()
-    entry = bench.config.draft_schedule.get(strategy.name)
-    cap = cap_at(entry, batch_size) if entry else None
-    return controller if cap is None else CappedController(controller, cap)
-
-
 def run_one(bench: PreparedRun, strategy: Strategy, prompt: list[int], seed: int) -> Generation:
-    """One sequence alone."""
-    if strategy.runner is not None:
-        return strategy.runner(prompt, bench.config.max_new_tokens, bench.sampling, seed)
-    torch.manual_seed(seed)
-    return generate(bench.target.model, prompt, bench.config.max_new_tokens, bench.sampling,
-                    bench.target.eos_ids, strategy.drafter, new_controller(bench, strategy, 1), seed)
+    """One sequence alone, in the strategy's engine."""
+    return strategy.runner(prompt, bench.config.max_new_tokens, bench.sampling, seed)
 
 
 def run_batch(bench: PreparedRun, strategy: Strategy, prompts: list[list[int]], seeds: list[int]) -> BatchGeneration:
     """One batch in lockstep, each sequence with its own drafter copy, controller and seeded Rng."""
     torch.manual_seed(seeds[0])
     drafters = drafter_copies(strategy.drafter, len(prompts)) if strategy.drafter else None
-    controllers = [new_controller(bench, strategy, len(prompts)) for _ in prompts] if strategy.drafter else None
+    controllers = ([new_controller(strategy, bench.config.draft_schedule, len(prompts)) for _ in prompts]
+                   if strategy.drafter else None)
     rngs = [seeded(seed, bench.target.device) for seed in seeds]
     return generate_batch(bench.target.model, prompts, bench.config.max_new_tokens, bench.sampling,
                           bench.target.eos_ids, drafters, controllers, rngs)
@@ -82,7 +68,7 @@ def decode(bench: PreparedRun, strategy: Strategy, prompts: list[list[int]], see
 
 
 def strategies_at(bench: PreparedRun, batch_size: int) -> list[Strategy]:
-    """What runs at a batch size: everything at 1, specbench's own strategies batched (vLLM's engines
+    """What runs at a batch size: everything at 1, specbench's own strategies batched (the other engines
     here decode one sequence at a time)."""
     return bench.runs if batch_size == 1 else bench.strategies
 

@@ -8,10 +8,10 @@ from typing import Any, Callable
 
 import torch
 
+from specbench.backends.registry import SPECBENCH
 from specbench.benchmark.decoding import Decoded, decode, prompt_seed, strategy_order
 from specbench.benchmark.prepare import PreparedRun, fits
 from specbench.engine.decode import Generation
-from specbench.engines import SPECBENCH, VLLM
 from specbench.measure.host import peak_rss_bytes
 from specbench.measure.lossless import divergence_margin, first_divergence
 from specbench.measure.memory import needed_bytes
@@ -58,7 +58,7 @@ def make_rows(model, strategy: Strategy, items: list[SuiteItem], turn: int, repe
             strategy=strategy.name, prompt_id=item.id, category=item.category, turn=turn, repeat=repeat,
             order=order, prompt_tokens=len(prompt), new_tokens=tokens, wall_s=share.wall_s, ttft_s=gen.ttft_s,
             tpot_s=(gen.wall_s - gen.ttft_s) / (tokens - 1) if tokens > 1 else None,
-            steps=gen.steps, tau=tokens / gen.steps if gen.steps else None,
+            steps=gen.steps, drafts=gen.drafts, tau=tokens / gen.steps if gen.steps else None,
             drafted=gen.drafted, accepted=gen.accepted, verified=gen.verified, max_verified=gen.max_verified,
             draft_depth=gen.draft_depth, budget=gen.budget, tree_steps=gen.tree_steps,
             accept_by_position=gen.accept_by_position,
@@ -76,11 +76,11 @@ def make_row(model, strategy: Strategy, item: SuiteItem, turn: int, repeat: int,
     return make_rows(model, strategy, [item], turn, repeat, [prompt], Decoded([gen]), [reference], peak, 1, order)[0]
 
 
-def engine_agreement(model, prompt: list[int], vllm_ar: list[int], specbench_ar: list[int]) -> dict[str, Any]:
-    """vLLM's `ar` against specbench's on one prompt: kernels differ, so a near-tie may flip; where they
-    part and the target's logit margin there (from specbench's forward) say whether it was a tie."""
-    first = first_divergence(vllm_ar, specbench_ar)
-    margin = divergence_margin(model, prompt, vllm_ar, specbench_ar, first) if first is not None else None
+def engine_agreement(model, prompt: list[int], engine_ar: list[int], specbench_ar: list[int]) -> dict[str, Any]:
+    """Another engine's `ar` against specbench's on one prompt: kernels differ, so a near-tie may flip; where
+    they part and the target's logit margin there (from specbench's forward) say whether it was a tie."""
+    first = first_divergence(engine_ar, specbench_ar)
+    margin = divergence_margin(model, prompt, engine_ar, specbench_ar, first) if first is not None else None
     return {"engines_agree": first is None, "engines_first_divergence": first, "engines_divergence_margin": margin}
 
 
@@ -94,7 +94,8 @@ def measure_group(bench: PreparedRun, batch_size: int, items: list[SuiteItem], d
     context for every strategy, so the comparison stays paired). `previous` maps (prompt, turn,
     repeat) to `ar`'s output ids measured so far, an interrupted run's included; the greedy reference
     of a sequence is the first of them, batch size 1's where it ran, so batched `ar` is checked against
-    it too. vLLM's strategies are checked against vLLM's own `ar`, which is checked against specbench's.
+    it too. Another engine's strategies are checked against that engine's own `ar`, which is checked
+    against specbench's.
     """
     tokenizer = bench.target.tokenizer
     greedy = bench.sampling.greedy
@@ -135,7 +136,7 @@ def measure_group(bench: PreparedRun, batch_size: int, items: list[SuiteItem], d
                 references = own_ar if greedy else [None] * len(keys)
                 made = make_rows(bench.target.model, strategy, members, turn, repeat, prompts, decoded, references,
                                  peak, batch_size, position)
-                if greedy and strategy.engine == VLLM and strategy.name == BASELINE:  # against specbench's `ar`
+                if greedy and strategy.engine != SPECBENCH and strategy.name == BASELINE:  # against specbench's
                     made = [dataclasses.replace(row, **engine_agreement(bench.target.model, prompt, row.output_ids,
                                                                         previous[key]))
                             for row, prompt, key in zip(made, prompts, keys)]

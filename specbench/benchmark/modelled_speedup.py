@@ -51,8 +51,8 @@ def draft_shape(strategy: Strategy, rows: pd.DataFrame, result: StrategySummary)
     context = float((rows.prompt_tokens + rows.new_tokens / 2).mean())
     steps_by_drafted = position_sums(rows.steps_by_drafted)
     ordered = rows.sort_values(["turn", "repeat"], kind="stable")
-    return DraftShape.measured(result.acceptance_by_position, steps_by_drafted, context, drafter_key(strategy),
-                               rows.budget.sum() / rows.steps.sum(), strategy.tree,
+    return DraftShape.measured(result.conditional_acceptance_by_position, steps_by_drafted, context,
+                               drafter_key(strategy), rows.budget.sum() / rows.steps.sum(), strategy.tree,
                                list(zip(ordered.steps, ordered.new_tokens)))
 
 

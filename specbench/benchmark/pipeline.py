@@ -13,19 +13,19 @@ from functools import cache, partial
 from pathlib import Path
 from typing import Any, Callable
 
+from specbench.backends.registry import SPECBENCH, parse_engines
 from specbench.benchmark.decoding import warm_up
 from specbench.benchmark.measuring import measure_group
 from specbench.benchmark.modelled_speedup import time_proposals
-from specbench.benchmark.prepare import PreparedRun, context_limit, prepare
+from specbench.benchmark.prepare import PreparedRun, prepare
 from specbench.benchmark.summarise import finish
 from specbench.config import RunConfig
-from specbench.engines import SPECBENCH, VLLM
 from specbench.errors import Interrupted, SpecbenchError
 from specbench.measure.cost_table import CHAIN, TREE, CostTable, Grid
 from specbench.measure.cost_timing import drafter_context, drafter_key, measure_costs
 from specbench.measure.noise import NoiseMonitor
 from specbench.measure.stats import CostInputs
-from specbench.models import encode_turns
+from specbench.models import context_limit, encode_turns
 from specbench.output.records import Row, RunResult
 from specbench.output.run_dir import RunDir, group_of
 from specbench.strategies.names import BASELINE
@@ -77,6 +77,8 @@ def run_benchmark(config: RunConfig, progress: Progress | None = None, resume: s
         return measure_run(bench, run, progress, on_estimate, started)
     finally:
         bench.close()
+        for engine in bench.backends.values():  # what the engines printed, once they have stopped
+            engine.keep_log(run.path)
 
 
 def measure_run(bench: PreparedRun, run: RunDir, progress: Progress | None = None, on_estimate: Estimate | None = None,
@@ -109,7 +111,8 @@ def measure_run(bench: PreparedRun, run: RunDir, progress: Progress | None = Non
                      "load": noise.load_before, "cpus": noise.cpus, "busy": noise.busy_before(),
                      "skipped": list(bench.skipped), "context": context_limit(bench.target),
                      "startup_s": time.perf_counter() - started})
-    costs = cost_inputs(bench) if config.cost_model and config.engine != VLLM else None
+    # the cost model predicts specbench's strategies, which run only where specbench is listed (else `ar` alone)
+    costs = cost_inputs(bench) if config.cost_model and SPECBENCH in parse_engines(config.engine) else None
     priced = time_proposals(bench.target, bench.strategies, config.out)  # the load axis's, timed before measuring
     noise.restart()
     complete = False

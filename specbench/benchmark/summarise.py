@@ -9,16 +9,16 @@ from typing import Any
 
 import pandas as pd
 
+from specbench.backends.registry import SPECBENCH, label
 from specbench.benchmark.modelled_speedup import load_axis
 from specbench.benchmark.prepare import PreparedRun
-from specbench.engines import SPECBENCH, label
 from specbench.files import write_atomic
 from specbench.hardware import is_local_gpu
 from specbench.measure.cost_table import CostTable
 from specbench.measure.noise import NoiseMonitor
 from specbench.measure.projection import by_batch, workload_shape
 from specbench.measure.projection import project as projection
-from specbench.measure.stats import CostInputs, paired_speedups, summarize, transfer
+from specbench.measure.stats import CostInputs, engine_pairs, paired_speedups, summarize, transfer
 from specbench.output.batch_plots import write_batch_plots
 from specbench.output.plots import write_plots
 from specbench.output.records import Row, RunResult, StrategySummary
@@ -61,7 +61,8 @@ def summarise(bench: PreparedRun, result: RunResult, noise: NoiseMonitor | None,
     ratios = transfer(result.summary)
     for summary in result.summary:
         if summary.engine != SPECBENCH:
-            summary.transfer = ratios.get((summary.strategy, summary.batch_size))
+            summary.transfer = ratios.get((summary.engine, summary.strategy, summary.batch_size))
+    result.engine_pairs = engine_pairs(rows, result.summary, bench.sampling.greedy)
     own = rows[rows.engine == SPECBENCH]  # the noise check, projection and load axis read specbench's engine
     own_summary = [s for s in result.summary if s.engine == SPECBENCH]
     smallest = int(own.batch_size.min())
@@ -79,8 +80,7 @@ def finish(bench: PreparedRun, run: RunDir, rows: list[Row], complete: bool, noi
     directory with the plots; `priced` is the cost table the load axis prices with."""
     result = RunResult(run.path, {**run.meta, "status": "complete" if complete else "incomplete"}, run.config,
                        run.environment, rows, [], skipped_prompts=bench.skipped, notes=bench.notes,
-                       vllm_start_s=bench.vllm.start_s if bench.vllm is not None else {},
-                       vllm_idle_engines=bench.vllm.idle_engines if bench.vllm is not None else None,
+                       engines=[r for b in bench.backends.values() if not (r := b.report()).empty],
                        nvml_series=bench.metrics.series_frame().to_dict("records"))
     if rows:
         summarise(bench, result, noise, costs, priced)

@@ -11,8 +11,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from specbench.backends.registry import choices
 from specbench.config import RunConfig
-from specbench.engines import ENGINES
 from specbench.ranges import DEVICE_CHOICES, DTYPE_CHOICES
 
 DEFAULTS = RunConfig()
@@ -35,8 +35,8 @@ Seed = Annotated[Optional[int], typer.Option("--seed", help="Random seed of samp
 Dtype = Annotated[Optional[str], typer.Option("--dtype", help=f"{', '.join(DTYPE_CHOICES)} (auto: bfloat16 on CUDA, float32 on CPU).", show_default=default("dtype"))]
 Device = Annotated[Optional[str], typer.Option("--device", help=f"{', '.join(DEVICE_CHOICES)}.", show_default=default("device"))]
 Profiles = Annotated[Optional[Path], typer.Option("--profiles", help="TOML file with extra GPU profiles.", show_default="none")]
-Engine = Annotated[Optional[str], typer.Option("--engine", help=f"Which engine decodes: {', '.join(ENGINES)} (both: each strategy in each, with the transfer column: vLLM's speedup over specbench's).", show_default=default("engine"))]
-EngineArgs = Annotated[Optional[str], typer.Option("--engine-args", help="vLLM engine arguments as a JSON object, e.g. '{\"tensor_parallel_size\": 2}' (recorded with the run).", show_default="none")]
+Engine = Annotated[Optional[str], typer.Option("--engine", help=f"Which engines decode: {choices()}, or a comma list such as specbench,vllm (both: specbench and vLLM): each strategy in each, with the transfer column: an engine's speedup over specbench's.", show_default=default("engine"))]
+EngineArgs = Annotated[Optional[str], typer.Option("--engine-args", help="The engine's own arguments (vLLM's engine arguments) as a JSON object, e.g. '{\"tensor_parallel_size\": 2}' (recorded with the run).", show_default="none")]
 ConfigFile = Annotated[Optional[Path], typer.Option("--config", help="TOML run config file; flags override it.", show_default="none")]
 Knobs = Annotated[Optional[list[str]], typer.Option("--set", help="A strategy's knob, e.g. --set draft.k=4 (repeatable).", show_default="each strategy's defaults")]
 ResultsDir = Annotated[Optional[str], typer.Option("--out", help="Results directory: runs/, costs/, tuned/ and tuning/ go there.", show_default=default("out"))]

@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from specbench.backends.registry import ENGINE_NAMES
 from specbench.cli import options
 from specbench.cli.app import app, err, out, print_table, user_errors
 
@@ -17,6 +18,7 @@ def recommend(
     gpu: Annotated[Optional[str], typer.Option(help="GPU profile (see `specbench hardware`); default: the local GPU, else cpu.")] = None,
     task: Annotated[Optional[str], typer.Option(help="Task category: code, chat, creative, legal, high_precision, ...")] = None,
     batch_size: Annotated[int, typer.Option(help="Sequences decoded together.")] = 1,
+    concurrency: Annotated[Optional[int], typer.Option(help="Requests served at once: answer from `specbench serve` runs that measured this concurrency on a real server.", show_default="none")] = None,
     context_len: Annotated[Optional[int], typer.Option(help="Prompt + answer tokens per sequence, for the memory check (default: the evidence's own lengths).")] = None,
     temperature: Annotated[float, typer.Option(help="Sampling temperature of the workload (0 = greedy).")] = 0.0,
     vram_used: Annotated[Optional[float], typer.Option(help="GB of GPU memory the deployment uses with plain decoding.")] = None,
@@ -25,7 +27,7 @@ def recommend(
     cuda_experience: Annotated[Optional[str], typer.Option(help="The team's CUDA experience: none, some or expert.")] = None,
     score_variance: Annotated[Optional[float], typer.Option(help="Variance of the output scores (the EAGLE/MTP/DFlash/DSpark practitioners' comparison's signal).")] = None,
     model: Annotated[Optional[str], typer.Option(help="Only evidence of this model (as run.json names it; default: any).")] = None,
-    engine: Annotated[Optional[str], typer.Option(help="The deployment's engine, specbench or vllm: its measured figures rank first (default: any engine's).")] = None,
+    engine: Annotated[Optional[str], typer.Option(help=f"The deployment's engine, one of {', '.join(ENGINE_NAMES)}: its measured figures rank first (default: any engine's).")] = None,
     results: Annotated[Optional[Path], typer.Option(help="Results directory with runs and tuned studies (default results/).")] = None,
     profiles: options.Profiles = None,
     learn: Annotated[bool, typer.Option("--learn", help="Also fit a decision tree to every readable result and compare it with the prior (writes RESULTS/decision_tree/).")] = False,
@@ -53,6 +55,18 @@ def recommend(
         if results is not None and not results.is_dir():
             raise SpecbenchError(f"results directory {results} does not exist")
         results_dir = results or Path("results")
+        if concurrency is not None:
+            from specbench.ranges import check_range
+            from specbench.recommend.under_load import lines, recommend_for_load
+
+            check_range("--concurrency", concurrency)
+            rec = recommend_for_load(results_dir, concurrency, model)
+            if as_json:
+                sys.stdout.write(dumps(rec, indent=2) + "\n")
+            else:
+                for line in lines(rec):
+                    out.print(line, highlight=False, markup=False, soft_wrap=True)
+            return
         workload = make_workload(gpu, task, batch_size, context_len, temperature, vram_used, pcie, bw_util,
                                  cuda_experience, score_variance, model, profiles, engine)
         evidence = load_evidence(results_dir)

@@ -30,7 +30,18 @@ def report(
         from specbench.files import write_atomic
         from specbench.output.comparison import load_runs
         from specbench.output.plots import write_plots
+        from specbench.serving.run_dir import SERVE_JSON
 
+        serve_dirs = [path for path in run_dirs if (path / SERVE_JSON).is_file()]
+        if serve_dirs:
+            from specbench.cli.serve import print_result
+            from specbench.serving.sweep import read_result
+
+            for path in serve_dirs:
+                print_result(read_result(path), fmt == "json")
+            run_dirs = [path for path in run_dirs if path not in serve_dirs]
+            if not run_dirs:
+                return
         runs, warnings = load_runs(run_dirs)
         for warning in warnings:
             err.print(f"warning: {warning}", style="yellow", highlight=False)

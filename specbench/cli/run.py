@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from specbench.backends.registry import SPECBENCH, parse_engine_args
 from specbench.cli import options
 from specbench.cli.app import (
     app,
@@ -24,13 +25,19 @@ from specbench.cli.app import (
 )
 from specbench.cli.options import default
 from specbench.config import load_config_file, resolve
-from specbench.engines import SPECBENCH, parse_engine_args
 from specbench.errors import SpecbenchError
 from specbench.output.run_dir import RunDir
 from specbench.ranges import check_range, check_sizes
 from specbench.strategies.controllers import CONTROLLERS
 from specbench.strategies.knobs import parse_sets
 from specbench.strategies.names import BASELINE, COMBINATIONS, DEFAULT_STRATEGIES
+
+
+def compiling(seconds: float | None) -> str:
+    """What part of an engine's start-up was compiling (vLLM reports it)."""
+    if seconds is None:
+        return "compiled; vLLM times its compilation on a GPU only"
+    return f"compiling {seconds:.0f} s" if seconds else "eager: nothing compiled"
 
 
 @app.command()
@@ -114,8 +121,11 @@ def run(
                               f"{plan['cpus']} CPUs): timings will be noisy", style="yellow", highlight=False, soft_wrap=True)
 
             result = run_benchmark(cfg, advance, resume, estimate)
-        for name, seconds in result.vllm_start_s.items():
-            err.print(f"vLLM engine for {name} started in {seconds:.0f} s", highlight=False)
+        for report in result.engines:
+            for name, seconds in report.start_s.items():
+                compiled = (f" ({compiling(report.details['compile_s'].get(name))})"
+                            if "compile_s" in report.details else "")
+                err.print(f"{report.engine} engine for {name} started in {seconds:.0f} s{compiled}", highlight=False)
         for note in result.notes:
             err.print(f"note: {note}", highlight=False, soft_wrap=True)
         if as_json:
@@ -141,12 +151,12 @@ def run(
                               f"greedy outputs differ from ar{where}"
                               + mismatch_detail(r.first_divergence, r.divergence_margin),
                               style="bold red", highlight=False, soft_wrap=True)
-            for r in result.summary:
-                agreement = r.engine_agreement
-                if agreement:
-                    parted = agreement["prompts"] - agreement["agreeing"]
-                    err.print(f"engines: vLLM's ar and specbench's agree on {agreement['agreeing']} of "
-                              f"{agreement['prompts']} greedy outputs"
-                              + (mismatch_detail(agreement["first_divergence"], agreement["divergence_margin"])
-                                 if parted else ""), highlight=False, soft_wrap=True)
+            margins = {r.engine: r.engine_agreement["divergence_margin"] for r in result.summary if r.engine_agreement}
+            for pair in result.engine_pairs:
+                if pair.prompts:  # specbench's forward gives the margins where specbench is one of the two
+                    margin = margins.get(pair.engine, []) if pair.reference == SPECBENCH else []
+                    err.print(f"engines: {pair.engine}'s ar and {pair.reference}'s agree on {pair.agreeing} of "
+                              f"{pair.prompts} greedy outputs"
+                              + (mismatch_detail(pair.first_divergence, margin) if pair.first_divergence else ""),
+                              highlight=False, soft_wrap=True)
         err.print(f"results: {result.path}", highlight=False)

@@ -8,10 +8,10 @@ from typing import Annotated, Optional
 import typer
 from optuna.trial import FrozenTrial
 
+from specbench.backends.registry import parse_engine_args
 from specbench.cli import options
 from specbench.cli.app import app, err, interruptible, out, progress_bar, split_list, user_errors
 from specbench.config import load_config_file, resolve
-from specbench.engines import parse_engine_args
 from specbench.strategies.names import DEFAULT_STRATEGIES
 from specbench.strict_json import dumps
 from specbench.tuning.config import OBJECTIVES, TuneConfig

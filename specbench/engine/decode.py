@@ -22,6 +22,7 @@ from specbench.engine.verify import accept_greedy, accept_sampling
 class Generation:
     tokens: list[int]
     steps: int = 0  # target verify forwards
+    drafts: int = 0  # verify forwards that carried at least one draft token
     drafted: int = 0  # draft tokens proposed: every node of every tree
     accepted: int = 0  # draft tokens accepted
     verified: int = 0  # positions in the target's verify forwards (tree size + 1 per step)
@@ -42,6 +43,7 @@ class Generation:
 
     def record(self, tree: DraftTree, accepted: int, budget: int) -> None:
         self.steps += 1
+        self.drafts += len(tree) > 0
         self.budget += budget
         self.tree_steps += not tree.is_chain()
         self.drafted += len(tree)

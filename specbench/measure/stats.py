@@ -7,8 +7,12 @@ The figures, each named for what it is:
   prompt, turn and repeat; the geometric mean over repeats, then over prompts; a 95% percentile
   bootstrap interval over prompts.
 - tau: tokens committed per target forward, the bonus token included (1 for `ar`).
-- acceptance_by_position: a_k = P(draft k accepted | draft k - 1 accepted) over all steps (a step that
-  drafted nothing is rejected at position 1), the per-position rate vLLM reports.
+- acceptance_rate_by_position: drafts whose position k was accepted / drafts (a draft: a verify step
+  that carried at least one draft token), the per-position rate vLLM (its `vllm:spec_decode_*`
+  counters, `vllm bench serve`) and AIPerf report: unconditional, non-increasing in k.
+- conditional_acceptance_by_position: a_k = P(draft k accepted | draft k - 1 accepted) over all steps
+  (a step that drafted nothing is rejected at position 1), whose running products give tau (the cost
+  model's form).
 - draft_efficiency: accepted draft tokens / drafted tokens, every tree node counted, so a wide tree
   shows what it wastes.
 - time_shares: prefill, draft, verify and other (acceptance, cache compaction, bookkeeping) as shares
@@ -29,11 +33,11 @@ import numpy as np
 import pandas as pd
 from scipy.stats import bootstrap
 
-from specbench.engines import SPECBENCH
+from specbench.backends.registry import SPECBENCH
 from specbench.measure.cost_model import StepShape, predict
 from specbench.measure.cost_table import CostTable
-from specbench.measure.lossless import divergences
-from specbench.output.records import StrategySummary
+from specbench.measure.lossless import divergences, first_divergence
+from specbench.output.records import EnginePair, StrategySummary
 from specbench.strategies.names import BASELINE
 
 PROMPT = ["prompt_id", "turn"]
@@ -73,11 +77,29 @@ def paired_speedups(rows: pd.DataFrame) -> pd.Series:
     return rate / base.reindex(pd.MultiIndex.from_frame(rows[pair])).to_numpy()
 
 
-def acceptance_by_position(accepted: np.ndarray, steps: int) -> list[float]:
-    """a_k = P(draft k accepted | draft k - 1 accepted) from how many steps accepted more than k - 1
-    drafts (`accepted[k - 1]`); a step that drafted nothing counts as rejected at position 1."""
-    reached = np.concatenate([[steps], accepted[:-1]])
-    return [float(a / r) for a, r in zip(accepted, reached) if r > 0]
+@dataclass(frozen=True)
+class PositionCounts:
+    """The counts both per-position rates derive from, as vLLM's spec-decode metrics keep them."""
+
+    accepted: np.ndarray  # [k - 1]: steps that accepted position k (vLLM's num_accepted_tokens_per_pos)
+    drafts: int  # steps that carried at least one draft token (vLLM's num_drafts)
+    steps: int  # every verify step, those that drafted nothing included
+
+    @classmethod
+    def of(cls, rows: pd.DataFrame) -> PositionCounts:
+        # rows from before drafts were counted: every step as a draft, as their conditional figure counted them
+        drafts = rows.drafts.fillna(rows.steps) if "drafts" in rows else rows.steps
+        return cls(position_sums(rows.accept_by_position), int(drafts.sum()), int(rows.steps.sum()))
+
+    def rates(self) -> list[float]:
+        """Unconditional: position k accepted / drafts."""
+        return [float(a / self.drafts) for a in self.accepted] if self.drafts else []
+
+    def conditional(self) -> list[float]:
+        """a_k = P(position k accepted | position k - 1 accepted); a step that drafted nothing counts as
+        rejected at position 1."""
+        reached = np.concatenate([[self.steps], self.accepted[:-1]])
+        return [float(a / r) for a, r in zip(self.accepted, reached) if r > 0]
 
 
 def position_sums(column: pd.Series) -> np.ndarray:
@@ -125,6 +147,7 @@ def summarize_strategy(rows: pd.DataFrame, seed: int = 0, costs: CostInputs | No
     first_divergences, margins = divergences(rows)
     times = {part: float(rows[f"{part}_s"].sum()) for part in SHARES}
     total = sum(times.values())
+    counts = PositionCounts.of(rows)
     summary = StrategySummary(
         strategy=name,
         engine=engine,
@@ -135,8 +158,9 @@ def summarize_strategy(rows: pd.DataFrame, seed: int = 0, costs: CostInputs | No
         speedup=_figure(speedup),
         speedup_ci=[_figure(low), _figure(high)],
         tau=_ratio(new_tokens, steps),
-        acceptance_by_position=acceptance_by_position(position_sums(rows.accept_by_position), steps)
-        or ([0.0] if rows.drafted.sum() else []),  # drafted, never accepted: a_1 = 0
+        # drafted, never accepted: position 1 at 0
+        acceptance_rate_by_position=counts.rates() or ([0.0] if rows.drafted.sum() else []),
+        conditional_acceptance_by_position=counts.conditional() or ([0.0] if rows.drafted.sum() else []),
         draft_efficiency=_ratio(rows.accepted.sum(), rows.drafted.sum()),
         mismatches=int(rows.mismatch.astype(bool).sum()) if checked else None,
         first_divergence=first_divergences,
@@ -180,7 +204,7 @@ def summarize(rows: pd.DataFrame, seed: int = 0, by: str | None = None,
 
 
 def engine_agreement(rows: pd.DataFrame) -> dict[str, Any]:
-    """vLLM's `ar` rows against specbench's: prompts that agree token for token, and where the others part."""
+    """Another engine's `ar` rows against specbench's: prompts that agree token for token, and where the others part."""
     checked = rows[rows.engines_agree.notna()]
     parted = checked[~checked.engines_agree.astype(bool)]
     return {"prompts": len(checked), "agreeing": int(checked.engines_agree.astype(bool).sum()),
@@ -188,9 +212,30 @@ def engine_agreement(rows: pd.DataFrame) -> dict[str, Any]:
             "divergence_margin": [None if pd.isna(v) else float(v) for v in parted.engines_divergence_margin]}
 
 
-def transfer(summaries: list[StrategySummary]) -> dict[tuple[str, int], float]:
-    """(strategy, batch size) -> vLLM's speedup over specbench's, where both engines ran it."""
+def transfer(summaries: list[StrategySummary], reference: str = SPECBENCH) -> dict[tuple[str, str, int], float]:
+    """(engine, strategy, batch size) -> the strategy's speedup in that engine over its speedup in `reference`,
+    where both engines ran it."""
     speedups = {(s.engine, s.strategy, s.batch_size): s.speedup for s in summaries
                 if s.strategy != BASELINE and s.speedup is not None}
-    return {(name, batch): value / own for (engine, name, batch), value in speedups.items()
-            if engine != SPECBENCH and (own := speedups.get((SPECBENCH, name, batch)))}
+    return {(engine, name, batch): value / own for (engine, name, batch), value in speedups.items()
+            if engine != reference and (own := speedups.get((reference, name, batch)))}
+
+
+def engine_pairs(rows: pd.DataFrame, summaries: list[StrategySummary], greedy: bool) -> list[EnginePair]:
+    """Every pair of engines of a run, the earlier in run order the reference: how many greedy `ar` outputs
+    agree token for token (and where the others part), and the transfer of each strategy both ran."""
+    engines = list(dict.fromkeys(s.engine for s in summaries))
+    ar = rows[(rows.strategy == BASELINE) & (rows.batch_size == 1)] if greedy else rows.iloc[:0]
+    outputs = {engine: {(r.prompt_id, r.turn, r.repeat): list(r.output_ids) for r in part.itertuples()}
+               for engine, part in ar.groupby("engine")}
+    pairs = []
+    for index, reference in enumerate(engines):
+        ratios = transfer(summaries, reference)
+        for engine in engines[index + 1:]:
+            mine, theirs = outputs.get(reference, {}), outputs.get(engine, {})
+            shared = [key for key in mine if key in theirs]
+            parted = [first for key in shared if (first := first_divergence(theirs[key], mine[key])) is not None]
+            pairs.append(EnginePair(reference, engine, len(shared), len(shared) - len(parted), parted,
+                                    {name: ratio for (e, name, batch), ratio in ratios.items()
+                                     if e == engine and batch == 1}))
+    return pairs

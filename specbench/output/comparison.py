@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 from rich.table import Table
 
-from specbench.engines import label
+from specbench.backends.registry import label
 from specbench.errors import SpecbenchError
 from specbench.measure.lossless import divergences, mismatch_detail
 from specbench.output.markdown import markdown_table
@@ -26,6 +26,7 @@ from specbench.strict_json import dumps
 
 FORMATS = ("table", "markdown", "csv", "json")
 GROUPINGS = ("strategy", "category")
+POSITION_COLUMNS = ("acceptance_rate_by_position", "conditional_acceptance_by_position")  # lists, per position
 SETTINGS = ("model", "max_new_tokens", "temperature", "top_p", "top_k", "dtype")
 """Runs that differ in any of these are not comparable and are shown in separate groups."""
 
@@ -69,8 +70,8 @@ LEGEND = {
     "mem_util_pct": "NVML memory-controller busy time (%)", "dram_bw_gbs": "DRAM bandwidth through NVML GPM (GB/s)",
     "energy_j": "GPU energy over the strategy's generations (J)",
     "batch_size": "sequences decoded together; the speedup is over batched ar at the same batch size",
-    "transfer": "vLLM's speedup over specbench's for the same strategy (@vllm: measured in vLLM, against "
-                "vLLM's own ar)",
+    "transfer": "the engine's speedup over specbench's for the same strategy (@vllm: measured in vLLM, "
+                "against vLLM's own ar)",
 }
 PERCENT = {"draft_efficiency", "share_prefill", "share_draft", "share_verify", "share_other"}
 TIMES_X = {"predicted_speedup", "projected_speedup", "measured_over_predicted"}
@@ -121,7 +122,8 @@ def _flat(summary: StrategySummary) -> dict[str, Any]:
     out = {k: getattr(summary, k) for k in ("prompts", "new_tokens", "tokens_per_s", "speedup", "tau",
                                             "draft_efficiency", "mismatches", "transfer")}
     out.update(speedup_ci_low=summary.speedup_ci[0], speedup_ci_high=summary.speedup_ci[1],
-               accept_by_position=summary.acceptance_by_position)
+               acceptance_rate_by_position=summary.acceptance_rate_by_position or [],  # [] in runs before it
+               conditional_acceptance_by_position=summary.conditional_acceptance_by_position)
     for part, share in summary.time_shares.items():
         out[f"share_{part}"] = share
     out.update(memory_gb=summary.memory_bytes / 1e9, peak_mem_gb=summary.peak_mem_bytes / 1e9)
@@ -216,8 +218,8 @@ def render(frame: pd.DataFrame, fmt: str = "table", wide: bool = False,
     if fmt not in FORMATS:
         raise SpecbenchError(f"unknown report format '{fmt}'; choose one of {', '.join(FORMATS)}")
     if fmt == "csv":
-        return frame.assign(accept_by_position=frame["accept_by_position"].map(
-            lambda v: " ".join(f"{a:.3f}" for a in v))).to_csv(index=False)
+        return frame.assign(**{column: frame[column].map(lambda v: " ".join(f"{a:.3f}" for a in v))
+                               for column in POSITION_COLUMNS}).to_csv(index=False)
     if fmt == "json":
         return dumps(frame.to_dict("records"), indent=2) + "\n"
     tables, texts = [], []
@@ -240,16 +242,18 @@ def render(frame: pd.DataFrame, fmt: str = "table", wide: bool = False,
 
 
 def acceptance_table(frame: pd.DataFrame, fmt: str = "table", positions: int = 8) -> str | Table | None:
-    """Per-position acceptance a_1..a_k of every drafting strategy, as its own small table."""
-    rows = list({r["strategy"]: r for _, r in frame.iloc[::-1].iterrows() if len(r["accept_by_position"])}
+    """Per-position acceptance of every drafting strategy as vLLM reports it (drafts that accepted
+    position k / drafts), as its own small table."""
+    rates = "acceptance_rate_by_position"
+    rows = list({r["strategy"]: r for _, r in frame.iloc[::-1].iterrows() if len(r[rates])}
                 .values())[::-1]  # one per strategy: acceptance does not depend on the batch size
     if not rows:
         return None
-    width = min(positions, max(len(r["accept_by_position"]) for r in rows))
-    headers = ["strategy"] + [f"a{k}" for k in range(1, width + 1)]
-    cells = [[r["strategy"]] + [f"{a:.2f}" for a in r["accept_by_position"][:width]]
-             + ["-"] * (width - len(r["accept_by_position"][:width])) for r in rows]
-    title = "acceptance a_k = P(draft k accepted | k-1 accepted)"
+    width = min(positions, max(len(r[rates]) for r in rows))
+    headers = ["strategy"] + [f"p{k}" for k in range(1, width + 1)]
+    cells = [[r["strategy"]] + [f"{a:.2f}" for a in r[rates][:width]] + ["-"] * (width - len(r[rates][:width]))
+             for r in rows]
+    title = "acceptance at position k: drafts accepting it / drafts"
     if fmt == "markdown":
         return f"{title}\n\n" + markdown_table(headers, cells) + "\n"
     table = Table(title=title)

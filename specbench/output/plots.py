@@ -67,6 +67,11 @@ def write_plots(runs: Sequence[RunResult], out_dir: Path | str) -> list[Path]:
         "throughput_vs_memory.png": _throughput_memory(strategies),
         "nvml_bandwidth.png": _nvml(runs),
     }
+    return save_figures(figures, out)
+
+
+def save_figures(figures: dict[str, Figure | None], out: Path) -> list[Path]:
+    """Each figure as out/NAME, written atomically and closed; None is no figure. Returns the files."""
     written = []
     for name, fig in figures.items():
         if fig is None:
@@ -139,8 +144,8 @@ def _tau_by_category(frame: pd.DataFrame) -> Figure | None:
 
 
 def _acceptance(frame: pd.DataFrame) -> Figure | None:
-    curves = [(r["label"], r["strategy"], r["accept_by_position"]) for _, r in frame.iterrows()
-              if len(r["accept_by_position"])]
+    curves = [(r["label"], r["strategy"], r["acceptance_rate_by_position"]) for _, r in frame.iterrows()
+              if len(r["acceptance_rate_by_position"])]
     if not curves:
         return None
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
@@ -148,7 +153,7 @@ def _acceptance(frame: pd.DataFrame) -> Figure | None:
         colour, marker = style(strategy)
         ax.plot(np.arange(1, len(rates) + 1), rates, marker=marker, color=colour, label=label)
     ax.set_xlabel("draft position k")
-    ax.set_ylabel("P(position k accepted | k - 1 accepted)")
+    ax.set_ylabel("drafts accepting position k / drafts")
     ax.set_title("Per-position acceptance")
     ax.set_ylim(0, 1.05)
     ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))

@@ -14,7 +14,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specbench.engines import SPECBENCH
+from specbench.backends.registry import SPECBENCH
 from specbench.errors import SpecbenchError
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ class Row:
     steps: int
     drafted: int
     accepted: int
-    accept_by_position: list[int]
+    accept_by_position: list[int]  # [k]: steps that accepted position k + 1
     prefill_s: float
     draft_s: float
     verify_s: float
@@ -78,6 +78,7 @@ class Row:
     draft_depth: int | None = None
     budget: int | None = None
     tree_steps: int | None = None
+    drafts: int | None = None  # steps that carried at least one draft token
     stop_reason: str | None = None
     divergence_margin: float | None = None
     output_ids: list[int] = field(default_factory=list)
@@ -89,7 +90,7 @@ class Row:
     latency_s: float | None = None
     batch_steps: int | None = None
     batch_block: float | None = None
-    # vLLM's `ar` only: against specbench's on the same prompt
+    # another engine's `ar` only: against specbench's on the same prompt
     engines_agree: bool | None = None
     engines_first_divergence: int | None = None
     engines_divergence_margin: float | None = None
@@ -135,7 +136,7 @@ class StrategySummary:
     speedup: float | None
     speedup_ci: list[float | None]
     tau: float | None
-    acceptance_by_position: list[float]
+    conditional_acceptance_by_position: list[float]
     draft_efficiency: float | None
     mismatches: int | None  # None when sampling: no greedy check ran
     first_divergence: list[int]
@@ -144,25 +145,73 @@ class StrategySummary:
     memory_bytes: int
     peak_mem_bytes: int
     batch_size: int = 1
+    acceptance_rate_by_position: list[float] | None = None  # unconditional, vLLM's; None in runs before it
     category: str | None = None  # set in a summary per category
-    engine_agreement: dict[str, Any] | None = None  # vLLM's `ar` against specbench's
+    engine_agreement: dict[str, Any] | None = None  # another engine's `ar` against specbench's
     cost_model: dict[str, Any] | None = None  # the speedup the cost model predicts, and measured / predicted
     nvml: dict[str, Any] | None = None  # device metrics over the strategy's generations
     host: dict[str, Any] | None = None
-    transfer: float | None = None  # vLLM's speedup over specbench's for the same strategy
+    transfer: float | None = None  # this engine's speedup over specbench's for the same strategy
     projection: dict[str, Any] | None = None  # onto the --gpu profile
     modelled: dict[str, Any] | None = None  # the load axis's model at this batch size
+
+    RENAMED = {"acceptance_by_position": "conditional_acceptance_by_position"}
+    """Old names of fields, as summaries written before the rename hold them."""
 
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None or k in SUMMARY_KEYS}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "a summary") -> StrategySummary:
-        return _from_dict(cls, {"engine": SPECBENCH, **data}, where)
+        return _from_dict(cls, {"engine": SPECBENCH, **{cls.RENAMED.get(k, k): v for k, v in data.items()}}, where)
 
 
 SUMMARY_KEYS = (*_required(StrategySummary), "batch_size")
 """What every summary holds, None or not (the optional entries are left out where None)."""
+
+
+@dataclass
+class EngineReport:
+    """What one engine did in a run besides decoding (backends/): its start-up, and what else it reports."""
+
+    engine: str
+    start_s: dict[str, float] = field(default_factory=dict)  # strategy -> seconds its engine took to start
+    details: dict[str, Any] = field(default_factory=dict)  # the engine's own: vLLM's compile_s, idle engines
+
+    @property
+    def empty(self) -> bool:
+        return not self.start_s and not self.details
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str = "an engine report") -> EngineReport:
+        return _from_dict(cls, data, where)
+
+
+@dataclass
+class EnginePair:
+    """Two engines on the same prompts: whether their greedy `ar` outputs agree token for token, and each
+    strategy's transfer (its speedup in `engine` over its speedup in `reference`, at batch size 1)."""
+
+    reference: str
+    engine: str
+    prompts: int  # greedy `ar` outputs compared: 0 when sampling
+    agreeing: int
+    first_divergence: list[int]  # where the outputs that part do
+    transfer: dict[str, float]
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str = "an engine pair") -> EnginePair:
+        return _from_dict(cls, data, where)
+
+
+def engine_reports(saved: dict[str, Any], where: str) -> list[EngineReport]:
+    """summary.json's engine reports; a run written before engines were plug-ins kept vLLM's two entries."""
+    reports = [EngineReport.from_dict(r, where) for r in saved.get("engines", [])]
+    legacy = {"idle_engines": saved.get("vllm_idle_engines"), "compile_s": saved.get("vllm_compile_s")}
+    if saved.get("vllm_start_s") or any(legacy.values()):
+        details = {key: value for key, value in legacy.items() if value}
+        reports.append(EngineReport("vllm", dict(saved.get("vllm_start_s") or {}), details))
+    return reports
 
 
 @dataclass
@@ -181,13 +230,12 @@ class RunResult:
     noise: dict[str, Any] | None = None  # measure/noise.py: the machine's load, and whether timings are trusted
     projection: dict[str, Any] | None = None  # the --gpu profile projected onto
     load: dict[str, Any] = field(default_factory=dict)  # the load axis (benchmark/modelled_speedup.py)
-    vllm_start_s: dict[str, float] = field(default_factory=dict)  # seconds each vLLM engine took to start
-    vllm_idle_engines: str | None = None  # what was done to vLLM's engines while another one was timed
+    engines: list[EngineReport] = field(default_factory=list)  # each engine's report, where it has one
+    engine_pairs: list[EnginePair] = field(default_factory=list)  # each pair of engines the run compared
     nvml_series: list[dict[str, Any]] = field(default_factory=list)  # strategy, t_s, metric, value
     label: str = ""  # the name it is shown under (the directory's, unless two runs share one)
 
-    EXTRA = ("skipped_prompts", "notes", "vllm_start_s", "vllm_idle_engines", "by_category", "noise", "projection",
-             "load")
+    EXTRA = ("skipped_prompts", "notes", "engines", "engine_pairs", "by_category", "noise", "projection", "load")
     """summary.json's entries beside "results"; the empty ones are left out, except the first two."""
 
     def __post_init__(self) -> None:
@@ -210,7 +258,9 @@ class RunResult:
 
     def summary_json(self) -> dict[str, Any]:
         """summary.json: the summaries and what the run noted."""
-        extra = {k: getattr(self, k) for k in self.EXTRA} | {"by_category": [s.as_dict() for s in self.by_category]}
+        records = {k: [asdict(r) for r in getattr(self, k)] for k in ("engines", "engine_pairs")}
+        extra = {k: getattr(self, k) for k in self.EXTRA} | records | {
+            "by_category": [s.as_dict() for s in self.by_category]}
         return {"results": [s.as_dict() for s in self.summary],
                 **{k: v for k, v in extra.items() if v or k in ("skipped_prompts", "notes")}}
 

@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from specbench import __version__
+from specbench.backends.registry import label
 from specbench.config import FIELDS, RunConfig
-from specbench.engines import label
 from specbench.errors import SpecbenchError
 from specbench.files import atomic_path, read_json, read_json_object, read_jsonl, write_atomic, write_json
-from specbench.output.records import Row, RunResult, StrategySummary, rows_frame
+from specbench.output.records import EnginePair, Row, RunResult, StrategySummary, engine_reports, rows_frame
 from specbench.paths import check_output_dir
 from specbench.strategies.names import BASELINE
 from specbench.strict_json import dumps
@@ -242,9 +242,11 @@ def read_run(path: Path, label: str = "", warnings: list[str] | None = None) -> 
         if missing:
             raise SpecbenchError(f"{path / 'nvml_series.csv'} lacks column(s) {', '.join(sorted(missing))}")
         series = frame.to_dict("records")
-    noted = {k: saved[k] for k in RunResult.EXTRA if k in saved and k != "by_category"}
-    return RunResult(path, meta, config, _optional_dict(path / "environment.json"),
-                     rows, summary, by_category, nvml_series=series, label=label, **noted)
+    noted = {k: saved[k] for k in RunResult.EXTRA if k in saved and k not in ("by_category", "engines", "engine_pairs")}
+    pairs = [EnginePair.from_dict(p, where) for p in saved.get("engine_pairs", [])]
+    return RunResult(path, meta, config, _optional_dict(path / "environment.json"), rows, summary, by_category,
+                     engines=engine_reports(saved, where), engine_pairs=pairs, nvml_series=series, label=label,
+                     **noted)
 
 
 def _read_rows(path: Path, complete: bool, warnings: list[str], defaults: dict[str, Any]) -> list[Row]:

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from specbench.engines import SPECBENCH, label
+from specbench.backends.registry import SPECBENCH, label
 from specbench.errors import SpecbenchError
 from specbench.files import read_json_object, read_toml
 from specbench.hardware import match_profile
@@ -49,7 +49,7 @@ class RunSetup:
     knobs: dict[str, dict[str, Any]] = field(default_factory=dict)
     controller: str | None = None
     toml: str | None = None  # a tuned configuration file `specbench run --config` reads
-    engine: str = SPECBENCH  # the engine its figures were measured in (engines.py)
+    engine: str = SPECBENCH  # the engine its figures were measured in (backends/)
 
     def key(self) -> str:
         return json.dumps([self.strategy, self.knobs, self.controller, self.engine], sort_keys=True, default=str)

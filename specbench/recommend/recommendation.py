@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specbench.engines import SPECBENCH
+from specbench.backends.registry import SPECBENCH
 from specbench.errors import SpecbenchError
 from specbench.recommend.evidence import (
     SOURCES,
@@ -28,7 +28,7 @@ from specbench.recommend.prior import PriorOutcome, Step, evaluate
 from specbench.recommend.rank import Assessed, rank, speedup_text, why_lost
 from specbench.recommend.workload import CREATIVE_TASKS, HIGH_PRECISION_TASKS, Workload, check_task
 from specbench.strategies.names import BASELINE
-from specbench.suites import load_suite
+from specbench.suites import SPEED_BENCH_CATEGORIES, load_suite
 
 
 @dataclass(frozen=True)
@@ -126,9 +126,10 @@ def _assessed_json(a: Assessed) -> dict[str, Any]:
 
 
 def known_tasks(evidence: Evidence) -> set[str]:
-    """Tasks `--task` accepts: the built-in suite's categories, the prior's words, the evidence's categories."""
-    return set(load_suite("default").categories()) | set(HIGH_PRECISION_TASKS) | set(CREATIVE_TASKS) \
-        | evidence.categories()
+    """Tasks `--task` accepts: the built-in suite's categories and SPEED-Bench's, the prior's words, the
+    evidence's categories."""
+    return set(load_suite("default").categories()) | set(SPEED_BENCH_CATEGORIES) | set(HIGH_PRECISION_TASKS) \
+        | set(CREATIVE_TASKS) | evidence.categories()
 
 
 def recommend(workload: Workload, results: Path = Path("results"), evidence: Evidence | None = None) -> Recommendation:

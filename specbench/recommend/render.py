@@ -6,7 +6,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from specbench.engines import SPECBENCH, label
+from specbench.backends.registry import SPECBENCH, label
 from specbench.output.markdown import markdown_table
 from specbench.recommend.learn import LearnReport
 from specbench.recommend.prior import Step

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from specbench.engines import SPECBENCH, VLLM
+from specbench.backends.registry import ENGINE_NAMES
 from specbench.errors import SpecbenchError
 from specbench.hardware import GpuProfile, detect_local_gpu, get_profile, load_profiles
 from specbench.ranges import check_ranges
@@ -18,7 +18,7 @@ from specbench.ranges import check_ranges
 CUDA_EXPERIENCE = ("none", "some", "expert")
 HIGH_PRECISION_TASKS = ("high_precision", "legal", "medical")
 """Tasks the practitioners' rules call high-precision work (the built-in suite's category and their words)."""
-CREATIVE_TASKS = ("creative", "chat")
+CREATIVE_TASKS = ("creative", "chat", "roleplay", "writing")  # the last two: SPEED-Bench's (and MT-bench's) words
 DEFAULT_VERIFY_TOKENS = 8
 """Tokens one sequence verifies per step at the methods' default draft lengths (dspark's k_max, dflash's block)."""
 
@@ -37,7 +37,7 @@ class Workload:
     cuda_experience: str | None = None
     score_variance: float | None = None  # variance of the output scores (a practitioners' signal)
     model: str | None = None  # None: evidence of any model
-    engine: str | None = None  # the deployment's engine (specbench or vllm): its figures first; None: any
+    engine: str | None = None  # the deployment's engine (backends/registry.py): its figures first; None: any
 
     @property
     def ridge_tokens(self) -> float:
@@ -78,8 +78,8 @@ def make_workload(gpu: str | None = None, task: str | None = None, batch_size: i
                   "--score-variance": score_variance})
     if cuda_experience is not None and cuda_experience not in CUDA_EXPERIENCE:
         raise SpecbenchError(f"--cuda-experience must be one of {', '.join(CUDA_EXPERIENCE)}, got {cuda_experience!r}")
-    if engine is not None and engine not in (SPECBENCH, VLLM):
-        raise SpecbenchError(f"--engine {engine}: the deployment's engine is {SPECBENCH} or {VLLM}")
+    if engine is not None and engine not in ENGINE_NAMES:
+        raise SpecbenchError(f"--engine {engine}: the deployment's engine is one of {', '.join(ENGINE_NAMES)}")
     profile, origin = _resolve_gpu(gpu, load_profiles(profiles))
     if vram_used_gb is not None and vram_used_gb > profile.memory_gb:
         raise SpecbenchError(f"--vram-used {vram_used_gb:g} GB exceeds the {profile.memory_gb:g} GB of {profile.name}")

@@ -6,8 +6,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from specbench.backends.registry import SPECBENCH, label
 from specbench.engine.protocol import Controller, Drafter
-from specbench.engines import label
 from specbench.errors import SpecbenchError
 from specbench.strategies import published
 from specbench.strategies.combine import CombinedDrafter
@@ -25,8 +25,8 @@ class Strategy:
     new_controller: Callable[[], Controller] | None  # a fresh controller for every sequence
     drafters: dict[str, dict[str, Any]] = field(default_factory=dict)  # member -> its drafter's source and knobs
     tree: bool = False  # verifies token trees (a tree drafter or a combination's merged trie): batch size 1 only
-    engine: str = "specbench"  # which engine decodes it (engines.py): vLLM's strategies have no drafter here
-    # another engine's decoder, called as engine.decode.generate is: (prompt, max_new_tokens, sampling, seed)
+    engine: str = SPECBENCH  # which engine decodes it (backends/): the others' strategies have no drafter here
+    # decodes one prompt: (prompt, max_new_tokens, sampling, seed) -> Generation (backends/protocol.py Runner)
     runner: Callable[[list[int], int, Any, int], Any] | None = None
 
     @property

@@ -7,8 +7,8 @@ import functools
 import re
 from dataclasses import dataclass, field
 
+from specbench.backends.registry import ENGINE_NAMES, parse_engines
 from specbench.config import RunConfig
-from specbench.engines import BOTH
 from specbench.errors import SpecbenchError
 from specbench.ranges import check_ranges
 from specbench.strategies.knobs import validate_knobs
@@ -54,8 +54,9 @@ class TuneConfig:
             raise SpecbenchError(f"unknown --objectives {self.objectives!r}; known: {' or '.join(OBJECTIVES)}")
         if self.study is not None and not STUDY_NAME.fullmatch(self.study):
             raise SpecbenchError(f"--study {self.study!r}: use letters, digits and . _ + - (it names files too)")
-        if self.workload.engine == BOTH:
-            raise SpecbenchError("--engine both: a study measures one engine; tune with --engine specbench or vllm")
+        if len(parse_engines(self.workload.engine)) > 1:
+            raise SpecbenchError(f"--engine {self.workload.engine}: a study measures one engine; tune with --engine "
+                                 f"{' or '.join(ENGINE_NAMES)}")
         if len(self.specs()) > self.trials:
             raise SpecbenchError(f"--trials {self.trials} cannot be split between {len(self.specs())} strategies")
         return self

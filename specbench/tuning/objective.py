@@ -22,7 +22,7 @@ import optuna
 
 from specbench.benchmark.decoding import prompt_seed, run_one
 from specbench.benchmark.measuring import make_row
-from specbench.benchmark.prepare import PreparedRun, vllm_strategy
+from specbench.benchmark.prepare import PreparedRun
 from specbench.engine.sampling import Sampling
 from specbench.errors import SpecbenchError
 from specbench.hardware import GpuProfile
@@ -31,9 +31,8 @@ from specbench.measure.projection import memory_fit, project, workload_shape
 from specbench.measure.stats import geometric_mean, paired_speedups
 from specbench.models import encode_turns
 from specbench.output.records import Row, rows_frame
-from specbench.strategies.build import Strategy, build_strategy
-from specbench.strategies.names import StrategyName, parse_strategies
-from specbench.strategies.published.formats import drafter_dirs_by_strategy
+from specbench.strategies.build import Strategy
+from specbench.strategies.names import StrategyName
 from specbench.suites import SuiteItem
 from specbench.tuning.study import FAIL_REASON, MEMORY_CONSTRAINT, PER_PROMPT
 from specbench.tuning.study_space import StudySpace
@@ -77,9 +76,9 @@ class Evaluator:
     def __init__(self, bench: PreparedRun, items: list[SuiteItem], profile: GpuProfile | None):
         self.bench = bench
         self.ar = bench.strategies[0]
+        self.engine = bench.backends[self.ar.engine]  # the engine the study measures in
         self.profile = profile  # set: the projected objective on this profile
         self.trials = 0
-        self.dirs = drafter_dirs_by_strategy(bench.config.drafters, parse_strategies(bench.config.strategies))
         self.units = self._encode(items)
 
     def _encode(self, items: list[SuiteItem]) -> list[Unit]:
@@ -111,20 +110,12 @@ class Evaluator:
         return make_row(self.bench.target.model, strategy, unit.item, unit.turn, 0, unit.prompt, gen, reference, 0)
 
     def build(self, spec: StrategyName, knobs: dict[str, dict[str, Any]], controller: str | None) -> Strategy:
-        """The configuration to measure: specbench's drafters, or (with --engine vllm) a vLLM engine of its own."""
-        if self.bench.vllm is None:
-            return build_strategy(spec, self.bench.target, knobs, self.dirs, controller)
-        from specbench import vllm_engine
-
-        translated = vllm_engine.with_drafter(vllm_engine.translate(spec, knobs, controller, self.dirs), self.dirs,
-                                              self.bench.target, vllm_engine.drafter_cache())
-        self.bench.vllm.check(translated)
-        return vllm_strategy(self.bench, translated)
+        """The configuration to measure, in the study's engine (with --engine vllm, a vLLM engine of its own)."""
+        return self.engine.strategy(spec, knobs, controller)
 
     def release(self, strategy: Strategy) -> None:
-        """Stop a configuration's own vLLM engine once it is measured (specbench's drafters need nothing)."""
-        if strategy.runner is not None:
-            self.bench.vllm.stop(strategy.runner)
+        """Free what a configuration holds once it is measured (a vLLM engine's processes)."""
+        self.engine.release(strategy)
 
     def run(self, strategy: Strategy, unit: Unit) -> Row:
         """One generation of `strategy` on `unit`, its row checked against ar's greedy output."""

@@ -41,7 +41,7 @@ def tuned_toml(record: dict[str, Any], knobs: dict[str, dict[str, Any]], control
         data["top_k"] = workload.top_k
     if workload.dtype != "auto":
         data["dtype"] = workload.dtype
-    if workload.engine != "specbench":  # measured in vLLM: the config reruns it there
+    if workload.engine != "specbench":  # measured in another engine: the config reruns it there
         data["engine"] = workload.engine
         if workload.engine_args:
             data["engine_args"] = workload.engine_args

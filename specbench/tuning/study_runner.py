@@ -26,8 +26,8 @@ import optuna
 import torch
 from optuna.trial import TrialState
 
+from specbench.backends.registry import SPECBENCH, parse_engines
 from specbench.benchmark.prepare import PreparedRun, prepare
-from specbench.engines import VLLM
 from specbench.errors import SpecbenchError
 from specbench.files import write_atomic, write_json
 from specbench.hardware import GpuProfile
@@ -99,7 +99,8 @@ class StudyPlan:
 
 def plan_study(config: TuneConfig, spec: StrategyName, bench: PreparedRun) -> StudyPlan:
     workload = config.workload
-    space = study_space(spec, bench.strategies[1], workload.knobs, workload.controller, workload.engine)
+    (engine,) = parse_engines(workload.engine)
+    space = study_space(spec, bench.strategies[1], workload.knobs, workload.controller, engine)
     tuning, holdout = split_items(bench.suite.items, config.holdout, workload.seed)
     identity = {
         **question(config, spec), "space": space.space.fingerprint(), "space_text": space.space.describe(),
@@ -141,10 +142,10 @@ def tune(config: TuneConfig, progress: Progress | None = None) -> TuneReport:
 
 
 def measured_engine(bench: PreparedRun) -> PreparedRun:
-    """The bench a study measures on: with --engine vllm, vLLM's `ar` and strategies in place of specbench's."""
-    if bench.config.engine != VLLM:
+    """The bench a study measures on: the one engine tuned, its `ar` and strategies in place of specbench's."""
+    if parse_engines(bench.config.engine) == (SPECBENCH,):
         return bench
-    return dataclasses.replace(bench, strategies=bench.vllm_strategies, vllm_strategies=[])
+    return dataclasses.replace(bench, strategies=bench.engine_strategies, engine_strategies=[])
 
 
 def tune_study(config: TuneConfig, plan: StudyPlan, name: str, url: str, trials: int,
@@ -317,9 +318,10 @@ def finish_study(config: TuneConfig, plan: StudyPlan, study: optuna.Study, url: 
                                             workload.seed) if defaults is not None else None}
     record["toml"] = str(tuned_dir / f"{name}.toml")
     write_atomic(Path(record["toml"]), tuned_toml(record, knobs, controller, workload))
-    if workload.engine == VLLM:  # what was measured, as `vllm serve --speculative-config` takes it
-        record["vllm_config"] = str(tuned_dir / f"{name}.vllm.json")
-        write_json(Path(record["vllm_config"]), tuned.drafters["vllm"]["speculative_config"])
+    deployed = plan.bench.backends[tuned.engine].deployed_config(tuned)
+    if deployed is not None:  # what was measured, as the engine's users configure it
+        record[f"{tuned.engine}_config"] = str(tuned_dir / f"{name}.{tuned.engine}.json")
+        write_json(Path(record[f"{tuned.engine}_config"]), deployed)
     engines = _engines(plan, knobs, controller)
     if engines is not None:
         record["engines"] = engines

@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from specbench.engines import SPECBENCH, VLLM
+from specbench.backends.registry import SPECBENCH, backend
 from specbench.errors import SpecbenchError
 from specbench.strategies.build import Strategy
 from specbench.strategies.names import StrategyName
@@ -75,15 +75,14 @@ def _limits(spec: StrategyName, strategy: Strategy) -> dict[str, dict[str, int]]
     return out
 
 
-def vllm_knobs_only(space: SearchSpace, name: str) -> SearchSpace:
-    """A method's space as vLLM runs it: the knobs (and the controller) vLLM has no counterpart for stay at
-    their defaults, as `run --engine vllm` leaves them."""
+def engine_knobs_only(space: SearchSpace, name: str, engine: str) -> SearchSpace:
+    """A method's space as an engine runs it: the knobs (and the controller) the engine has no counterpart
+    for stay at their defaults, as `run --engine` leaves them."""
     method = definition(name)
     defaults = method.options()
-    for knob in method.serving(defaults, method.default_controller, None).vllm_missing:
-        if knob != CONTROLLER:
-            space = space.fix(knob, getattr(defaults, knob))
-    return space.fix(CONTROLLER, method.default_controller)
+    for knob in backend(engine).untunable(name):
+        space = space.fix(knob, method.default_controller if knob == CONTROLLER else getattr(defaults, knob))
+    return space
 
 
 def study_space(spec: StrategyName, built: Strategy, fixed_knobs: dict[str, dict[str, Any]],
@@ -100,8 +99,7 @@ def study_space(spec: StrategyName, built: Strategy, fixed_knobs: dict[str, dict
             member = member.fix(knob, value)
         if fixed_controller is not None or len(spec.members) > 1:
             member = member.fix(CONTROLLER, fixed_controller or method.default_controller)
-        if engine == VLLM:
-            member = vllm_knobs_only(member, name)
+        member = engine_knobs_only(member, name, engine)
         space += member if len(spec.members) == 1 else member.prefixed(f"{name}.")
     if not space:
         raise SpecbenchError(f"strategy {spec.name}: nothing left to search, the configuration fixes every knob")

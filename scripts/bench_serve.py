@@ -1,0 +1,78 @@
+"""Speculation under load on the embedded default model: every strategy vLLM runs here on its own real
+`vllm serve`, at closed-loop concurrency 1, 2, 4, 8 and 16, against `ar`'s server at the same load.
+
+The same pipeline as `specbench serve` (its run directory goes under results/serve/), then the figures:
+each level's table, where each strategy stops paying (the crossover), and the per-load setting exported
+as vLLM's speculative config (num_speculative_tokens_per_batch_size). Run it on a quiet machine: every
+figure is a latency.
+
+Writes results/benchmarks/serve.{json,md} and the two plots beside them.
+
+    python scripts/bench_serve.py --limit 16 --max-new-tokens 64
+    python scripts/bench_serve.py --smoke --out /tmp/serve-smoke     # minutes: ngram, concurrency 1,2, 4 prompts
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import shutil
+from pathlib import Path
+
+from rich.console import Console
+
+from specbench.config import RunConfig
+from specbench.files import write_atomic, write_json
+from specbench.output.serve_tables import LEGEND, decisions, level_tables
+from specbench.serving.config import ServeConfig
+from specbench.serving.run_dir import ServeRun
+from specbench.serving.sweep import plan, serve_sweep, strategy_names
+from specbench.strict_json import dumps
+
+ROOT = Path(__file__).resolve().parents[1]
+STRATEGIES = ["ngram", "draft", "eagle", "dflash"]  # what vLLM's CPU model runner runs for this target
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--limit", type=int, default=16)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--concurrency", default="1,2,4,8,16")
+    parser.add_argument("--out", type=Path, default=ROOT / "results" / "benchmarks", help="where the figures go")
+    parser.add_argument("--smoke", action="store_true", help="ngram at concurrency 1,2 on 4 prompts: checks the script")
+    args = parser.parse_args()
+    strategies, levels = STRATEGIES, [int(c) for c in args.concurrency.split(",")]
+    results = ROOT / "results"
+    if args.smoke:
+        strategies, levels, args.limit, args.max_new_tokens, results = ["ngram"], [1, 2], 4, 16, args.out
+    config = ServeConfig(RunConfig(strategies=strategies, engine="vllm", limit=args.limit,
+                                   max_new_tokens=args.max_new_tokens, out=str(results)),
+                         concurrency=levels).validate()
+    run = ServeRun.create(config, strategy_names(config), "the embedded model", config.run.suite)
+    result = serve_sweep(run, plan(config), lambda name, level, done, total: print(
+        f"\r{name} {level.label}: {done}/{total}", end="", flush=True))
+    print()
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_json(args.out / "serve.json", result.as_json())
+    for png in ("tpot_vs_concurrency.png", "pareto.png"):
+        if (run.path / "plots" / png).is_file():
+            shutil.copyfile(run.path / "plots" / png, args.out / f"serve_{png}")
+    console = Console(record=True, width=80, file=io.StringIO())
+    for table in level_tables(result.levels, slo=False):
+        console.print(table)
+    where = run.path.relative_to(ROOT) if run.path.is_relative_to(ROOT) else run.path
+    lines = ["# Speculation under load (embedded model, CPU, vllm serve per strategy)", "",
+             f"Closed loop at concurrency {', '.join(map(str, levels))}; {args.limit} prompts, {args.max_new_tokens} "
+             f"new tokens, greedy. Run directory: {where}",
+             "", "```", console.export_text().rstrip(), "```", "", LEGEND, "",
+             *[f"- {line}" for line in decisions(result.strategies, result.levels)], "",
+             "## Exported schedules (vLLM speculative_config)", "", "```json",
+             dumps({name: f.get("vllm_speculative_config") for name, f in result.strategies.items()
+                    if "vllm_speculative_config" in f}, indent=2), "```", ""]
+    lines += [f"Note: {note}" for note in result.notes]
+    write_atomic(args.out / "serve.md", "\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+"""Every engine, by the name `--engine` takes; each engine is one module here.
+
+Names are known without importing the engine modules; an engine's class is imported on first use, and
+importing it imports nothing heavy (its checks run before torch loads). Adding an engine means one new
+module and one line in MODULES.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+from typing import TYPE_CHECKING, Any
+
+from specbench.errors import SpecbenchError
+
+if TYPE_CHECKING:
+    from specbench.backends.protocol import Backend, EnginePlan
+
+SPECBENCH = "specbench"  # the reference engine: its `ar` runs in every run; agreement and transfer read against it
+MODULES = {  # engine name -> module in specbench.backends
+    SPECBENCH: "specbench",
+    "vllm": "vllm",
+    "transformers": "transformers",
+}
+ALIASES = {"both": (SPECBENCH, "vllm")}
+ENGINE_NAMES = tuple(MODULES)
+
+
+@functools.cache
+def backend(name: str) -> type[Backend]:
+    """The class an engine module declares as BACKEND."""
+    return importlib.import_module(f"specbench.backends.{MODULES[name]}").BACKEND
+
+
+def label(strategy: str, engine: str) -> str:
+    """A strategy named with its engine where that is not specbench's own: `ngram`, `ngram@vllm`."""
+    return strategy if engine == SPECBENCH else f"{strategy}@{engine}"
+
+
+def choices() -> str:
+    """The names --engine takes, each alias after the engines it stands for: `specbench, vllm, both`."""
+    names = []
+    for name in ENGINE_NAMES:
+        names.append(name)
+        names += [alias for alias, members in ALIASES.items() if members[-1] == name]
+    return ", ".join(names)
+
+
+def parse_engines(text: str) -> tuple[str, ...]:
+    """`--engine`: one engine, an alias or a comma list of them, in the order given, each once."""
+    names: list[str] = []
+    for part in (p.strip().lower() for p in text.split(",")):
+        for name in ALIASES.get(part, (part,)):
+            if name not in MODULES:
+                raise SpecbenchError(f"--engine {part or text}: expected {choices()}, or a comma list of them")
+            if name not in names:
+                names.append(name)
+    return tuple(names)
+
+
+def run_order(engines: tuple[str, ...]) -> tuple[str, ...]:
+    """The engines a run starts: specbench's first (its `ar` is the reference every run has), then the listed."""
+    return (SPECBENCH, *(name for name in engines if name != SPECBENCH))
+
+
+def check_engines(text: str, plan: EnginePlan) -> tuple[str, ...]:
+    """The engines --engine names, each of which has checked the plan; refused in one line before anything loads."""
+    engines = parse_engines(text)
+    if plan.engine_args and not any(backend(name).takes_engine_args for name in engines):
+        owners = [name for name in ENGINE_NAMES if backend(name).takes_engine_args]
+        spelled = owners + [alias for alias, members in ALIASES.items() if set(owners) & set(members)]
+        titles = " or ".join(backend(name).title for name in owners)
+        raise SpecbenchError(f"--engine-args are {titles}'s engine arguments; "
+                             f"they need --engine {' or '.join(spelled)}")
+    for name in engines:
+        backend(name).check(plan)
+    return engines
+
+
+
+def parse_engine_args(text: str | None) -> dict[str, Any] | None:
+    """`--engine-args '{"tensor_parallel_size": 2}'`: a JSON object of the engine's own arguments."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SpecbenchError(f"--engine-args is not JSON ({exc.msg} at character {exc.pos}); "
+                             """give an object such as '{"max_model_len": 2048}'""") from None
+    if not isinstance(value, dict):
+        raise SpecbenchError(f"--engine-args must be a JSON object of engine arguments, got {text}")
+    return value

@@ -1,0 +1,140 @@
+"""`specbench serve`: every strategy against plain decoding on real servers, at a sweep of loads."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from specbench.backends.registry import SPECBENCH, parse_engine_args
+from specbench.backends.vllm import VLLM
+from specbench.cli import options
+from specbench.cli.app import app, err, interruptible, out, progress_bar, size_list, split_list, user_errors
+from specbench.config import RunConfig
+from specbench.errors import SpecbenchError
+from specbench.serving.config import SERVE_STRATEGIES, ServeConfig, parse_endpoints, parse_rates, parse_slo
+from specbench.strategies.knobs import parse_sets
+
+
+@app.command()
+def serve(
+    strategy: Annotated[Optional[list[str]], typer.Option("--strategy", "-s", help="Strategies vLLM runs, each on a server of its own (repeatable or comma list); ar is always measured.", show_default=",".join(SERVE_STRATEGIES))] = None,
+    concurrency: Annotated[Optional[str], typer.Option("--concurrency", help="Closed-loop levels: N clients, each sending its next request when its last is answered (comma list, increasing).", show_default="1,4,16 without --request-rate")] = None,
+    request_rate: Annotated[Optional[str], typer.Option("--request-rate", help="Open-loop levels: requests per second, Poisson arrivals (comma list, increasing).", show_default="none")] = None,
+    max_concurrency: Annotated[Optional[int], typer.Option("--max-concurrency", help="Open loop: requests in flight at most.", show_default="no cap")] = None,
+    burstiness: Annotated[Optional[float], typer.Option("--burstiness", help="Open loop: gamma shape of the arrival gaps (1: Poisson; below 1: burstier).", show_default="1")] = None,
+    requests: Annotated[Optional[int], typer.Option("--requests", help="Measured requests per level.", show_default="every prompt, at least 4 per client")] = None,
+    warmup: Annotated[Optional[int], typer.Option("--warmup", help="Unmeasured requests at each level's load before it.", show_default="2")] = None,
+    level_seconds: Annotated[Optional[float], typer.Option("--level-seconds", help="A level sends no new request after this many seconds.", show_default="600")] = None,
+    slo: Annotated[Optional[str], typer.Option("--slo", help="Latency targets in ms, e.g. ttft=500,tpot=50,e2e=5000: goodput counts the requests meeting all; capacity is the highest concurrency whose p99s meet them.", show_default="none")] = None,
+    endpoint: Annotated[Optional[list[str]], typer.Option("--endpoint", help="NAME=URL of a running OpenAI-compatible server to measure instead of starting one (repeatable; name one `ar` for the ratios).", show_default="none")] = None,
+    model: options.Model = None,
+    drafter: options.Drafters = None,
+    suite: options.Suite = None,
+    categories: options.Categories = None,
+    limit: options.Limit = None,
+    max_new_tokens: options.MaxNewTokens = None,
+    temperature: options.Temperature = None,
+    seed: options.Seed = None,
+    dtype: options.Dtype = None,
+    device: options.Device = None,
+    set_: options.Knobs = None,
+    engine_args: options.EngineArgs = None,
+    out_dir: options.ResultsDir = None,
+    resume: Annotated[Optional[Path], typer.Option(help="Measure the levels an interrupted serve run has not finished.", show_default="none")] = None,
+    as_json: options.Json = False,
+) -> None:
+    """Measure strategies on real vLLM servers (or running endpoints) at a sweep of loads."""
+    with user_errors():
+        from specbench.serving.run_dir import ServeRun
+
+        flags = dict(strategy=strategy, concurrency=concurrency, request_rate=request_rate,
+                     max_concurrency=max_concurrency, burstiness=burstiness, requests=requests, warmup=warmup,
+                     level_seconds=level_seconds, slo=slo, endpoint=endpoint, model=model, drafter=drafter, suite=suite,
+                     categories=categories, limit=limit, max_new_tokens=max_new_tokens, temperature=temperature,
+                     seed=seed, dtype=dtype, device=device, set=set_, engine_args=engine_args, out=out_dir)
+        if resume is not None:
+            given = sorted(name for name, value in flags.items() if value is not None)
+            if given:
+                raise SpecbenchError(f"--resume continues a serve run with its saved configuration; drop "
+                                     f"{', '.join('--' + name.replace('_', '-') for name in given)}")
+            run = ServeRun.resume(resume)
+            config = run.config.validate()
+        else:
+            run = None
+            config = serve_config(**flags)
+
+        from specbench.serving.sweep import plan, serve_sweep, strategy_names
+
+        def how_to_resume(stop) -> str:
+            return f"resume it with: specbench serve --resume {shlex.quote(str(stop.path))}"
+
+        before = (f"interrupted before anything new was measured; {how_to_resume(run)}" if run else
+                  "interrupted before anything was measured")
+        with interruptible(how_to_resume, before), progress_bar() as bar:
+            prepared = plan(config)  # drafters converted, prompts encoded: before the run directory exists
+            if run is None:
+                run = ServeRun.create(config, strategy_names(config), config.run.model or "the embedded model",
+                                      config.run.suite)
+            prompts = len(prepared.work.prompts)
+            todo = sum(config.requests_at(level, prompts) for name in run.strategies for level in config.levels
+                       if run.measured(name, level) is None)
+            task = bar.add_task("starting", total=todo, detail="requests")
+            finished = {"before": 0, "level": 0}  # requests of the levels ended, of the level running
+
+            def progress(name: str, level, done: int, total: int) -> None:
+                if done == 0:
+                    finished["before"] += finished["level"]
+                    finished["level"] = total
+                bar.update(task, description=f"{name} {level.label}", completed=finished["before"] + done)
+
+            result = serve_sweep(run, prepared, progress)
+        print_result(result, as_json)
+
+
+def serve_config(strategy, concurrency, request_rate, max_concurrency, burstiness, requests, warmup, level_seconds,
+                 slo, endpoint, model, drafter, suite, categories, limit, max_new_tokens, temperature, seed, dtype,
+                 device, set, engine_args, out) -> ServeConfig:
+    """The command line as a checked ServeConfig: every bad input refused here, before anything is written."""
+    endpoints = parse_endpoints(endpoint)
+    if endpoints and (strategy or drafter or set):
+        raise SpecbenchError("--endpoint measures servers as they run: --strategy, --drafter and --set configure the "
+                             "servers specbench starts; drop them")
+    rates = parse_rates(request_rate)
+    levels = size_list(concurrency, "--concurrency")
+    run_values = dict(model=model, drafters=[str(d) for d in drafter or []], suite=suite,
+                      categories=split_list(categories), limit=limit, max_new_tokens=max_new_tokens,
+                      temperature=temperature, seed=seed, dtype=dtype, device=device, out=out,
+                      engine_args=parse_engine_args(engine_args), knobs=parse_sets(set or []),
+                      strategies=["ar"] if endpoints else split_list(strategy) or SERVE_STRATEGIES,
+                      engine=SPECBENCH if endpoints else VLLM)
+    run = RunConfig(**{k: v for k, v in run_values.items() if v is not None and v != []})
+    serve_values = dict(max_concurrency=max_concurrency, burstiness=burstiness, requests=requests, warmup=warmup,
+                        level_seconds=level_seconds)
+    return ServeConfig(run=run, concurrency=list(levels) if levels is not None else ([] if rates else [1, 4, 16]),
+                       request_rates=rates, slo=parse_slo(slo), endpoints=endpoints,
+                       **{k: v for k, v in serve_values.items() if v is not None}).validate()
+
+
+def print_result(result, as_json: bool) -> None:
+    """The result's notes, then its JSON or a table per level with the decisions under them."""
+    from specbench.output.serve_tables import LEGEND, decisions, level_tables
+    from specbench.strict_json import dumps
+
+    for note in result.notes:
+        err.print(f"note: {note}", highlight=False, soft_wrap=True)
+    if as_json:
+        sys.stdout.write(dumps(result.as_json(), indent=2) + "\n")
+    else:
+        for table in level_tables(result.levels, bool(result.slo)):
+            out.print(table)
+        out.print(LEGEND, style="dim", highlight=False)
+        for line in decisions(result.strategies, result.levels):
+            out.print(line, highlight=False, style="bold red" if line.startswith("LOSSLESS") else None)
+    if not result.complete:
+        err.print(f"incomplete: resume it with: specbench serve --resume {shlex.quote(str(result.path))}",
+                  highlight=False, soft_wrap=True)
+    err.print(f"results: {result.path}", highlight=False)

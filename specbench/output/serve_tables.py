@@ -1,0 +1,92 @@
+"""A serve run as people read it: one table per load level (fitting 80 columns) and the decisions under them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich import box
+from rich.table import Table
+
+from specbench.strategies.names import BASELINE
+
+
+def _num(value: float | None, digits: int = 0) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _speedup(entry: dict[str, Any]) -> str:
+    value, (low, high) = entry.get("tpot_speedup"), entry.get("tpot_speedup_ci") or (None, None)
+    if value is None:
+        return "-"
+    return f"{value:.2f}" + (f" ({low:.2f}-{high:.2f})" if low is not None and high is not None else "")
+
+
+def _lossless(entry: dict[str, Any]) -> str:
+    check = entry.get("lossless")
+    return "-" if check is None else f"{check['mismatches']}/{check['compared']}"
+
+
+LEFT = ("strategy", "TPOT speedup\n(95% CI)")
+
+
+def level_tables(levels: list[dict[str, Any]], slo: bool) -> list[Table]:
+    """One table per level, its strategies as rows, `ar` first."""
+    tables = []
+    for key in dict.fromkeys(e["level"] for e in levels):
+        rows = [e for e in levels if e["level"] == key]
+        first = rows[0]
+        title = (f"concurrency {first['concurrency']}" if first["concurrency"] is not None
+                 else f"{first['request_rate']:g} requests/s")
+        table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, title_justify="left")
+        for header in ("strategy", "tok/s", "TTFT\np50", "TPOT\np50", "TPOT\np99", "tau", "TPOT speedup\n(95% CI)",
+                       "err", "diff", *(["good\nreq/s"] if slo else [])):
+            table.add_column(header, justify="left" if header in LEFT else "right", no_wrap=True)
+        for e in sorted(rows, key=lambda e: e["strategy"] != BASELINE):
+            spec = e.get("speculation") or {}
+            cells = [e["strategy"], _num(e["output_tok_s"]), _num(e["ttft_ms"]["p50"]), _num(e["tpot_ms"]["p50"], 1),
+                     _num(e["tpot_ms"]["p99"], 1), _num(spec.get("tau"), 2), _speedup(e), str(e["errors"]),
+                     _lossless(e)]
+            if slo:
+                cells.append(_num(e.get("goodput_req_s"), 2))
+            table.add_row(*cells)
+        tables.append(table)
+    return tables
+
+
+def decisions(strategies: dict[str, dict[str, Any]], levels: list[dict[str, Any]]) -> list[str]:
+    """Where each strategy stops paying, what it holds within the SLO, and greedy mismatches, as sentences."""
+    lines = []
+    highest = max((e["concurrency"] for e in levels if e["concurrency"] is not None), default=None)
+    for name, figures in strategies.items():
+        if name == BASELINE:
+            continue
+        if highest is not None:
+            stops = figures.get("crossover")
+            at = next((e for e in levels if e["strategy"] == name and e["concurrency"] == (stops or highest)), {})
+            there = ""
+            if at.get("tpot_speedup") is not None:
+                low, high = at["tpot_speedup_ci"]
+                there = f" (TPOT speedup {at['tpot_speedup']:.2f}, 95% CI {low:.2f}-{high:.2f})"
+            lines.append(f"{name}: stops paying at concurrency {stops}{there}" if stops is not None
+                         else f"{name}: still pays at concurrency {highest}{there}, the highest measured")
+    for name, figures in strategies.items():
+        if "capacity" in figures:
+            held = figures["capacity"]
+            lines.append(f"{name}: meets the SLO (p99) up to concurrency {held}" if held is not None
+                         else f"{name}: misses the SLO (p99) at the lowest concurrency measured")
+    for e in levels:
+        if not e.get("complete", True):
+            lines.append(f"{e['strategy']} at {e['level']}: incomplete (its server died during it; {e['errors']} "
+                         "requests failed): --resume measures it again")
+        check = e.get("lossless")
+        if check and check["mismatches"]:
+            first = min(check["first_divergence"].values())
+            lines.append(f"LOSSLESS CHECK: {e['strategy']} at {e['level']}: {check['mismatches']} of "
+                         f"{check['compared']} greedy answers differ from ar's; earliest divergence at "
+                         f"{check['unit']} {first}")
+    return lines
+
+
+LEGEND = ("tok/s: output tokens/s of the server; TTFT, TPOT: ms; tau: tokens per verify step (server's counters); "
+          "TPOT speedup: ar's TPOT over the strategy's, paired by request; err: failed requests; diff: greedy "
+          "answers differing from ar's / compared")

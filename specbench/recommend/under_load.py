@@ -1,0 +1,81 @@
+"""A strategy for a load, from `specbench serve` evidence: what paid at that concurrency on a real server.
+
+Every serve run under the results directory that measured the concurrency offers its strategies there: the
+TPOT speedup over `ar` at that load (with its interval), the throughput ratio, where the strategy stops
+paying and its exported per-load vLLM setting. A strategy whose greedy answers differed from ar's at that
+level is not offered: a recommendation is lossless or it is not one. With no strategy paying, the
+answer is plain decoding.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from specbench.errors import SpecbenchError
+from specbench.files import read_json
+from specbench.serving.run_dir import SERVE_JSON
+from specbench.strategies.names import BASELINE
+
+
+def serve_evidence(results_dir: Path, model: str | None = None) -> list[tuple[Path, dict[str, Any]]]:
+    """(run directory, summary.json) of every summarised serve run, of `model` only when given."""
+    found = []
+    for meta_file in sorted(Path(results_dir).glob(f"**/{SERVE_JSON}")):
+        summary = meta_file.parent / "summary.json"
+        if not summary.is_file():
+            continue
+        meta = read_json(meta_file, "serve run file")
+        if model is None or meta.get("model") == model:
+            found.append((meta_file.parent, read_json(summary, "serve summary")))
+    return found
+
+
+def recommend_for_load(results_dir: Path, concurrency: int, model: str | None = None) -> dict[str, Any]:
+    """The best lossless strategy at `concurrency` (highest TPOT speedup above 1), the others, and the runs."""
+    evidence = serve_evidence(results_dir, model)
+    if not evidence:
+        raise SpecbenchError(f"no serve runs under {results_dir}: measure the load first, e.g. "
+                             f"specbench serve --concurrency {concurrency}")
+    candidates, measured = [], set()
+    for path, summary in evidence:
+        for e in summary["levels"]:
+            if e["concurrency"] is None:
+                continue
+            measured.add(e["concurrency"])
+            if e["concurrency"] != concurrency or e["strategy"] == BASELINE or e.get("tpot_speedup") is None:
+                continue
+            figures = summary["strategies"].get(e["strategy"], {})
+            candidates.append({"strategy": e["strategy"], "run": str(path), "tpot_speedup": e["tpot_speedup"],
+                               "tpot_speedup_ci": e["tpot_speedup_ci"], "throughput_ratio": e.get("throughput_ratio"),
+                               "mismatches": (e.get("lossless") or {}).get("mismatches"),
+                               "crossover": figures.get("crossover"),
+                               "vllm_speculative_config": figures.get("vllm_speculative_config")})
+    if not candidates:
+        raise SpecbenchError(f"no serve run measured concurrency {concurrency} against ar; measured: "
+                             f"{', '.join(map(str, sorted(measured))) or 'none'}")
+    candidates.sort(key=lambda c: -c["tpot_speedup"])
+    paying = [c for c in candidates if c["tpot_speedup"] > 1 and not c["mismatches"]]
+    return {"concurrency": concurrency, "choice": paying[0] if paying else None, "candidates": candidates,
+            "runs": sorted({c["run"] for c in candidates})}
+
+
+def lines(rec: dict[str, Any]) -> list[str]:
+    """The recommendation as sentences."""
+    choice, n = rec["choice"], rec["concurrency"]
+    if choice is None:
+        head = f"at concurrency {n}: plain decoding (ar); no strategy measured there pays losslessly"
+    else:
+        low, high = choice["tpot_speedup_ci"]
+        head = (f"at concurrency {n}: {choice['strategy']}, TPOT {choice['tpot_speedup']:.2f}x ar's "
+                f"(95% CI {low:.2f}-{high:.2f})")
+        if low <= 1:
+            head += " (the interval includes 1: not clearly faster than ar)"
+        if choice["crossover"] is not None:
+            head += f"; it stops paying at concurrency {choice['crossover']}"
+    out = [head]
+    for c in rec["candidates"]:
+        why = " (greedy mismatches: not offered)" if c["mismatches"] else ""
+        stops = f", stops paying at {c['crossover']}" if c["crossover"] is not None else ""
+        out.append(f"  {c['strategy']}: TPOT speedup {c['tpot_speedup']:.2f}{stops}{why}  [{c['run']}]")
+    return out

@@ -1,0 +1,106 @@
+"""One streamed request to an OpenAI-compatible server, timed as `vllm bench serve` times it.
+
+The request goes to /v1/completions with the prompt as token ids (the OpenAI API takes them; vLLM and
+SGLang do), so every server sees exactly the tokens specbench's own engine decodes, chat template
+applied. Each streamed chunk is timed on arrival: the first one's time is the TTFT, the gaps between
+later ones are the inter-token latencies (a speculative server sends every token a verify step accepted
+in one chunk, so a gap may carry several tokens), TPOT is (E2E - TTFT) / (output tokens - 1).
+vLLM's `return_token_ids` gives the generated ids for the lossless check; servers without it give text.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+
+import aiohttp
+
+
+@dataclass
+class RequestRecord:
+    """One measured request. Times in seconds: `sent` on the level's clock, the others relative to it."""
+
+    index: int  # the request's position in the level: the same prompt at the same index for every strategy
+    prompt_id: str
+    sent: float = 0.0
+    ttft: float | None = None
+    e2e: float | None = None
+    itl: list[float] = field(default_factory=list)  # gaps between streamed chunks after the first
+    output_tokens: int = 0
+    token_ids: list[int] | None = None
+    text: str = ""
+    error: str | None = None
+
+    @property
+    def tpot(self) -> float | None:
+        if self.e2e is None or self.ttft is None or self.output_tokens < 2:
+            return None
+        return (self.e2e - self.ttft) / (self.output_tokens - 1)
+
+
+def session(timeout_s: float) -> aiohttp.ClientSession:
+    """A client session without a pool limit (the load shapes bound what is in flight) and with a total timeout."""
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+                                 timeout=aiohttp.ClientTimeout(total=timeout_s))
+
+
+async def stream_completion(client: aiohttp.ClientSession, base_url: str, model: str, prompt: list[int],
+                            max_tokens: int, temperature: float, seed: int, record: RequestRecord,
+                            ignore_eos: bool = False) -> RequestRecord:
+    """Send one completion request, stream its answer into `record`, and return it; a failure is its error."""
+    payload = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": temperature, "seed": seed,
+               "stream": True, "stream_options": {"include_usage": True}, "return_token_ids": True}
+    if ignore_eos:
+        payload["ignore_eos"] = True
+    started = time.perf_counter()
+    last = started
+    ids: list[int] = []
+    counted = 0
+    usage_tokens = None
+    try:
+        async with client.post(f"{base_url}/v1/completions", json=payload) as response:
+            if response.status != 200:
+                body = (await response.text()).strip().splitlines()
+                record.error = f"HTTP {response.status}: {body[0][:200] if body else response.reason}"
+                return record
+            async for raw in response.content:
+                line = raw.decode("utf-8").strip()
+                if not line.startswith("data:"):
+                    continue
+                data = line.removeprefix("data:").strip()
+                if data == "[DONE]":
+                    break
+                chunk = json.loads(data)
+                if chunk.get("usage"):
+                    usage_tokens = chunk["usage"].get("completion_tokens")
+                for choice in chunk.get("choices") or []:
+                    new_ids = choice.get("token_ids") or []
+                    text = choice.get("text") or ""
+                    if not new_ids and not text:
+                        continue
+                    now = time.perf_counter()
+                    if record.ttft is None:
+                        record.ttft = now - started
+                    else:
+                        record.itl.append(now - last)
+                    last = now
+                    ids += new_ids
+                    counted += len(new_ids) or 1
+                    record.text += text
+    except (aiohttp.ClientError, TimeoutError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        record.error = f"{type(exc).__name__}: {exc}".strip()[:200]
+        return record
+    record.e2e = last - started
+    record.token_ids = ids or None
+    record.output_tokens = usage_tokens if usage_tokens is not None else len(ids) or counted
+    if record.ttft is None:
+        record.error = "the server streamed no token"
+    return record
+
+
+async def served_model(client: aiohttp.ClientSession, base_url: str) -> str:
+    """The model name a server serves (the first of /v1/models)."""
+    async with client.get(f"{base_url}/v1/models") as response:
+        response.raise_for_status()
+        return (await response.json())["data"][0]["id"]

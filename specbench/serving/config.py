@@ -1,0 +1,138 @@
+"""What a serve run measures, checked before any server starts: the load levels, the SLO, the endpoints.
+
+Torch-free, so bad input (a level of 0, an SLO that does not parse, a URL that is not http(s)) is
+refused at once and nothing is written. The prompts, the target, the strategies and their knobs are
+a RunConfig's, checked by its own validation.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+from urllib.parse import urlparse
+
+from specbench.config import RunConfig
+from specbench.errors import SpecbenchError
+from specbench.ranges import check_ranges, check_sizes
+
+SLO_KEYS = ("ttft", "tpot", "e2e")  # milliseconds each
+SERVE_STRATEGIES = ["ngram", "eagle", "dflash"]
+
+
+@dataclass(frozen=True)
+class Level:
+    """One load: a closed loop of `concurrency` clients, or Poisson arrivals at `request_rate` per second."""
+
+    concurrency: int | None = None
+    request_rate: float | None = None
+
+    @property
+    def key(self) -> str:
+        return f"c{self.concurrency}" if self.concurrency is not None else f"r{self.request_rate:g}"
+
+    @property
+    def label(self) -> str:
+        return f"concurrency {self.concurrency}" if self.concurrency is not None else f"{self.request_rate:g} req/s"
+
+    @property
+    def x(self) -> float:
+        """Where the level sits on a load axis."""
+        return float(self.concurrency if self.concurrency is not None else self.request_rate)
+
+
+@dataclass
+class ServeConfig:
+    run: RunConfig  # target, prompts, strategies and their knobs, decoding settings, vLLM engine arguments
+    concurrency: list[int] = field(default_factory=list)  # closed-loop levels
+    request_rates: list[float] = field(default_factory=list)  # open-loop levels, requests per second
+    max_concurrency: int | None = None  # open loop: requests in flight at most
+    burstiness: float = 1.0  # gamma shape of the inter-arrival times; 1 is Poisson, below 1 burstier
+    requests: int | None = None  # measured requests per level; None: the prompts, at least 4 per client
+    warmup: int = 2  # unmeasured requests sent at the level's load before it
+    level_seconds: float = 600.0  # a level sends no new request after this long
+    start_timeout: float = 900.0  # seconds a server may take to become healthy
+    slo: dict[str, float] = field(default_factory=dict)  # ttft, tpot, e2e -> milliseconds
+    endpoints: dict[str, str] = field(default_factory=dict)  # name -> base URL of a running server
+
+    @property
+    def levels(self) -> list[Level]:
+        return [Level(concurrency=c) for c in self.concurrency] + [Level(request_rate=r) for r in self.request_rates]
+
+    def requests_at(self, level: Level, prompts: int) -> int:
+        """Measured requests of a level: --requests, else every prompt once and at least four per client."""
+        if self.requests is not None:
+            return self.requests
+        clients = level.concurrency or self.max_concurrency or 1
+        return max(prompts, 4 * clients)
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ServeConfig:
+        return cls(**{**data, "run": RunConfig(**data["run"])})
+
+    def validate(self) -> ServeConfig:
+        if not self.levels:
+            raise SpecbenchError("give the load: --concurrency 1,4,16 (closed loop) or --request-rate 1,2,4 "
+                                 "(open loop)")
+        if self.concurrency:
+            check_sizes(self.concurrency, "--concurrency")
+        parse_rates(",".join(map(str, self.request_rates)) if self.request_rates else None)
+        check_ranges({"--max-concurrency": self.max_concurrency, "--burstiness": self.burstiness,
+                      "--requests": self.requests, "--warmup": self.warmup, "--level-seconds": self.level_seconds})
+        if self.endpoints and self.run.engine_args:
+            raise SpecbenchError("--engine-args configure the servers specbench starts; --endpoint servers are "
+                                 "already running")
+        self.run = self.run.validate("serve configuration")
+        return self
+
+
+def parse_slo(text: str | None) -> dict[str, float]:
+    """`ttft=200,tpot=50,e2e=2000` (milliseconds) -> {"ttft": 200.0, ...}."""
+    if not text:
+        return {}
+    slo: dict[str, float] = {}
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        key = key.strip().lower()
+        try:
+            ms = float(value)
+        except ValueError:
+            ms = -1.0
+        if not sep or key not in SLO_KEYS or key in slo or not ms > 0 or ms == float("inf"):
+            raise SpecbenchError(f"--slo {text}: expected {','.join(k + '=MS' for k in SLO_KEYS)} (any of them, "
+                                 "each once, in milliseconds above 0), e.g. ttft=500,tpot=50")
+        slo[key] = ms
+    return slo
+
+
+def parse_endpoints(values: list[str] | None) -> dict[str, str]:
+    """`NAME=URL` (repeatable) -> {name: base URL}; the URL must be http(s) with a host."""
+    endpoints: dict[str, str] = {}
+    for value in values or []:
+        name, sep, url = value.partition("=")
+        name, url = name.strip(), url.strip().rstrip("/")
+        parsed = urlparse(url)
+        if not sep or not name or name in endpoints:
+            raise SpecbenchError(f"--endpoint {value}: expected NAME=URL, each name once, e.g. ar=http://127.0.0.1:8000")
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise SpecbenchError(f"--endpoint {value}: {url!r} is not an http(s) URL such as http://127.0.0.1:8000")
+        endpoints[name] = url.removesuffix("/v1")
+    return endpoints
+
+
+def parse_rates(text: str | None) -> list[float]:
+    """`--request-rate 0.5,1,2` -> [0.5, 1.0, 2.0], increasing."""
+    if text is None:
+        return []
+    try:
+        rates = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise SpecbenchError(f"--request-rate {text}: expected a comma list of numbers such as 0.5,1,2") from None
+    if not all(0 < rate < math.inf for rate in rates):
+        raise SpecbenchError(f"--request-rate {text}: every rate must be a number of requests per second above 0")
+    if not rates or rates != sorted(set(rates)):
+        raise SpecbenchError(f"--request-rate {text}: list the rates in increasing order, each once")
+    return rates

@@ -1,0 +1,121 @@
+"""Load shapes: a closed loop of N clients, or open-loop arrivals at a request rate.
+
+Closed loop: N clients, each sending its next request when its last one ends, so N requests are in
+flight all the time (`vllm bench serve --max-concurrency N` with every request queued at once). Open
+loop: requests arrive at `rate` per second with gamma-distributed gaps of shape `burstiness` (1 is a
+Poisson process, below 1 burstier), as `vllm bench serve --request-rate --burstiness` draws them, at
+most `max_concurrency` in flight. Request i always carries prompt i mod P and the arrival times come
+from the seed, so every strategy gets the same requests in the same order and the levels pair.
+
+A level is bounded twice: `requests` measured requests, and no new request after `seconds`. Warm-up
+requests go first, at the same load, and are not recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from specbench.serving.client import RequestRecord, served_model, session, stream_completion
+from specbench.serving.config import Level
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The prompts (id, token ids) in their order and how each is answered."""
+
+    prompts: list[tuple[str, list[int]]]
+    max_tokens: int
+    temperature: float
+    seed: int
+    ignore_eos: bool = False  # every answer max_tokens long (vLLM's and SGLang's extension of the API)
+
+
+@dataclass
+class LevelLog:
+    records: list[RequestRecord]
+    duration_s: float  # from the first measured request sent to the last one answered
+    stopped_by_time: bool  # the time bound ended the level before every request was sent
+
+
+def arrival_times(rate: float, burstiness: float, count: int, seed: int) -> np.ndarray:
+    """Seconds from the level's start at which each request arrives: gamma gaps of mean 1 / rate."""
+    rng = np.random.default_rng(seed)
+    return np.cumsum(rng.gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=count))
+
+
+async def closed_loop(send: Callable, clients: int, count: int, deadline: float) -> list[RequestRecord]:
+    """`clients` clients sending requests 0..count-1 in order, each its next when its last is answered."""
+    records: list[RequestRecord] = []
+    next_index = 0
+
+    async def client() -> None:
+        nonlocal next_index
+        while next_index < count and time.perf_counter() < deadline:
+            index, next_index = next_index, next_index + 1
+            records.append(await send(index))
+
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return sorted(records, key=lambda r: r.index)
+
+
+async def open_loop(send: Callable, arrivals: np.ndarray, max_concurrency: int | None,
+                    deadline: float) -> list[RequestRecord]:
+    """Requests sent at their arrival times (relative to now), at most `max_concurrency` in flight."""
+    start = time.perf_counter()
+    gate = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+    tasks = []
+
+    async def gated(index: int) -> RequestRecord:
+        if gate is None:
+            return await send(index)
+        async with gate:
+            return await send(index)
+
+    for index, at in enumerate(arrivals):
+        delay = start + float(at) - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        if time.perf_counter() >= deadline:
+            break
+        tasks.append(asyncio.create_task(gated(index)))
+    return list(await asyncio.gather(*tasks))
+
+
+async def drive(base_url: str, level: Level, workload: Workload, requests: int, warmup: int, seconds: float,
+                max_concurrency: int | None = None, burstiness: float = 1.0, model: str | None = None,
+                on_answer: Callable[[], None] | None = None) -> LevelLog:
+    """Warm the server up, then measure one level: every request's record, the level's duration;
+    `on_answer` is called as each measured request ends."""
+    # a request may take as long as the level: the time bound stops new requests, not ones in flight
+    async with session(timeout_s=seconds + 600) as client:
+        model = model or await served_model(client, base_url)
+        origin, measuring = 0.0, False
+
+        async def send(index: int) -> RequestRecord:
+            prompt_id, prompt = workload.prompts[index % len(workload.prompts)]
+            record = RequestRecord(index, prompt_id, sent=time.perf_counter() - origin)
+            await stream_completion(client, base_url, model, prompt, workload.max_tokens, workload.temperature,
+                                    workload.seed + index, record, workload.ignore_eos)
+            if measuring and on_answer:
+                on_answer()
+            return record
+
+        async def shape(count: int, deadline: float) -> list[RequestRecord]:
+            if level.concurrency is not None:
+                return await closed_loop(send, level.concurrency, count, deadline)
+            return await open_loop(send, arrival_times(level.request_rate, burstiness, count, workload.seed),
+                                   max_concurrency, deadline)
+
+        if warmup:
+            origin = time.perf_counter()
+            await shape(warmup, origin + seconds)
+        origin, measuring = time.perf_counter(), True
+        records = await shape(requests, origin + seconds)
+        ends = [r.sent + (r.e2e or 0.0) for r in records]
+        duration = max(ends, default=0.0) - min((r.sent for r in records), default=0.0)
+        return LevelLog(records, duration, stopped_by_time=len(records) < requests)

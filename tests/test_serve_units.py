@@ -1,0 +1,259 @@
+"""`specbench serve`'s arithmetic on request logs with known times, and its bad input: no server needed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from specbench.cli import app
+from specbench.serving.client import RequestRecord
+from specbench.serving.load import arrival_times
+from specbench.serving.lossless import greedy_agreement
+from specbench.serving.metrics import parse, speculation
+from specbench.serving.schedule import capacity, crossover, vllm_schedule
+from specbench.serving.server import cli_arguments, last_error
+from specbench.serving.stats import against_baseline, level_summary
+
+runner = CliRunner()
+
+
+def record(index: int, ttft: float, e2e: float, tokens: int, itl: list[float] | None = None, ids=None,
+           error: str | None = None) -> RequestRecord:
+    return RequestRecord(index, f"p{index}", sent=0.0, ttft=ttft, e2e=e2e, output_tokens=tokens, itl=itl or [],
+                         token_ids=ids, error=error)
+
+
+def test_percentiles_and_goodput_of_a_known_log():
+    # TTFTs 0.1..0.5 s, TPOT (e2e - ttft) / (tokens - 1): 0.01 s for the first four, 0.05 s for the last
+    records = [record(i, 0.1 * (i + 1), 0.1 * (i + 1) + 0.09, 10, [0.01] * 9) for i in range(4)]
+    records.append(record(4, 0.5, 0.95, 10, [0.05] * 9))
+    records.append(record(5, 0.1, 0.2, 10, error="HTTP 500: boom"))
+    summary = level_summary(records, duration_s=2.0, slo={"ttft": 350, "tpot": 20})
+    assert summary["requests"] == 6 and summary["errors"] == 1
+    assert summary["output_tokens"] == 50 and summary["output_tok_s"] == 25.0 and summary["req_s"] == 2.5
+    assert summary["ttft_ms"]["p50"] == pytest.approx(300.0)  # numpy's linear interpolation of 100..500
+    assert summary["ttft_ms"]["p90"] == pytest.approx(460.0)
+    assert summary["tpot_ms"]["p50"] == pytest.approx(10.0) and summary["tpot_ms"]["p99"] == pytest.approx(48.4)
+    assert summary["itl_ms"]["p99"] == pytest.approx(50.0)  # 9 of the 45 gaps are 50 ms
+    assert summary["e2e_ms"]["p50"] == pytest.approx(390.0)
+    assert summary["tok_s_per_user"] == pytest.approx(100.0)
+    # met: requests 0, 1, 2 (TTFT 100, 200, 300 ms, TPOT 10 ms); request 3's TTFT and 4's TPOT miss; 5 failed
+    assert summary["goodput_req_s"] == pytest.approx(1.5) and summary["slo_met"] == pytest.approx(0.5)
+    assert summary["slo_p99_met"] is False
+
+
+def test_ratios_against_ar_pair_requests_by_index():
+    ar = [record(i, 0.1, 0.1 + 0.02 * 9, 10) for i in range(8)]
+    fast = [record(i, 0.1, 0.1 + 0.01 * 9, 10) for i in range(8)]  # half ar's TPOT on every request
+    ar_summary, fast_summary = level_summary(ar, 2.0, {}), level_summary(fast, 1.0, {})
+    vs = against_baseline(fast, ar, fast_summary, ar_summary, seed=0)
+    assert vs["tpot_speedup"] == pytest.approx(2.0) and vs["tpot_speedup_ci"] == pytest.approx([2.0, 2.0])
+    assert vs["throughput_ratio"] == pytest.approx(2.0) and vs["paired_requests"] == 8
+    uneven = [record(i, 0.1, 0.1 + (0.01 if i % 2 else 0.03) * 9, 10) for i in range(8)]
+    vs = against_baseline(uneven, ar, level_summary(uneven, 2.0, {}), ar_summary, seed=0)
+    low, high = vs["tpot_speedup_ci"]
+    assert low < vs["tpot_speedup"] < high
+    low, high = vs["throughput_ratio_ci"]
+    assert low <= vs["throughput_ratio"] <= high and low < high
+
+
+def test_open_loop_arrivals_are_seeded_poisson_and_burstier_below_one():
+    times = arrival_times(rate=4.0, burstiness=1.0, count=4000, seed=0)
+    gaps = np.diff(np.concatenate([[0.0], times]))
+    assert np.all(gaps > 0) and gaps.mean() == pytest.approx(0.25, rel=0.05)
+    assert gaps.std() / gaps.mean() == pytest.approx(1.0, rel=0.1)  # exponential: coefficient of variation 1
+    bursty = np.diff(arrival_times(rate=4.0, burstiness=0.25, count=4000, seed=0))
+    assert bursty.mean() == pytest.approx(0.25, rel=0.1) and bursty.std() / bursty.mean() > 1.6  # cv 1/sqrt(0.25)
+    assert np.array_equal(times, arrival_times(4.0, 1.0, 4000, 0))  # the same for every strategy
+
+
+def test_crossover_capacity_and_the_vllm_schedule():
+    assert crossover([(1, 1.8), (4, 1.2), (16, 0.9), (8, 1.0)]) == 8  # the lowest level at or below 1
+    assert crossover([(1, 1.3), (4, 1.1)]) is None
+    assert crossover([(1, None), (4, 0.7)]) == 4
+    assert capacity([(1, True), (4, True), (8, False), (16, True)]) == 4  # up to where every level held
+    assert capacity([(1, False), (4, True)]) is None
+    spec = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3}
+    assert vllm_schedule(spec, None) == spec  # pays everywhere measured: speculate everywhere
+    assert vllm_schedule(spec, 1) is None  # pays nowhere: serve without speculation
+    assert vllm_schedule(spec, 8) == {**spec, "num_speculative_tokens_per_batch_size": [[1, 7, 4], [8, 8, 0]]}
+
+
+@pytest.mark.vllm
+def test_the_schedule_is_what_vllm_accepts(vllm_installed):
+    """vLLM's own validation and lookup of `num_speculative_tokens_per_batch_size` take the exported form."""
+    from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
+
+    form = vllm_schedule({"method": "ngram", "num_speculative_tokens": 4}, 8)
+    lookup = build_dynamic_sd_schedule_lookup(form["num_speculative_tokens_per_batch_size"], 32, 4)
+    assert lookup[1:8] == [4] * 7 and lookup[8:] == [0] * 25
+
+
+METRICS_BEFORE = """# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts_total counter
+vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 10.0
+vllm:spec_decode_num_drafts_created{engine="0",model_name="m"} 1.7e9
+# TYPE vllm:spec_decode_num_draft_tokens_total counter
+vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 30.0
+# TYPE vllm:spec_decode_num_accepted_tokens_total counter
+vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 12.0
+# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="0"} 7.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="1"} 4.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="2"} 1.0
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 0.0
+"""
+
+
+def test_metrics_deltas_give_the_levels_tau_and_acceptance():
+    after = (METRICS_BEFORE.replace("} 10.0", "} 110.0").replace("} 30.0", "} 330.0").replace("} 12.0", "} 162.0")
+             .replace("} 7.0", "} 87.0").replace("} 4.0", "} 54.0").replace("} 1.0\n", "} 21.0\n"))
+    before = parse(METRICS_BEFORE)
+    assert before == {"drafts": 10.0, "draft_tokens": 30.0, "accepted": 12.0, "by_position": [7.0, 4.0, 1.0]}
+    level = speculation(before, parse(after))
+    assert level["drafts"] == 100 and level["accepted"] == 150
+    assert level["tau"] == pytest.approx(2.5) and level["draft_efficiency"] == pytest.approx(0.5)
+    assert level["acceptance_by_position"] == pytest.approx([0.8, 0.5, 0.2])
+    assert speculation({}, parse("# TYPE x gauge\nx 1.0\n")) is None  # `ar`, or a server without the counters
+    sglang = parse("# TYPE sglang:spec_accept_length gauge\nsglang:spec_accept_length{model_name=\"m\"} 3.25\n")
+    assert speculation({}, sglang) == {"source": "sglang", "tau": 3.25}
+
+
+def test_the_lossless_check_catches_a_planted_mismatch():
+    ar = [record(i, 0.1, 0.5, 4, ids=[5, 6, 7, 8]) for i in range(3)]
+    same = [record(i, 0.1, 0.4, 4, ids=[5, 6, 7, 8]) for i in range(3)]
+    assert greedy_agreement(same, ar) == {"compared": 3, "mismatches": 0, "unit": "token", "first_divergence": {}}
+    planted = [*same[:2], record(2, 0.1, 0.4, 4, ids=[5, 6, 9, 8])]
+    assert greedy_agreement(planted, ar) == {"compared": 3, "mismatches": 1, "unit": "token",
+                                             "first_divergence": {2: 2}}
+    texts = [RequestRecord(0, "p0", ttft=0.1, e2e=0.2, output_tokens=2, text="ab")]
+    assert greedy_agreement(texts, [RequestRecord(0, "p0", ttft=0.1, e2e=0.2, output_tokens=2, text="ax")]) == {
+        "compared": 1, "mismatches": 1, "unit": "character", "first_divergence": {0: 1}}
+
+
+def test_engine_arguments_become_server_flags():
+    assert cli_arguments({"model": "/m", "enforce_eager": True, "enable_prefix_caching": False, "seed": 0,
+                          "speculative_config": {"method": "ngram"}, "quantization": None}) == [
+        "--model", "/m", "--enforce-eager", "--no-enable-prefix-caching", "--seed", "0",
+        "--speculative-config", '{"method": "ngram"}']
+
+
+def test_a_failed_start_quotes_the_servers_last_error(tmp_path):
+    log = tmp_path / "server.log"
+    log.write_text("INFO starting\nValueError: num_speculative_tokens must be > 0\nINFO shutting down\n")
+    assert last_error(log) == "ValueError: num_speculative_tokens must be > 0"
+    log.write_text("usage: api_server.py [-h] [--jit-monitor-mode {error,warn}]\n"
+                   "api_server.py: error: argument --logging-config: invalid loads value: 'x'\n")
+    assert last_error(log) == "api_server.py: error: argument --logging-config: invalid loads value: 'x'"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--concurrency", "0"], "--concurrency 0: every size must be an integer of at least 1"),
+    (["--concurrency", "1,x"], "--concurrency 1,x: expected a comma list of integers"),
+    (["--request-rate", "0"], "--request-rate 0: every rate must be a number of requests per second above 0"),
+    (["--request-rate", "2,1"], "--request-rate 2,1: list the rates in increasing order"),
+    (["--slo", "ttft=fast"], "--slo ttft=fast: expected ttft=MS,tpot=MS,e2e=MS"),
+    (["--slo", "p99=5"], "--slo p99=5: expected"),
+    (["--endpoint", "ar=ftp://host"], "is not an http(s) URL"),
+    (["--endpoint", "ar"], "--endpoint ar: expected NAME=URL"),
+    (["--endpoint", "ar=http://127.0.0.1:9"], "does not answer"),
+    (["--endpoint", "ar=http://127.0.0.1:9", "--strategy", "ngram"], "drop them"),
+])
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, message):
+    result = runner.invoke(app, ["serve", *args, "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2, result.output
+    assert message in result.output and len(result.output.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_level_tables_fit_80_columns():
+    from specbench.output.serve_tables import level_tables
+
+    entry = {"level": "c16", "concurrency": 16, "request_rate": None, "output_tok_s": 12345.6, "errors": 0,
+             "ttft_ms": {"p50": 1234.5}, "tpot_ms": {"p50": 123.45, "p99": 456.78}, "goodput_req_s": 12.34,
+             "speculation": {"tau": 3.21}, "tpot_speedup": 1.234, "tpot_speedup_ci": [1.111, 1.456],
+             "lossless": {"mismatches": 12, "compared": 64}}
+    console = Console(width=80, record=True)
+    for table in level_tables([{**entry, "strategy": "ar"}, {**entry, "strategy": "dflash"}], slo=True):
+        console.print(table)
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80 and "…" not in text
+    assert "1.23 (1.11-1.46)" in text and "12/64" in text
+
+
+def test_recommend_for_a_load_reads_serve_runs(tmp_path):
+    from specbench.files import write_json
+
+    def level(strategy, concurrency, speedup, mismatches=0):
+        return {"strategy": strategy, "level": f"c{concurrency}", "concurrency": concurrency, "request_rate": None,
+                "tpot_speedup": speedup, "tpot_speedup_ci": [speedup - 0.1, speedup + 0.1], "throughput_ratio": speedup,
+                "lossless": {"mismatches": mismatches, "compared": 8}}
+
+    run = tmp_path / "serve" / "one"
+    run.mkdir(parents=True)
+    write_json(run / "serve.json", {"kind": "serve", "model": "m", "config": {}})
+    write_json(run / "summary.json", {"levels": [
+        {"strategy": "ar", "level": "c1", "concurrency": 1, "request_rate": None},
+        level("ngram", 1, 1.3), level("dflash", 1, 1.8, mismatches=1), level("eagle", 1, 1.5),
+        level("ngram", 8, 0.9), level("eagle", 8, 0.95)],
+        "strategies": {"eagle": {"crossover": 8, "vllm_speculative_config": {"method": "eagle3"}}}})
+    result = runner.invoke(app, ["recommend", "--concurrency", "1", "--results", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("at concurrency 1: eagle, TPOT 1.50x")  # dflash is faster but not lossless
+    assert "stops paying at concurrency 8" in result.output and "dflash: TPOT speedup 1.80" in result.output
+    result = runner.invoke(app, ["recommend", "--concurrency", "8", "--results", str(tmp_path)])
+    assert result.output.startswith("at concurrency 8: plain decoding (ar)")
+    result = runner.invoke(app, ["recommend", "--concurrency", "4", "--results", str(tmp_path)])
+    assert result.exit_code == 2 and "measured: 1, 8" in result.output
+
+
+def test_summary_pairs_levels_and_keeps_an_incomplete_one_visible(tmp_path):
+    from specbench.config import RunConfig
+    from specbench.output.serve_tables import decisions
+    from specbench.serving.config import Level, ServeConfig
+    from specbench.serving.run_dir import ServeRun
+    from specbench.serving.sweep import summarise
+
+    config = ServeConfig(RunConfig(strategies=["ngram"], out=str(tmp_path)), concurrency=[1, 4], slo={"tpot": 15})
+    run = ServeRun.create(config, ["ar", "ngram"], "m", "s")
+    ids = [1, 2, 3, 4]
+    fast = [record(i, 0.1, 0.1 + 0.01 * 3, 4, ids=ids) for i in range(4)]
+    slow = [record(i, 0.1, 0.1 + 0.02 * 3, 4, ids=ids) for i in range(4)]
+    for level, ar, ngram in ((Level(concurrency=1), slow, fast), (Level(concurrency=4), fast, slow)):
+        run.write_level("ar", level, ar, complete=True, duration_s=1.0, stopped_by_time=False, speculation=None)
+    run.write_level("ngram", Level(concurrency=1), fast, complete=True, duration_s=1.0, stopped_by_time=False,
+                    speculation={"source": "vllm", "tau": 2.0})
+    died = [*slow[:2], record(2, 0.1, 0.2, 0, error="ServerDisconnectedError"), record(3, 0.1, 0.2, 0, error="x")]
+    run.write_level("ngram", Level(concurrency=4), died, complete=False, duration_s=1.0, stopped_by_time=False,
+                    speculation=None)
+    result = summarise(run, {"ngram": {"speculative_config": {"method": "ngram", "num_speculative_tokens": 4}}})
+    assert not result.complete
+    c1 = next(e for e in result.levels if e["strategy"] == "ngram" and e["level"] == "c1")
+    assert c1["tpot_speedup"] == pytest.approx(2.0) and c1["lossless"]["mismatches"] == 0
+    c4 = next(e for e in result.levels if e["strategy"] == "ngram" and e["level"] == "c4")
+    assert not c4["complete"] and c4["errors"] == 2 and c4["tpot_speedup"] == pytest.approx(0.5)
+    assert result.strategies["ngram"]["crossover"] == 4
+    assert result.strategies["ngram"]["capacity"] == 1  # its TPOT p99 of 20 ms misses 15 ms at 4 (and it failed)
+    assert result.strategies["ngram"]["vllm_speculative_config"]["num_speculative_tokens_per_batch_size"] == [
+        [1, 3, 4], [4, 4, 0]]
+    assert result.strategies["ar"]["capacity"] is None  # ar's TPOT is 20 ms at concurrency 1
+    assert any("ngram at c4: incomplete" in line for line in decisions(result.strategies, result.levels))
+    assert run.measured("ngram", Level(concurrency=4)) is None  # resume measures it again
+
+
+def test_resume_takes_no_other_option_and_refuses_a_complete_run(tmp_path):
+    from specbench.config import RunConfig
+    from specbench.serving.config import ServeConfig
+    from specbench.serving.run_dir import ServeRun
+
+    run = ServeRun.create(ServeConfig(RunConfig(out=str(tmp_path)), concurrency=[1]), ["ar"], "m", "s")
+    result = runner.invoke(app, ["serve", "--resume", str(run.path), "--limit", "3"])
+    assert result.exit_code == 2 and "drop --limit" in result.output
+    run.finish(complete=True)
+    result = runner.invoke(app, ["serve", "--resume", str(run.path)])
+    assert result.exit_code == 2 and "is complete" in result.output
+    result = runner.invoke(app, ["serve", "--resume", str(tmp_path)])
+    assert result.exit_code == 2 and "not a specbench serve run directory" in result.output
