@@ -36,7 +36,7 @@ class DecodeSettings:
     """What a run and a training (training/settings.py) share: the target and where it runs, how many
     prompts and how long the answers, the seed and the strategies' knobs."""
 
-    model: str | None = None  # HF id, local directory, or None for the embedded default
+    model: str | None = None  # a known model's name (model_source.py), HF id, local directory; None: the default
     limit: int | None = 8  # prompts, spread over the categories; 0 or None: the whole suite
     max_new_tokens: int = 64
     seed: int = 0

@@ -20,7 +20,7 @@ from specbench.engine.kv_cache import check_supported
 from specbench.errors import SpecbenchError
 from specbench.model_source import ASSETS as ASSETS  # re-exported: where the embedded default lives
 from specbench.model_source import DEFAULT_DIR as DEFAULT_DIR
-from specbench.model_source import DEFAULT_MODEL, model_path
+from specbench.model_source import DEFAULT_MODEL, known_model, model_path
 from specbench.ranges import DTYPE_CHOICES
 
 DTYPES = {name: getattr(torch, name) for name in DTYPE_CHOICES if name != "auto"}
@@ -99,8 +99,19 @@ def load_lm(name: str, device: torch.device, dtype: torch.dtype) -> torch.nn.Mod
     return model.to(device).eval()
 
 
-def load_target(name: str | None, device: torch.device, dtype: torch.dtype) -> Target:
+def local_model(name: str | None) -> str:
+    """model_path(name), converting a known model from its package's GGUF file on first use."""
     path = model_path(name)
+    known = known_model(name)
+    if known is not None and not known.converted():
+        from specbench.gguf_model import convert_gguf
+
+        convert_gguf(known.source_file(), known.target_dir)
+    return path
+
+
+def load_target(name: str | None, device: torch.device, dtype: torch.dtype) -> Target:
+    path = local_model(name)
     model = load_lm(path, device, dtype)
     check_supported(model.config)
     try:

@@ -13,6 +13,13 @@ from pathlib import Path
 from specbench.errors import SpecbenchError
 
 
+def user_cache() -> Path:
+    """specbench's directory in the user's cache (XDG_CACHE_HOME, else ~/.cache): what is made once and
+    reused by every run (converted models, their drafters, drafters in vLLM's layouts), never a results
+    directory."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specbench"
+
+
 def check_output_dir(path: str | Path, option: str) -> None:
     """`path` is a directory, or can be created as one, that this process can write in."""
     path = Path(path).expanduser()

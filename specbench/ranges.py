@@ -85,6 +85,9 @@ RANGES: dict[str, Range] = {
     # train
     "--steps": _at_least(1),
     "--lr": Range(0, open_low=True),
+    # prepare
+    "--prompts": _at_least(1),
+    "--answer-tokens": _at_least(1),
     # convert
     "--mask-token-id": _at_least(0, "a vocabulary row"),
     # serve

@@ -90,7 +90,8 @@ CHAT_TEMPLATE = (
 )
 
 
-def write_tiny_model_dir(path, vocab_text: str, hidden: int = 64, layers: int = 2, seed: int = 0, tokenizer_from=None):
+def write_tiny_model_dir(path, vocab_text: str, hidden: int = 64, layers: int = 2, seed: int = 0, tokenizer_from=None,
+                         classes=(Qwen3Config, Qwen3ForCausalLM), tie: bool = False):
     """A real on-disk HF model directory (config, safetensors, tokenizer with a chat template)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -107,11 +108,12 @@ def write_tiny_model_dir(path, vocab_text: str, hidden: int = 64, layers: int = 
     else:
         tokenizer = PreTrainedTokenizerFast.from_pretrained(tokenizer_from)
     torch.manual_seed(seed)
-    config = Qwen3Config(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden,
-                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                         head_dim=hidden // 4, max_position_embeddings=1024, initializer_range=0.3,
-                         eos_token_id=tokenizer.eos_token_id, tie_word_embeddings=False)
-    Qwen3ForCausalLM(config).save_pretrained(path)
+    config_cls, model_cls = classes
+    config = config_cls(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden,
+                        num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                        head_dim=hidden // 4, max_position_embeddings=1024, initializer_range=0.3,
+                        eos_token_id=tokenizer.eos_token_id, tie_word_embeddings=tie)
+    model_cls(config).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
 

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from specbench.errors import SpecbenchError
 from specbench.files import write_atomic
 from specbench.output.records import EngineReport
+from specbench.paths import user_cache
 from specbench.strategies.knobs import make_options
 from specbench.strategies.names import StrategyName
 from specbench.strategies.published.formats import DrafterSource
@@ -96,7 +97,7 @@ def translate(spec: StrategyName, knobs: dict[str, dict[str, Any]], controller: 
 def drafter_cache() -> Path:
     """Where specbench's drafters are kept in vLLM's layouts, written once and reused by every run: the
     user's cache (XDG_CACHE_HOME), not a results directory, which a refused run leaves untouched."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specbench" / "vllm_drafters"
+    return user_cache() / "vllm_drafters"
 
 
 def with_drafter(strategy: VllmStrategy, sources: dict[str, DrafterSource], target, cache_root: Path) -> VllmStrategy:

@@ -24,7 +24,7 @@ def default(name: str, when_none: str = "") -> str:
     return when_none if value is None else ",".join(value) if isinstance(value, list) else str(value)
 
 
-Model = Annotated[Optional[str], typer.Option("--model", help="The target: HF model id (from the local cache: nothing is downloaded) or local directory.", show_default="the embedded model")]
+Model = Annotated[Optional[str], typer.Option("--model", help="The target: a model specbench knows by name (`specbench models`: default, smollm2-135m), an HF model id (from the local cache: nothing is downloaded) or a local directory.", show_default="the embedded model")]
 Drafters = Annotated[Optional[list[str]], typer.Option("--drafter", help="Drafter: a directory or cached hub id in specbench's, EAGLE-3, DFlash (z-lab) or DeepSpec format, or a causal LM for `draft` (repeatable; the format is detected).", show_default="the embedded model's drafters")]
 Suite = Annotated[Optional[str], typer.Option("--suite", help="Built-in suite name or a suite file.", show_default=default("suite"))]
 Categories = Annotated[Optional[list[str]], typer.Option("--categories", "--category", help="Only these categories (repeatable or comma list).", show_default="all")]

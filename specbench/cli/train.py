@@ -16,7 +16,7 @@ from specbench.training.settings import TrainSettings
 @app.command()
 def train(
     ctx: typer.Context,
-    strategy: Annotated[str, typer.Option(help="eagle, mtp, dflash or dspark.")],
+    strategy: Annotated[str, typer.Option(help="draft, eagle, mtp, dflash or dspark.")],
     prompts: Annotated[str, typer.Option(help="Suite name or file with the training prompts.")],
     out_dir: Annotated[Path, typer.Option("--out", help="Drafter directory to write (its unfinished training is kept in OUT.partial).")],
     model: options.Model = None,

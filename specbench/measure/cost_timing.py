@@ -43,6 +43,7 @@ from specbench.measure import noise
 from specbench.measure.cost_table import BATCH_GRID, TREE, CostTable, Grid, load_table, table_path
 from specbench.measure.host import cpu_name
 from specbench.models import DEFAULT_MODEL, encode_turns, fingerprint
+from specbench.strategies.base import own_drafter
 from specbench.strategies.build import Strategy, build_strategy
 from specbench.strategies.controllers import FixedController
 from specbench.strategies.names import parse_strategy
@@ -316,12 +317,12 @@ def time_drafters(table: CostTable, model, strategies: list[Strategy], context: 
 
 def cost_strategies(target, drafter_dirs: list[str | Path], names: list[str] | None = None) -> list[Strategy]:
     """The strategies whose proposals a table times: `names`, or every drafter this target has (the
-    model-free ones always, the trained ones where the embedded default ships them or a --drafter gives
-    them)."""
+    model-free ones always, the trained ones where a known model keeps them or a --drafter gives them)."""
     specs = [parse_strategy(name) for name in names or DRAFTER_NAMES]
     sources = drafter_dirs_by_strategy(drafter_dirs, specs)
     if names is None:
-        specs = [s for s in specs if definition(s.name).model_free or s.name in sources or target.name == DEFAULT_MODEL]
+        specs = [s for s in specs if definition(s.name).model_free or s.name in sources or target.name == DEFAULT_MODEL
+                 or own_drafter(target, s.name)]
     return [build_strategy(spec, target, {}, sources) for spec in specs]
 
 

@@ -10,7 +10,8 @@ import torch
 
 from specbench.engine.protocol import Drafter
 from specbench.errors import SpecbenchError
-from specbench.models import ASSETS, DEFAULT_MODEL, fingerprint
+from specbench.model_source import known_model
+from specbench.models import fingerprint
 from specbench.strategies.drafter_dir import load_drafter
 from specbench.strategies.search_space import SearchSpace
 from specbench.strategies.serving import Serving
@@ -36,14 +37,27 @@ class Method:
     serving: Callable[[Any, str, str | None], Serving] | None = None
 
 
+def own_drafter(target, strategy: str) -> Path | None:
+    """The drafter a known model keeps for `strategy` (the embedded default's, or one `specbench prepare`
+    built); None where it has none."""
+    known = known_model(target.name)
+    path = known.drafter_dir(strategy) if known is not None else None
+    return path if path is not None and (path / "config.json").is_file() else None
+
+
 def default_drafter_dir(target, strategy: str, drafter_dir: Path | None) -> Path:
-    """`drafter_dir`, or the embedded default's trained drafter when the target is the default model."""
+    """`drafter_dir`, or the known model's own drafter when the target is one."""
     if drafter_dir is not None:
         return Path(drafter_dir)
-    if target.name != DEFAULT_MODEL:
-        raise SpecbenchError(f"strategy {strategy}: give a drafter trained for {target.name} with --drafter DIR "
-                             f"(train one with `specbench train --strategy {strategy}`)")
-    return ASSETS / "default" / "drafters" / strategy
+    path = own_drafter(target, strategy)
+    if path is not None:
+        return path
+    known = known_model(target.name)
+    if known is not None:
+        raise SpecbenchError(f"strategy {strategy}: {known.name} has no {strategy} drafter yet; build its drafters "
+                             f"with `specbench prepare {known.name}`, or give one with --drafter DIR")
+    raise SpecbenchError(f"strategy {strategy}: give a drafter trained for {target.name} with --drafter DIR "
+                         f"(train one with `specbench train --strategy {strategy}`)")
 
 
 def load_trained(target, strategy: str, drafter_dir: Path | None,

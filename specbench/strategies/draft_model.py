@@ -1,21 +1,34 @@
-"""Standard speculative decoding: a separate small LM drafts a chain, one token per forward."""
+"""Standard speculative decoding: a separate small LM drafts a chain, one token per forward.
+
+The draft LM is any causal LM sharing the target's vocabulary (--drafter DIR), or the one a known model
+keeps. `specbench prepare` cuts one from the target itself (DraftLM): its first layers and its last,
+its final norm and its tied embedding and head, fine-tuned to the target's distribution on the
+target's own answers. The early layers carry the token and its local context; the last layer is the
+one that writes into the head's input space, so the cut model starts close to the target's outputs
+(early-exit drafting through the shared head, as LayerSkip, arXiv 2404.16710, does with its first
+layers alone).
+"""
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
 from specbench.engine.kv_cache import new_cache, run_model, state_bytes, truncate
 from specbench.engine.protocol import DraftContext, Drafter, StepOutcome
 from specbench.engine.tree import DraftTree
 from specbench.errors import SpecbenchError
-from specbench.models import DEFAULT_DIR, load_lm
-from specbench.strategies.base import Method
+from specbench.models import fingerprint, load_lm
+from specbench.strategies.base import Method, default_drafter_dir
+from specbench.strategies.layers import lm_head
 from specbench.strategies.search_space import Choice, IntRange, Param, SearchSpace, check_ranges, knob
 from specbench.strategies.serving import DRAFTER, Serving, fixed_only
+from specbench.strategies.trainable import DistillBatch
 
-DEFAULT_DRAFT = DEFAULT_DIR / "draft"  # the embedded default's draft LM
+FIRST_LAYERS = 3  # a DraftLM keeps the target's first three layers and its last one
 
 
 @dataclass
@@ -80,14 +93,59 @@ class DraftModelDrafter(Drafter):
         return state_bytes(self.cache)
 
 
+class DraftLM(nn.Module):
+    """A draft LM cut from its target (trainable): a causal LM of the target's class whose layers are the
+    target's first FIRST_LAYERS and its last. Its state_dict is a causal LM checkpoint (`model.*`, the head
+    tied to the embedding), so the saved drafter directory loads as a model, in specbench and in vLLM."""
+
+    hidden_layers: tuple[int, ...] = ()  # it reads tokens, not target features
+
+    def __init__(self, target_model: nn.Module, layers: tuple[int, ...]):
+        super().__init__()
+        object.__setattr__(self, "target", target_model)
+        config = copy.deepcopy(target_model.config)
+        config.num_hidden_layers = len(layers)
+        config.layer_types = None
+        config.architectures = [type(target_model).__name__]
+        lm = type(target_model)(config)
+        lm.model.embed_tokens.load_state_dict(target_model.model.embed_tokens.state_dict())
+        lm.model.norm.load_state_dict(target_model.model.norm.state_dict())
+        for mine, theirs in zip(lm.model.layers, layers):
+            mine.load_state_dict(target_model.model.layers[theirs].state_dict())
+        lm.model.embed_tokens.weight.requires_grad_(False)  # tied to the head: the target's, kept
+        self.model = lm.model
+        self.config = config
+        self.layers = layers
+
+    @classmethod
+    def for_target(cls, target, options: DraftOptions | None = None) -> DraftLM:
+        count = target.model.config.num_hidden_layers
+        layers = tuple(range(min(FIRST_LAYERS, count - 1))) + (count - 1,)
+        return cls(target.model, layers).to(target.device, target.model.dtype)
+
+    def drafter_config(self) -> dict:
+        return {**self.config.to_dict(), "tie_word_embeddings": True, "cut_from_layers": list(self.layers)}
+
+    def training_loss(self, batch: DistillBatch) -> torch.Tensor:
+        """Soft cross-entropy against the target's next-token distribution over the answer positions."""
+        hidden = self.model(input_ids=batch.input_ids, attention_mask=batch.attention.long()).last_hidden_state
+        with torch.no_grad():
+            p = lm_head(self.target, batch.final).float().softmax(-1)
+        ce = -(p * lm_head(self.target, hidden).float().log_softmax(-1)).sum(-1)
+        valid = batch.mask.float()
+        return (ce * valid).sum() / valid.sum().clamp_min(1.0)
+
+
 def _build(target, options: DraftOptions, drafter_dir) -> DraftModelDrafter:
-    path = drafter_dir or DEFAULT_DRAFT
-    if drafter_dir is None and target.name != "default":
-        raise SpecbenchError("strategy draft: give the draft model with --drafter DIR")
+    path = default_drafter_dir(target, "draft", drafter_dir)
     model = load_lm(str(path), target.device, target.model.dtype)
     if model.config.vocab_size != target.model.config.vocab_size:
         raise SpecbenchError(f"draft model {path}: vocabulary size {model.config.vocab_size} "
                              f"differs from the target's {target.model.config.vocab_size}")
+    trained_for = getattr(model.config, "target_fingerprint", None)  # a DraftLM names its target
+    if trained_for is not None and trained_for != fingerprint(target.model):
+        raise SpecbenchError(f"drafter {path} was trained for another target (fingerprint {trained_for}, "
+                             f"this target is {fingerprint(target.model)})")
     return DraftModelDrafter(model, options)
 
 
@@ -100,4 +158,4 @@ def _serving(o: DraftOptions, controller: str, drafter: str | None) -> Serving:
 
 
 STRATEGY = Method("draft", DraftOptions, _build, budget=lambda o: o.k, short_draft=lambda n: {"k": n},
-                  space=SPACE, serving=_serving)
+                  trainable=DraftLM.for_target, space=SPACE, serving=_serving)

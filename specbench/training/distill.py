@@ -13,7 +13,7 @@ from typing import Callable
 
 import torch
 
-from specbench.engine.decode import generate
+from specbench.engine.batch import generate_batch
 from specbench.models import Target, encode_turns
 from specbench.strategies.trainable import DistillBatch
 
@@ -27,18 +27,21 @@ class DistillSequence:
 
 @torch.inference_mode()
 def collect(target: Target, prompts: list[list[str]], layers: tuple[int, ...], max_new_tokens: int,
-            on_prompt: Callable[[], None] | None = None) -> list[DistillSequence]:
-    """Regenerate the target's answers to `prompts` (each a list of turns; the first is used)."""
+            on_prompt: Callable[[], None] | None = None, batch_size: int = 1) -> list[DistillSequence]:
+    """Regenerate the target's answers to `prompts` (each a list of turns; the first is used), decoding
+    `batch_size` of them at a time (greedy, each the answer it would get alone: engine/batch.py)."""
     sequences = []
-    for turns in prompts:
-        prompt = encode_turns(target.tokenizer, turns[:1], [])
-        answer = generate(target.model, prompt, max_new_tokens, eos_ids=target.eos_ids).tokens
-        ids = torch.tensor(prompt + answer, device=target.device)
-        out = target.model(input_ids=ids[None], output_hidden_states=True)
-        picked = [out.hidden_states[i][0] for i in layers] + [out.hidden_states[-1][0]]
-        sequences.append(DistillSequence(ids.cpu(), len(prompt), torch.stack(picked).to(torch.bfloat16).cpu()))
-        if on_prompt:
-            on_prompt()
+    encoded = [encode_turns(target.tokenizer, turns[:1], []) for turns in prompts]
+    for start in range(0, len(encoded), batch_size):
+        chunk = encoded[start:start + batch_size]
+        answers = generate_batch(target.model, chunk, max_new_tokens, eos_ids=target.eos_ids).sequences
+        for prompt, answer in zip(chunk, answers):
+            ids = torch.tensor(prompt + answer.tokens, device=target.device)
+            out = target.model(input_ids=ids[None], output_hidden_states=True)
+            picked = [out.hidden_states[i][0] for i in layers] + [out.hidden_states[-1][0]]
+            sequences.append(DistillSequence(ids.cpu(), len(prompt), torch.stack(picked).to(torch.bfloat16).cpu()))
+            if on_prompt:
+                on_prompt()
     return sequences
 
 

@@ -40,7 +40,6 @@ from specbench.files import atomic_path, write_json
 from specbench.models import Target, fingerprint
 from specbench.strategies.base import default_drafter_dir
 from specbench.strategies.dflash import BlockConfig
-from specbench.strategies.draft_model import DEFAULT_DRAFT as DRAFT_LM
 from specbench.strategies.drafter_dir import WEIGHTS, load_drafter, write_checkpoint
 from specbench.strategies.published.block import MASK, published_name
 from specbench.strategies.published.checkpoint import CONFIG
@@ -213,7 +212,7 @@ def vllm_drafter_dir(strategy: str, drafter_dir: Path | None, target: Target, ca
         raise _refuse(f"strategy {strategy}", "vLLM has no drafter method for it" if strategy != "mtp" else
                       "specbench's separate MTP modules have no vLLM counterpart")
     if strategy == "draft":  # a causal LM, which vLLM loads as it is
-        return Path(drafter_dir) if drafter_dir is not None else DRAFT_LM
+        return default_drafter_dir(target, strategy, drafter_dir)
     path = Path(default_drafter_dir(target, strategy, drafter_dir))
     source = open_source(path)
     if source.format in AS_PUBLISHED:

@@ -1,0 +1,74 @@
+"""`specbench models` (the models specbench knows by name) and `specbench prepare NAME` (convert one and
+build its drafters)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, Optional
+
+import typer
+
+from specbench.cli import options
+from specbench.cli.app import app, interruptible, out, progress_bar, user_errors
+from specbench.errors import SpecbenchError
+
+
+@app.command()
+def models(as_json: options.Json = False) -> None:
+    """List the models specbench knows by name, whether each is ready, and which drafters it has."""
+    from specbench.model_source import KNOWN_MODELS
+
+    listing = [model.status() for model in KNOWN_MODELS.values()]
+    if as_json:
+        sys.stdout.write(json.dumps(listing, indent=2) + "\n")
+        return
+    for entry in listing:
+        drafters = " ".join(entry["drafters"]) or "none"
+        out.print(f"{entry['name']}: {entry['about']}", highlight=False)
+        out.print(f"  weights   {entry['weights']}", highlight=False)
+        out.print(f"  drafters  {drafters}", highlight=False)
+        if entry["missing_drafters"]:
+            out.print(f"  missing   {' '.join(entry['missing_drafters'])}: `specbench prepare {entry['name']}`",
+                      highlight=False)
+        out.print(f"  files     {entry['home']}", highlight=False)
+
+
+@app.command()
+def prepare(
+    name: Annotated[str, typer.Argument(help="A model specbench knows (see `specbench models`).")],
+    only: Annotated[Optional[list[str]], typer.Option("--only", help="Build only these drafters (repeatable).", show_default="all")] = None,
+    prompts: Annotated[Optional[int], typer.Option(help="Training prompts the target answers.", show_default="192")] = None,
+    answer_tokens: Annotated[Optional[int], typer.Option(help="Length of the target's answers.", show_default="96")] = None,
+    steps: Annotated[Optional[int], typer.Option(help="Optimizer steps per drafter.", show_default="200")] = None,
+) -> None:
+    """Convert a known model into the user's cache and build its drafters by self-distillation, once
+    (interrupted, run it again: it resumes)."""
+    import dataclasses
+
+    from specbench.model_source import DRAFTERS, preparable
+    from specbench.ranges import check_ranges
+
+    with user_errors():
+        preparable(name)
+        check_ranges({"--prompts": prompts, "--answer-tokens": answer_tokens, "--steps": steps})
+        unknown = sorted(set(only or ()) - set(DRAFTERS))
+        if unknown:
+            raise SpecbenchError(f"--only {', '.join(unknown)}: not a trained drafter; trained: {', '.join(DRAFTERS)}")
+        from specbench.training.build_drafters import BuildSettings, prepare_model
+
+        given = {"prompts": prompts, "answer_tokens": answer_tokens, "steps": steps}
+        settings = dataclasses.replace(BuildSettings(), **{k: v for k, v in given.items() if v is not None})
+        with interruptible(lambda stop: f"run `specbench prepare {name}` again to resume"), progress_bar() as bar:
+            tasks: dict[str, int] = {}
+
+            def advance(phase: str, done: int, total: int, loss: float | None) -> None:
+                if phase not in tasks:
+                    tasks[phase] = bar.add_task(phase, total=total, detail="")
+                bar.update(tasks[phase], completed=done, detail=f"loss {loss:.3f}" if loss is not None else "")
+
+            done = prepare_model(name, settings, tuple(only or DRAFTERS), advance)
+    built = f"built {' '.join(done.built)}" if done.built else "nothing to build"
+    kept = f"; already there: {' '.join(done.kept)}" if done.kept else ""
+    timing = ", ".join(f"{stage} {seconds:.0f}s" for stage, seconds in done.seconds.items())
+    out.print(f"{done.model.name}: {built}{kept} ({timing}); files in {done.model.home}", highlight=False)
