@@ -176,6 +176,7 @@ COMMANDS = {
     "costs": lambda w: ["costs"],
     "convert": lambda w: ["convert", w.complete, "--out", w.root / "converted"],
     "train": lambda w: ["train", "--strategy", "eagle", "--prompts", w.prompts, "--out", w.root / "d"],
+    "prepare": lambda w: ["prepare", "smollm2-135m"],
 }
 
 

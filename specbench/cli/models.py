@@ -50,8 +50,8 @@ def prepare(
     from specbench.ranges import check_ranges
 
     with user_errors():
-        preparable(name)
         check_ranges({"--prompts": prompts, "--answer-tokens": answer_tokens, "--steps": steps})
+        preparable(name)
         unknown = sorted(set(only or ()) - set(DRAFTERS))
         if unknown:
             raise SpecbenchError(f"--only {', '.join(unknown)}: not a trained drafter; trained: {', '.join(DRAFTERS)}")
