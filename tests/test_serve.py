@@ -24,10 +24,10 @@ from typer.testing import CliRunner
 from specbench.cli import app
 from specbench.serving.schedule import vllm_schedule
 from specbench.serving.server import Server
+from tests.helpers import SMALL_SERVER as SMALL
 
 pytestmark = [pytest.mark.vllm, pytest.mark.usefixtures("vllm_installed")]
 runner = CliRunner()
-SMALL = json.dumps({"kv_cache_memory_bytes": 64 << 20, "enforce_eager": True})
 LOAD = ["--limit", "4", "--max-new-tokens", "24", "--warmup", "1"]
 REPO = Path(__file__).resolve().parents[1]
 
