@@ -31,7 +31,7 @@ from specbench.errors import SpecbenchError
 from specbench.files import write_atomic, write_json
 from specbench.model_source import model_path
 from specbench.serving.client import RequestRecord
-from specbench.serving.config import ServeConfig
+from specbench.serving.config import Level, ServeConfig
 from specbench.serving.load import Workload
 from specbench.serving.lossless import greedy_agreement
 from specbench.serving.server import Server
@@ -76,7 +76,7 @@ class ServedPlan:
     target_loader: Any  # the loaded target, for a drafter's conversion to vLLM's layout (once, cached)
 
     @property
-    def level(self):
+    def level(self) -> Level:
         return self.serve.levels[0]
 
     @property
@@ -98,12 +98,12 @@ class ServedPlan:
         run = dataclasses.replace(self.serve.run, knobs=knobs, controller=controller)
         return server_arguments(run, self.target_loader)
 
-    def measure(self, name: str, arguments: dict[str, Any], log: Path) -> tuple[list[RequestRecord], float,
-                                                                                 dict[str, Any] | None]:
+    def on_server(self, name: str, arguments: dict[str, Any],
+                  log: Path) -> tuple[list[RequestRecord], float, dict[str, Any] | None]:
         """One level on a server started for it and stopped after: the records, the duration, the speculation."""
         with Server(name, arguments, log, self.serve.start_timeout) as server:
-            level, speculation = measure(server.url, self.level, self.work, self.serve, self.requests)
-        return level.records, level.duration_s, speculation
+            measured, speculation = measure(server.url, self.level, self.work, self.serve, self.requests)
+        return measured.records, measured.duration_s, speculation
 
 
 def plan_served(config: TuneConfig, spec: StrategyName) -> ServedPlan:
@@ -166,7 +166,7 @@ def baseline(study: optuna.Study, plan: ServedPlan, logs: Path) -> dict[str, Any
     if stored is not None:
         return stored
     arguments = plan.arguments(*plan.space.run_settings(plan.space.defaults()))[BASELINE]
-    records, duration, _ = plan.measure(BASELINE, arguments, logs / "ar.log")
+    records, duration, _ = plan.on_server(BASELINE, arguments, logs / "ar.log")
     failed = [r for r in records if r.error is not None]
     if failed or not records:
         raise SpecbenchError(f"ar at {plan.level.label}: {len(failed)} of {len(records)} requests failed "
@@ -200,7 +200,7 @@ class ServedEvaluator:
         try:
             try:
                 arguments = self.plan.arguments(knobs, controller)[name]
-                records, duration, speculation = self.plan.measure(name, arguments,
+                records, duration, speculation = self.plan.on_server(name, arguments,
                                                                    self.logs / f"trial-{trial.number}.log")
             except SpecbenchError as exc:
                 raise TrialFailure(str(exc)) from None
