@@ -145,7 +145,10 @@ def test_a_failed_start_quotes_the_servers_last_error(tmp_path):
     log = tmp_path / "server.log"
     log.write_text("INFO starting\nValueError: num_speculative_tokens must be > 0\nINFO shutting down\n")
     assert last_error(log) == "ValueError: num_speculative_tokens must be > 0"
-    log.write_text("usage: api_server.py [-h] [--jit-monitor-mode {error,warn}]\n"
+    log.write_text("ValidationError: 1 validation error for ModelConfig\n"
+                   "  Value error, max_model_len 10000000 too big\n")
+    assert last_error(log) == "Value error, max_model_len 10000000 too big"
+    log.write_text("usage: api_server.py [-h]\n                     [--jit-monitor-mode {error,warn}]\n"
                    "api_server.py: error: argument --logging-config: invalid loads value: 'x'\n")
     assert last_error(log) == "api_server.py: error: argument --logging-config: invalid loads value: 'x'"
 

@@ -90,10 +90,10 @@ def test_two_workers_on_postgresql(postgres_url, tiny_model_dir, tmp_path):
     assert len({t.user_attrs["worker"] for t in trials}) == 2
 
 
-def _running(url: str, study: str) -> list[optuna.trial.FrozenTrial]:
+def _running(storage: optuna.storages.RDBStorage, study: str) -> list[optuna.trial.FrozenTrial]:
     """Running trials whose parameters are set: a trial is RUNNING before its worker has sampled them."""
     try:
-        running = optuna.load_study(study_name=study, storage=url).get_trials(states=(TrialState.RUNNING,))
+        running = optuna.load_study(study_name=study, storage=storage).get_trials(states=(TrialState.RUNNING,))
     except KeyError:  # not created yet
         return []
     return [t for t in running if t.params]
@@ -104,17 +104,20 @@ def test_a_killed_worker_trial_is_failed_and_retried(postgres_url, tiny_model_di
     # trials long enough (8 prompts of 32 tokens) for the kill to land inside one
     args = [*TUNE, "--limit", 8, "--max-new-tokens", 32, "--model", tiny_model_dir, "--trials", 4,
             "--storage", postgres_url, "--out", tmp_path]
+    # one storage (one connection pool) for the polling: a storage per poll leaves a pool per poll open,
+    # and a slow machine polls long enough to exhaust PostgreSQL's 100 connections
+    storage = optuna.storages.RDBStorage(postgres_url)
     killed = None
     for attempt in range(3):  # the kill must land inside a trial, not between two
         study = f"killed{attempt}"
         worker = subprocess.Popen([sys.executable, "-m", "specbench", *map(str, args), "--study", study], cwd=ROOT,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 120
-        while not _running(postgres_url, study) and worker.poll() is None and time.monotonic() < deadline:
+        while not _running(storage, study) and worker.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         worker.send_signal(signal.SIGKILL)
         worker.wait()
-        running = _running(postgres_url, study)
+        running = _running(storage, study)
         if running:
             killed = running[0]
             break

@@ -132,9 +132,9 @@ def test_what_vllm_prints_goes_to_the_runs_log(both):
 
 def test_vllm_runs_as_deployed_unless_told(tmp_path):
     """No enforce_eager of specbench's: vLLM's defaults compile (and capture CUDA graphs on a GPU)."""
-    from specbench.backends.vllm import engine_kwargs, log_of, logged
+    from specbench.backends.vllm import engine_kwargs, log_of
 
-    kwargs = logged(engine_kwargs(str(tmp_path), torch.float32, 0, {}))
+    kwargs = engine_kwargs(str(tmp_path), torch.float32, 0, {})
     assert "enforce_eager" not in kwargs and log_of(kwargs).parent == Path(tempfile.gettempdir())
     assert engine_kwargs(str(tmp_path), torch.float32, 0, {"enforce_eager": True})["enforce_eager"] is True
 
@@ -142,10 +142,10 @@ def test_vllm_runs_as_deployed_unless_told(tmp_path):
 def test_the_log_joins_the_run_directory_after_an_interrupted_runs(tmp_path):
     import logging
 
-    from specbench.backends.vllm import VllmEngine, engine_kwargs, logged
+    from specbench.backends.vllm import VllmEngine, engine_kwargs
 
     for attempt in ("first", "resumed"):
-        engine = VllmEngine(logged(engine_kwargs(str(tmp_path), torch.float32, 0, {})))
+        engine = VllmEngine(engine_kwargs(str(tmp_path), torch.float32, 0, {}))
         logging.getLogger("vllm.test").warning("%s attempt", attempt)
         engine.keep_log(tmp_path)
         assert not engine.log.exists() and not engine.log.with_suffix(".json").exists()

@@ -159,21 +159,19 @@ def output_to(log: Path):
             os.close(copy)
 
 
-def logged(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """`kwargs` with vLLM's logging into a log of specbench's, unless `--engine-args` set a logging_config."""
-    return kwargs if "logging_config" in kwargs else {**kwargs, "logging_config": log_to(vllm_log())}
-
-
 def log_of(kwargs: dict[str, Any]) -> Path | None:
     """The log file of engines made with `kwargs`: specbench's, unless `--engine-args` set a logging_config."""
     config = getattr(kwargs.get("logging_config"), "pylogging_config_file", None)
     return Path(config).with_suffix(".log") if config and Path(config).name.startswith("specbench-vllm-") else None
 
 
-def engine_kwargs(model_dir: str, dtype: torch.dtype, seed: int, engine_args: dict[str, Any]) -> dict[str, Any]:
+def engine_kwargs(model_dir: str, dtype: torch.dtype, seed: int, engine_args: dict[str, Any], *,
+                  log: bool = True) -> dict[str, Any]:
     """vLLM's engine arguments: specbench's defaults under the user's `--engine-args`. The defaults are
     vLLM's own (it compiles, and captures CUDA graphs on a GPU, as deployed); `{"enforce_eager": true}`
-    starts it sooner for a quick look."""
+    starts it sooner for a quick look. `log`: vLLM's logging goes to a log of specbench's (in process;
+    a server writes its own), configured before vLLM is imported, since it logs as it loads."""
+    logging_config = log_to(vllm_log()) if log else None
     import torch
     from vllm.engine.arg_utils import EngineArgs
 
@@ -186,7 +184,7 @@ def engine_kwargs(model_dir: str, dtype: torch.dtype, seed: int, engine_args: di
         raise SpecbenchError(f"--engine-args: {', '.join(owned)} come from the run (--model, --strategy and its knobs, "
                              "--seed, --dtype); set them there")
     defaults = {"model": model_dir, "dtype": str(dtype).removeprefix("torch."), "seed": seed,
-                "disable_log_stats": False}
+                "disable_log_stats": False, **({"logging_config": logging_config} if log else {})}
     if not torch.cuda.is_available():  # vLLM's CPU backend would reserve 4 GiB per engine: a run holds several
         defaults["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES
     return {**defaults, **engine_args}
@@ -410,7 +408,7 @@ class VllmBackend:
         self.sources = sources
         self.plans = [translate(s, config.knobs, config.controller, sources) for s in specs]
         dtype = resolve_dtype(config.dtype, resolve_device(config.device))  # the same as specbench's target
-        self.kwargs = logged(engine_kwargs(model_path(config.model), dtype, config.seed, config.engine_args))
+        self.kwargs = engine_kwargs(model_path(config.model), dtype, config.seed, config.engine_args)
         self.target: Target | None = None
         self.engine: VllmEngine | None = None
         self.notes: list[str] = []

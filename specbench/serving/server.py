@@ -55,12 +55,14 @@ def serve_command(engine_args: dict[str, Any], port: int) -> list[str]:
 
 def last_error(log: Path) -> str:
     """The server's own last error line: the last line naming an error (argparse's `prog: error: ...`
-    included, not its usage text's `{error,warn}` choices), else its last line."""
+    included; its usage text, whose lines start with `usage:` or `[`, names `{error,warn}` choices),
+    else its last line."""
     try:
         lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
     except OSError:
         return "(no log)"
-    errors = [line for line in lines if "Error" in line or ": error:" in line]
+    errors = [line for line in lines if not line.startswith(("usage:", "["))
+              and ("Error" in line or ": error:" in line or "error" in line.split(":", 1)[0])]
     return (errors or lines or ["(empty log)"])[-1][:300]
 
 

@@ -29,7 +29,8 @@ def server_arguments(config: RunConfig, target_loader) -> dict[str, dict[str, An
     strategies = [vllm_backend.translate(s, config.knobs, config.controller, sources) for s in specs]
     dtype = resolve_dtype(config.dtype, resolve_device(config.device))
     # vLLM's defaults, as deployed (it compiles; CUDA graphs on a GPU); the server's output is its own log
-    base = vllm_backend.engine_kwargs(model_path(config.model), dtype, config.seed, config.engine_args)
+    base = vllm_backend.engine_kwargs(model_path(config.model), dtype, config.seed, config.engine_args,
+                                      log=False)
     if "disable_log_stats" not in config.engine_args:
         base.pop("disable_log_stats")  # a server logs its stats unless told not to
     limit = getattr(AutoConfig.from_pretrained(model_path(config.model)), "max_position_embeddings", None)
