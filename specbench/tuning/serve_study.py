@@ -39,24 +39,11 @@ from specbench.serving.stats import against_baseline, level_summary
 from specbench.serving.sweep import load_target_for, measure, workload
 from specbench.serving.vllm_args import server_arguments
 from specbench.strategies.names import BASELINE, StrategyName
+from specbench.tuning import study as studies
 from specbench.tuning.config import TuneConfig
 from specbench.tuning.objective import TrialFailure
 from specbench.tuning.outputs import importances, tuned_toml
 from specbench.tuning.storage import display_url
-from specbench.tuning.study import (
-    FAIL_REASON,
-    best_trial,
-    counted_trials,
-    create_storage,
-    defaults_trial,
-    enqueue_defaults,
-    make_pruner,
-    make_sampler,
-    open_checked,
-    open_study,
-    question,
-    study_names,
-)
 from specbench.tuning.study_runner import Progress, TuneReport, optimize, trial_counts
 from specbench.tuning.study_space import StudySpace, study_space
 
@@ -117,14 +104,15 @@ def plan_served(config: TuneConfig, spec: StrategyName) -> ServedPlan:
     server_arguments(run, target_loader)  # a strategy vLLM cannot run is refused before any study is touched
     space = study_space(spec, None, run.knobs, run.controller, "vllm")
     work = workload(serve)
-    identity = {**question(config, spec), "space": space.space.fingerprint(), "space_text": space.space.describe(),
-                "model": str(model_path(run.model)), "prompts": [prompt_id for prompt_id, _ in work.prompts]}
+    identity = {**studies.question(config, spec), "space": space.space.fingerprint(),
+                "space_text": space.space.describe(), "model": str(model_path(run.model)),
+                "prompts": [prompt_id for prompt_id, _ in work.prompts]}
     return ServedPlan(spec, serve, work, space, identity, target_loader)
 
 
 def study_name(config: TuneConfig, plan: ServedPlan) -> str:
     """--study, else strategy, model, load and a hash of the workload."""
-    names = study_names(config)
+    names = studies.study_names(config)
     if names:
         return names[plan.spec.name]
     asked = {k: v for k, v in plan.identity.items() if k not in ("strategy", "space", "space_text")}
@@ -136,7 +124,7 @@ def study_name(config: TuneConfig, plan: ServedPlan) -> str:
 def tune_at_load(config: TuneConfig, progress: Progress | None = None) -> TuneReport:
     """Tune every requested strategy at the load, each in its own study (see the module docstring)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    url = open_checked(config)
+    url = studies.open_checked(config)
     plans = [plan_served(config, spec) for spec in config.specs()]
     return TuneReport([served_study(config, plan, url, config.share(i), progress) for i, plan in enumerate(plans)],
                       [])
@@ -146,10 +134,12 @@ def served_study(config: TuneConfig, plan: ServedPlan, url: str, trials: int,
                  progress: Progress | None) -> dict[str, Any]:
     """Create or resume the study, measure ar once, run the trials it lacks, then record the best."""
     name = study_name(config, plan)
-    study, _ = open_study(create_storage(url, config.heartbeat_s), name, plan.identity, display_url(url),
-                          make_sampler(config.workload.seed, trials), make_pruner(config.directions))
-    enqueue_defaults(study, plan.space.defaults())
-    remaining = trials - len(counted_trials(study))
+    storage = studies.create_storage(url, config.heartbeat_s)
+    study, _ = studies.open_study(storage, name, plan.identity, display_url(url),
+                                  studies.make_sampler(config.workload.seed, trials),
+                                  studies.make_pruner(config.directions))
+    studies.enqueue_defaults(study, plan.space.defaults())
+    remaining = trials - len(studies.counted_trials(study))
     if remaining > 0:
         evaluator = ServedEvaluator(plan, baseline(study, plan, logs_dir(config, name)), logs_dir(config, name))
         optimize(study, evaluator, plan.space, remaining, trials, config.timeout, progress)
@@ -206,7 +196,7 @@ class ServedEvaluator:
                 raise TrialFailure(str(exc)) from None
             return self.value(trial, records, duration, speculation, arguments, started)
         except TrialFailure as exc:
-            trial.set_user_attr(FAIL_REASON, str(exc))
+            trial.set_user_attr(studies.FAIL_REASON, str(exc))
             raise
 
     def value(self, trial: optuna.Trial, records: list[RequestRecord], duration: float,
@@ -240,7 +230,7 @@ def finish(config: TuneConfig, plan: ServedPlan, study: optuna.Study, url: str, 
     tuned_dir = Path(config.workload.out) / "tuned" / "serve"
     tuned_dir.mkdir(parents=True, exist_ok=True)
     name, run, level = study.study_name, plan.serve.run, plan.level
-    best, defaults = best_trial(study), defaults_trial(study)
+    best, defaults = studies.best_trial(study), studies.defaults_trial(study)
     ar_level = study.user_attrs.get(BASELINE_LEVEL)
     record: dict[str, Any] = {
         "study": name, "storage": display_url(url), "strategy": plan.spec.name, "model": plan.identity["model"],
