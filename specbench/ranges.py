@@ -92,6 +92,7 @@ RANGES: dict[str, Range] = {
     "--mask-token-id": _at_least(0, "a vocabulary row"),
     # serve
     "--concurrency": _at_least(1, "requests served at once"),
+    "--request-rate": Range(0, open_low=True, note="requests per second"),
     "--max-concurrency": _at_least(1),
     "--burstiness": Range(0, open_low=True, note="1: Poisson arrivals"),
     "--requests": _at_least(1, "per level"),

@@ -43,6 +43,9 @@ from specbench.training.trainer import train
 # -- tiny models -----------------------------------------------------------------------------------------------------
 
 
+# a `vllm serve` for tests: eager (no compilation, minutes on a CPU) and a small KV cache
+SMALL_SERVER = json.dumps({"kv_cache_memory_bytes": 64 << 20, "enforce_eager": True})
+
 TINY_SHAPES = {
     # name: (config class, model class, vocab, kv heads)
     "qwen3-gqa": (Qwen3Config, Qwen3ForCausalLM, 97, 2),

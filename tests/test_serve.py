@@ -3,7 +3,8 @@
 Every server here runs with enforce_eager (serve's default is vLLM's: it compiles, which takes minutes
 on a CPU) and a small KV cache. A server start costs a minute or more on a loaded machine, so the tests
 share them: one serve run (ar and ngram servers, both load shapes) serves most tests, one server the
-tests start themselves serves --endpoint and resume, and one start is interrupted on purpose.
+tests start themselves serves --endpoint and resume (killed once and started again), and one start is
+interrupted on purpose.
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ from typer.testing import CliRunner
 from specbench.cli import app
 from specbench.serving.schedule import vllm_schedule
 from specbench.serving.server import Server
+from tests.helpers import SMALL_SERVER as SMALL
 
 pytestmark = [pytest.mark.vllm, pytest.mark.usefixtures("vllm_installed")]
 runner = CliRunner()
-SMALL = json.dumps({"kv_cache_memory_bytes": 64 << 20, "enforce_eager": True})
 LOAD = ["--limit", "4", "--max-new-tokens", "24", "--warmup", "1"]
 REPO = Path(__file__).resolve().parents[1]
 
@@ -146,6 +147,43 @@ def test_resume_measures_only_the_interrupted_level(ngram_server, tmp_path):
     assert first.stat().st_mtime_ns == measured  # the finished level is not measured again
     assert entry(json.loads(result.stdout), "ngram", "c2")["requests"] == 8
     assert json.loads((run_dir / "serve.json").read_text())["status"] == "complete"
+
+
+def test_a_server_killed_during_a_level_leaves_it_incomplete_and_resume_measures_it(ngram_server, tmp_path):
+    """SIGKILL to the server's process group after two answers of concurrency 2: that level is written with its
+    failed requests as errors and marked incomplete, concurrency 1 is kept, and --resume (the server started
+    again on its port) measures concurrency 2 alone."""
+    from specbench.config import RunConfig
+    from specbench.serving.config import ServeConfig
+    from specbench.serving.run_dir import ServeRun
+    from specbench.serving.sweep import plan, serve_sweep, strategy_names
+
+    config = ServeConfig(run=RunConfig(strategies=["ar"], limit=4, max_new_tokens=24, out=str(tmp_path)),
+                         concurrency=[1, 2], requests=6, warmup=1, endpoints={"ngram": ngram_server.url}).validate()
+    prepared = plan(config)
+    run = ServeRun.create(config, strategy_names(config), "the embedded model", config.run.suite)
+
+    def kill_during_the_second_level(name, level, done, total) -> None:
+        if level.concurrency == 2 and done == 2:
+            os.killpg(ngram_server.process.pid, signal.SIGKILL)
+
+    report = serve_sweep(run, prepared, kill_during_the_second_level).as_json()
+    c1, c2 = entry(report, "ngram", "c1"), entry(report, "ngram", "c2")
+    assert not report["complete"] and c1["complete"] and not c2["complete"]
+    assert c1["requests"] == 6 and c1["errors"] == 0
+    assert c2["requests"] == 6 and c2["errors"] >= 3  # the two in flight and the two never answered at least
+    assert any("stopped answering during concurrency 2" in note for note in report["notes"])
+    assert json.loads((run.path / "serve.json").read_text())["status"] == "incomplete"
+    kept = run.level_file("ngram", config.levels[0]).stat().st_mtime_ns
+
+    ngram_server.stop()
+    ngram_server.start()  # the same port: the run's endpoint answers again
+    result = runner.invoke(app, ["serve", "--resume", str(run.path), "--json"])
+    assert result.exit_code == 0, result.output
+    resumed = json.loads(result.stdout)
+    assert run.level_file("ngram", config.levels[0]).stat().st_mtime_ns == kept  # not measured again
+    c2 = entry(resumed, "ngram", "c2")
+    assert resumed["complete"] and c2["complete"] and c2["requests"] == 6 and c2["errors"] == 0
 
 
 def test_no_server_process_outlives_an_interrupt(tmp_path):

@@ -260,3 +260,23 @@ def test_resume_takes_no_other_option_and_refuses_a_complete_run(tmp_path):
     assert result.exit_code == 2 and "is complete" in result.output
     result = runner.invoke(app, ["serve", "--resume", str(tmp_path)])
     assert result.exit_code == 2 and "not a specbench serve run directory" in result.output
+
+
+def test_a_study_at_a_load_asks_its_own_question():
+    """tune at a load: goodput at the SLO is maximised, the TPOT p50 minimised without one, and the load and
+    SLO are part of the study's identity (a study at another load is refused, not resumed)."""
+    from specbench.config import RunConfig
+    from specbench.strategies.names import parse_strategy
+    from specbench.tuning.config import TuneConfig
+    from specbench.tuning.study import question
+
+    workload = RunConfig(limit=2)
+    at_two = TuneConfig(workload, ("ngram",), concurrency=2)
+    with_slo = TuneConfig(workload, ("ngram",), concurrency=2, slo={"tpot": 50.0})
+    at_rate = TuneConfig(workload, ("ngram",), request_rate=1.5)
+    assert at_two.directions == ("minimize",) and with_slo.directions == ("maximize",)
+    assert TuneConfig(workload, ("ngram",)).load is None and at_rate.load.key == "r1.5"
+    ngram = parse_strategy("ngram")
+    asked = [question(c, ngram) for c in (at_two, with_slo, at_rate, TuneConfig(workload, ("ngram",)))]
+    assert asked[0]["serve"] == {"load": "c2", "slo": {}, "engine_args": {}} and "serve" not in asked[3]
+    assert len({str(a) for a in asked}) == 4

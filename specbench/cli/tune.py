@@ -12,6 +12,7 @@ from specbench.backends.registry import parse_engine_args
 from specbench.cli import options
 from specbench.cli.app import app, err, interruptible, out, progress_bar, split_list, user_errors
 from specbench.config import load_config_file, resolve
+from specbench.serving.config import parse_slo
 from specbench.strategies.names import DEFAULT_STRATEGIES
 from specbench.strict_json import dumps
 from specbench.tuning.config import OBJECTIVES, TuneConfig
@@ -21,6 +22,9 @@ from specbench.tuning.study import open_checked
 @app.command()
 def tune(
     strategy: Annotated[Optional[str], typer.Option("--strategy", "-s", help="Strategy to tune: ngram, dspark, eagle+dflash, ... ; without it each of the default set is tuned in its own study and ranked.", show_default=",".join(DEFAULT_STRATEGIES))] = None,
+    concurrency: Annotated[Optional[int], typer.Option("--concurrency", help="Tune on real vLLM servers at this closed-loop load: every trial starts `vllm serve` with its knobs and measures one level.", show_default="one request at a time, in process")] = None,
+    request_rate: Annotated[Optional[float], typer.Option("--request-rate", help="Tune on real vLLM servers at this open-loop load (requests per second, Poisson arrivals).", show_default="none")] = None,
+    slo: Annotated[Optional[str], typer.Option("--slo", help="With a load: the objective is the goodput at these latency targets in ms, e.g. ttft=500,tpot=50,e2e=5000.", show_default="TPOT p50 (lowest)")] = None,
     gpu: Annotated[Optional[str], typer.Option(help="GPU profile: the objective becomes the projected speedup there (unless it is the local GPU), with its memory as a constraint.", show_default="measured here")] = None,
     model: options.Model = None,
     drafter: options.Drafters = None,
@@ -52,6 +56,7 @@ def tune(
     A --config file gives the workload: its knobs and controller are held fixed, its strategies tuned unless
     --strategy is given. Above temperature 0 every trial still checks losslessness greedily on one prompt.
     With --engine vllm the knobs vLLM takes are searched and the winning --speculative-config JSON is written.
+    With --concurrency or --request-rate they are searched on real `vllm serve` servers at that load.
     """
     with user_errors():
         # every check that needs no model comes first (storage, named studies): refused before torch loads
@@ -60,10 +65,11 @@ def tune(
         flags = dict(strategies=list(strategies) or None, model=model, drafters=[str(d) for d in drafter or []], suite=suite,
                      categories=split_list(categories), limit=limit, max_new_tokens=max_new_tokens,
                      temperature=temperature, seed=seed, dtype=dtype, device=device, gpu=gpu, out=out_dir,
-                     profiles=str(profiles) if profiles else None, engine=engine,
+                     profiles=str(profiles) if profiles else None,
+                     engine=engine or ("vllm" if concurrency is not None or request_rate is not None else None),
                      engine_args=parse_engine_args(engine_args))
         cfg = TuneConfig(resolve(file_values, flags), strategies, trials, timeout, study, storage, workers,
-                         objectives, holdout, heartbeat).validate()
+                         objectives, holdout, heartbeat, concurrency, request_rate, parse_slo(slo)).validate()
         open_checked(cfg)
 
         from specbench.tuning.study_runner import tune as run_tune

@@ -53,7 +53,7 @@ async def scrape(base_url: str) -> dict[str, Any]:
                 if response.status != 200:
                     return {}
                 return parse(await response.text())
-        except aiohttp.ClientError:
+        except (aiohttp.ClientError, TimeoutError):
             return {}
 
 

@@ -97,16 +97,19 @@ class Server:
             if self.process.poll() is not None:
                 raise SpecbenchError(f"the vLLM server for {self.name} exited with code {self.process.returncode} "
                                      f"before it was ready: {last_error(self.log)} (log: {self.log})")
-            with contextlib.suppress(OSError, urllib.error.URLError):
-                with urllib.request.urlopen(f"{self.url}/health", timeout=5) as response:
-                    if response.status == 200:
-                        return
+            if healthy(self.url):
+                return
             time.sleep(1.0)
         raise SpecbenchError(f"the vLLM server for {self.name} was not ready after {self.start_timeout:.0f} s: "
                              f"{last_error(self.log)} (log: {self.log})")
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
+
+    def serving(self) -> bool:
+        """Running and healthy: vLLM's /health fails once its engine core has died, even while the API server
+        process is still shutting down."""
+        return self.alive() and healthy(self.url)
 
     def stop(self) -> None:
         """SIGTERM to the server's process group, SIGKILL to what is left after the grace period."""
@@ -131,6 +134,15 @@ class Server:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+def healthy(url: str) -> bool:
+    """Whether the server at `url` answers /health with 200."""
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=5) as response:
+            return response.status == 200
+    except (OSError, urllib.error.URLError):
+        return False
 
 
 def group_alive(group: int) -> bool:

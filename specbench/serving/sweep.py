@@ -17,12 +17,14 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+
 from specbench.errors import Interrupted, SpecbenchError
 from specbench.files import read_json, write_json
 from specbench.model_source import model_path
 from specbench.serving import metrics, schedule
 from specbench.serving.config import Level, ServeConfig
-from specbench.serving.load import Workload, drive
+from specbench.serving.load import LevelLog, Workload, drive
 from specbench.serving.lossless import greedy_agreement
 from specbench.serving.run_dir import ServeRun, records_of
 from specbench.serving.server import Server
@@ -101,15 +103,24 @@ def measure_level(run: ServeRun, strategy: str, url: str, level: Level, work: Wo
 
     if progress:
         progress(strategy, level, 0, requests)
-    before = asyncio.run(metrics.scrape(url))
-    log = asyncio.run(drive(url, level, work, requests, config.warmup, config.level_seconds, config.max_concurrency,
-                            config.burstiness, on_answer=tick))
-    after = asyncio.run(metrics.scrape(url))
-    died = not server.alive() if server is not None else not answers(url)
+    log, speculation = measure(url, level, work, config, requests, tick)
+    died = not server.serving() if server is not None else not answers(url)
     run.write_level(strategy, level, log.records, complete=not died, duration_s=log.duration_s,
-                    stopped_by_time=log.stopped_by_time, speculation=metrics.speculation(before, after),
-                    server=url)
+                    stopped_by_time=log.stopped_by_time, speculation=speculation, server=url)
     return not died
+
+
+def measure(url: str, level: Level, work: Workload, config: ServeConfig, requests: int,
+            on_answer: Callable[[], None] | None = None) -> tuple[LevelLog, dict[str, Any] | None]:
+    """One level on the server at `url`: its request log and the server's speculative figures over it."""
+    before = asyncio.run(metrics.scrape(url))
+    try:
+        log = asyncio.run(drive(url, level, work, requests, config.warmup, config.level_seconds,
+                                config.max_concurrency, config.burstiness, on_answer=on_answer))
+    except aiohttp.ClientError:  # gone before the level began: /v1/models did not answer
+        log = LevelLog([], 0.0, stopped_by_time=False)
+    after = asyncio.run(metrics.scrape(url))
+    return log, metrics.speculation(before, after)
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,11 @@ import functools
 import re
 from dataclasses import dataclass, field
 
-from specbench.backends.registry import ENGINE_NAMES, parse_engines
+from specbench.backends.registry import ENGINE_NAMES, SPECBENCH, parse_engines
 from specbench.config import RunConfig
 from specbench.errors import SpecbenchError
 from specbench.ranges import check_ranges
+from specbench.serving.config import Level
 from specbench.strategies.knobs import validate_knobs
 from specbench.strategies.names import BASELINE, DEFAULT_STRATEGIES, StrategyName, parse_strategies
 from specbench.suites import load_suite, select
@@ -42,9 +43,16 @@ class TuneConfig:
     objectives: str = "speedup"
     holdout: float = 0.25
     heartbeat_s: int = 30  # RDB storages: a trial silent for twice this is failed and retried
+    # set: every trial is a `vllm serve` measured at this load (tuning/serve_study.py), for goodput at `slo`
+    # (milliseconds per limit) or, without one, the lowest TPOT p50
+    concurrency: int | None = None
+    request_rate: float | None = None
+    slo: dict[str, float] = field(default_factory=dict)
 
     def validate(self) -> TuneConfig:
         """Refuse bad input in one line before anything is loaded or any study is touched."""
+        if self.load is not None:
+            self.check_served()
         workload = self.measured_workload
         validate_knobs(self.workload.knobs)
         check_splittable(len(select(load_suite(workload.suite), workload.categories or None, workload.limit).items))
@@ -57,6 +65,9 @@ class TuneConfig:
         if len(parse_engines(self.workload.engine)) > 1:
             raise SpecbenchError(f"--engine {self.workload.engine}: a study measures one engine; tune with --engine "
                                  f"{' or '.join(ENGINE_NAMES)}")
+        if self.load is None and self.slo:
+            raise SpecbenchError("--slo is the objective of a study at a load: give --concurrency N or "
+                                 "--request-rate R")
         if len(self.specs()) > self.trials:
             raise SpecbenchError(f"--trials {self.trials} cannot be split between {len(self.specs())} strategies")
         return self
@@ -64,8 +75,9 @@ class TuneConfig:
     @functools.cached_property
     def measured_workload(self) -> RunConfig:
         """The workload as a run of the strategies tuned (its knobs and drafters must be for them), validated
-        once: the CLI's check, tune's and benchmark.prepare's share it."""
-        return dataclasses.replace(self.workload, strategies=[spec.name for spec in self.specs()]).validate()
+        once: the CLI's check, tune's and benchmark.prepare's share it. At a load, vLLM runs it."""
+        served = {"engine": "vllm"} if self.load is not None else {}
+        return dataclasses.replace(self.workload, strategies=[spec.name for spec in self.specs()], **served).validate()
 
     def specs(self) -> list[StrategyName]:
         """The strategies to tune, each in its own study; `ar` is refused (it is what they are compared with)."""
@@ -74,7 +86,33 @@ class TuneConfig:
         return parse_strategies(list(self.strategies) or list(DEFAULT_STRATEGIES))[1:]
 
     @property
+    def load(self) -> Level | None:
+        """The load a served study measures at; None: trials are measured one request at a time."""
+        if self.concurrency is None and self.request_rate is None:
+            return None
+        return Level(self.concurrency, self.request_rate)
+
+    def check_served(self) -> None:
+        """What a study on servers cannot take: both loads, a GPU profile, another objective, several workers."""
+        if self.concurrency is not None and self.request_rate is not None:
+            raise SpecbenchError("give one load to tune at: --concurrency N or --request-rate R, not both")
+        check_ranges({"--concurrency": self.concurrency, "--request-rate": self.request_rate})
+        if self.workload.gpu is not None:
+            raise SpecbenchError(f"--gpu {self.workload.gpu}: a study at a load measures real servers here; "
+                                 "drop --gpu or the load (--concurrency, --request-rate)")
+        if self.objectives != "speedup":
+            raise SpecbenchError(f"--objectives {self.objectives}: a study at a load searches for goodput at --slo "
+                                 "(or the lowest TPOT without one); drop --objectives")
+        if self.workers != 1:
+            raise SpecbenchError("--workers: a study at a load starts one server at a time on this machine; drop it")
+        if self.workload.engine not in (SPECBENCH, "vllm"):
+            raise SpecbenchError(f"--engine {self.workload.engine}: a study at a load runs `vllm serve`; drop "
+                                 "--engine")
+
+    @property
     def directions(self) -> tuple[str, ...]:
+        if self.load is not None:  # goodput is maximised, the TPOT p50 minimised
+            return ("maximize",) if self.slo else ("minimize",)
         return OBJECTIVES[self.objectives]
 
     def share(self, index: int) -> int:

@@ -25,9 +25,10 @@ def _x(value: float | None) -> str:
 
 
 def tuned_toml(record: dict[str, Any], knobs: dict[str, dict[str, Any]], controller: str | None,
-               workload: RunConfig) -> str:
+               workload: RunConfig, figures: str | None = None) -> str:
     """The best configuration as a run config, with the workload keys the study used; comments say where
-    it came from (the figures stay in the JSON record: `run --config` accepts only run-config keys)."""
+    it came from, `figures` (a comment line) what it measured, else its speedups (the figures stay in the
+    JSON record: `run --config` accepts only run-config keys)."""
     data: dict[str, Any] = {"strategy": [record["strategy"]]}
     if controller is not None:
         data["controller"] = controller
@@ -46,13 +47,15 @@ def tuned_toml(record: dict[str, Any], knobs: dict[str, dict[str, Any]], control
         if workload.engine_args:
             data["engine_args"] = workload.engine_args
     data["knobs"] = {name: dict(values) for name, values in knobs.items() if values}
-    holdout = record.get("holdout") or {}
-    tuned, defaults = ((holdout.get(k) or {}).get("speedup") for k in ("tuned", "defaults"))
+    if figures is None:
+        holdout = record.get("holdout") or {}
+        tuned, defaults = ((holdout.get(k) or {}).get("speedup") for k in ("tuned", "defaults"))
+        figures = (f"# speedup over ar on the tuning prompts {_x(record['tuning']['speedup'])}; held out: tuned "
+                   f"{_x(tuned)}, defaults {_x(defaults)}")
     header = [
         f"# specbench tune: study {record['study']} ({record['strategy']}, {record['trials']['counted']} trials, "
         f"objective {record['label']})",
-        f"# speedup over ar on the tuning prompts {_x(record['tuning']['speedup'])}; held out: tuned {_x(tuned)}, "
-        f"defaults {_x(defaults)}",
+        figures,
         f"# run it: specbench run --config {record['toml']}",
     ]
     return "\n".join(header) + "\n" + tomli_w.dumps(data)

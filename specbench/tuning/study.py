@@ -58,7 +58,7 @@ def projects(gpu: str | None) -> bool:
 def question(config: TuneConfig, spec: StrategyName) -> dict[str, Any]:
     """The part of a study's identity known before anything is loaded: what is asked of it."""
     workload = config.workload
-    return {
+    asked = {
         "strategy": spec.name, "fixed": {"knobs": workload.knobs, "controller": workload.controller},
         "objectives": config.objectives, "directions": list(config.directions),
         "gpu": workload.gpu, "projected": projects(workload.gpu),
@@ -67,6 +67,9 @@ def question(config: TuneConfig, spec: StrategyName) -> dict[str, Any]:
                      "top_p": workload.top_p, "top_k": workload.top_k, "dtype": workload.dtype,
                      "seed": workload.seed, "holdout": config.holdout},
     }
+    if config.load is not None:  # a study on servers: its load, its SLO and the servers' own arguments
+        asked["serve"] = {"load": config.load.key, "slo": config.slo, "engine_args": workload.engine_args}
+    return asked
 
 
 def study_names(config: TuneConfig) -> dict[str, str] | None:

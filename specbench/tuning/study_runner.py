@@ -125,6 +125,10 @@ def study_name(config: TuneConfig, plan: StudyPlan) -> str:
 def tune(config: TuneConfig, progress: Progress | None = None) -> TuneReport:
     """Tune every requested strategy in its own study and rank them (see the module docstring)."""
     config.validate()
+    if config.load is not None:
+        from specbench.tuning.serve_study import tune_at_load
+
+        return tune_at_load(config, progress)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     specs = config.specs()
     url = open_checked(config)
@@ -163,7 +167,7 @@ def tune_study(config: TuneConfig, plan: StudyPlan, name: str, url: str, trials:
     return finish_study(config, plan, study, url, trials)
 
 
-def _optimize(study: optuna.Study, evaluator: Evaluator, space: StudySpace, quota: int, trials: int,
+def optimize(study: optuna.Study, evaluator: Evaluator, space: StudySpace, quota: int, trials: int,
               timeout: float | None, progress: Progress | None) -> None:
     def after_trial(study: optuna.Study, trial) -> None:
         done = len(counted_trials(study))
@@ -192,7 +196,7 @@ def _run_workers(config: TuneConfig, plan: StudyPlan, study: optuna.Study, evalu
     for child in children:
         child.start()
     try:
-        _optimize(study, evaluator, plan.space, quotas[0], trials, config.timeout, progress)
+        optimize(study, evaluator, plan.space, quotas[0], trials, config.timeout, progress)
     except BaseException:
         for child in children:
             child.terminate()
@@ -228,7 +232,7 @@ def _spawned_worker(config: TuneConfig, spec_name: str, identity: dict[str, Any]
                                   pruner=make_pruner(config.directions))
         check_identity(study, identity, display_url(url))
         try:
-            _optimize(study, Evaluator(plan.bench, plan.tuning, plan.profile), plan.space, quota, trials,
+            optimize(study, Evaluator(plan.bench, plan.tuning, plan.profile), plan.space, quota, trials,
                       config.timeout, None)
         finally:
             bench.close()
@@ -237,7 +241,7 @@ def _spawned_worker(config: TuneConfig, spec_name: str, identity: dict[str, Any]
         sys.exit(2)
 
 
-def _trial_counts(study: optuna.Study, prompts: int) -> dict[str, Any]:
+def trial_counts(study: optuna.Study, prompts: int) -> dict[str, Any]:
     counted = counted_trials(study)
     by_state = {state: [t for t in counted if t.state == state]
                 for state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)}
@@ -286,7 +290,7 @@ def finish_study(config: TuneConfig, plan: StudyPlan, study: optuna.Study, url: 
         "max_new_tokens": workload.max_new_tokens, "batch_size": 1,
         "prompts": {"tuning": len(plan.identity["prompts"]),
                     "holdout": sum(len(item.turns) for item in plan.holdout)},
-        "trials": _trial_counts(study, len(plan.identity["prompts"])), "target_trials": trials,
+        "trials": trial_counts(study, len(plan.identity["prompts"])), "target_trials": trials,
         "session": [spec.name for spec in config.specs()],  # every strategy this tune was asked for
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "best_params": None, "best_value": None, "toml": None, "plots": [],

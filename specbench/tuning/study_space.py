@@ -63,10 +63,10 @@ class StudySpace:
         return knobs, controller
 
 
-def _limits(spec: StrategyName, strategy: Strategy) -> dict[str, dict[str, int]]:
+def _limits(spec: StrategyName, strategy: Strategy | None) -> dict[str, dict[str, int]]:
     """Per member: the values of its loaded drafter that its space's bounds may name (none when another
-    engine runs the strategy: its drafter is not loaded here)."""
-    if strategy.drafter is None:
+    engine or a server runs the strategy: its drafter is not loaded here)."""
+    if strategy is None or strategy.drafter is None:
         return {name: {} for name in spec.members}
     out = {}
     for name, drafter in zip(spec.members, strategy.drafter.members, strict=True):
@@ -85,9 +85,10 @@ def engine_knobs_only(space: SearchSpace, name: str, engine: str) -> SearchSpace
     return space
 
 
-def study_space(spec: StrategyName, built: Strategy, fixed_knobs: dict[str, dict[str, Any]],
+def study_space(spec: StrategyName, built: Strategy | None, fixed_knobs: dict[str, dict[str, Any]],
                 fixed_controller: str | None, engine: str = SPECBENCH) -> StudySpace:
-    """The space of `spec`, given the strategy built with its defaults (for the drafters' limits)."""
+    """The space of `spec`, given the strategy built with its defaults (for the drafters' limits; None: a
+    server runs it)."""
     limits = _limits(spec, built)
     space = SearchSpace()
     for name in spec.members:

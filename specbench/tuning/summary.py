@@ -34,6 +34,8 @@ def _value(value: Any) -> str:
 
 def study_lines(record: dict[str, Any]) -> tuple[list[str], list[str]]:
     """(lines of text, warnings) describing one study."""
+    if "load" in record:
+        return served_lines(record)
     t = record["trials"]
     lines = [f"{record['strategy']}: study {record['study']}, speedup over ar {record['label']}",
              f"trials: {t['counted']} ({t['complete']} complete, {t['pruned']} pruned, {t['failed']} failed"
@@ -64,6 +66,29 @@ def study_lines(record: dict[str, Any]) -> tuple[list[str], list[str]]:
         lines.append(f"vLLM / SGLang translation (not a measurement): {record['engines_file']}")
     if record["plots"]:
         lines.append("plots: " + ", ".join(record["plots"]))
+    return lines, warnings
+
+
+def served_lines(record: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(lines of text, warnings) describing a study at a load (tuning/serve_study.py)."""
+    t, unit = record["trials"], record["unit"]
+
+    def figure(value: float | None) -> str:
+        return "n/a" if value is None else f"{value:.3g} {unit}"
+
+    lines = [f"{record['strategy']}: study {record['study']}, {record['label']}",
+             f"trials: {t['counted']} ({t['complete']} complete, {t['failed']} failed); server logs under "
+             f"{record['logs']}"]
+    warnings = [f"trial {f['number']} failed: {f['reason']}" for f in t["failures"]]
+    if record["best_value"] is None:
+        return lines + [f"no best configuration: {record.get('note', '')}"], warnings
+    defaults = (record.get("defaults") or {}).get("value")
+    ar = record["baseline"][record["objective"]]
+    lines.append(f"best trial {record['best_trial']}: {figure(record['best_value'])}; defaults {figure(defaults)}; "
+                 f"ar {figure(ar)}; TPOT speedup over ar {_x(record['best']['tpot_speedup'])}")
+    lines.append(f"tuned config: {record['toml']}  (specbench run --config {record['toml']})")
+    lines.append(f"vLLM speculative config, as measured: {record['vllm_config']}  "
+                 f"(vllm serve MODEL --speculative-config \"$(cat {record['vllm_config']})\")")
     return lines, warnings
 
 
