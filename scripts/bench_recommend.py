@@ -30,8 +30,8 @@ from pathlib import Path
 
 from specbench.benchmark.pipeline import run_benchmark
 from specbench.config import RunConfig
-from specbench.files import write_atomic, write_json
-from specbench.hardware import load_profiles
+from specbench.core.files import write_atomic, write_json
+from specbench.measure.hardware import load_profiles
 from specbench.measure.stats import summarize
 from specbench.output.comparison import load_runs
 from specbench.recommend import evaluate, learn, make_workload, recommend

@@ -26,12 +26,12 @@ from typer.testing import CliRunner
 
 from specbench.cli import app
 from specbench.config import RunConfig
+from specbench.core.errors import SpecbenchError
 from specbench.engine.decode import generate
 from specbench.engine.protocol import DraftContext, StepOutcome
 from specbench.engine.sampling import Sampling
 from specbench.engine.tree import DraftTree
 from specbench.engine.verify import accept_sampling
-from specbench.errors import SpecbenchError
 from specbench.measure.stats import paired_speedups, summarize
 from specbench.models import Target, fingerprint
 from specbench.strategies.controllers import FixedController

@@ -11,9 +11,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from specbench.core.errors import SpecbenchError
 from specbench.engine.decode import generate
 from specbench.engine.sampling import Sampling
-from specbench.errors import SpecbenchError
 from specbench.models import Target
 from specbench.strategies.build import build_strategy
 from specbench.strategies.names import parse_strategy

@@ -10,8 +10,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from specbench.core.errors import SpecbenchError
 from specbench.engine.decode import generate
-from specbench.errors import SpecbenchError
 from specbench.models import Target
 from specbench.strategies.build import build_strategy
 from specbench.strategies.controllers import EntropyController

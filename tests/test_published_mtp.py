@@ -10,8 +10,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from specbench.core.errors import SpecbenchError
 from specbench.engine.decode import generate
-from specbench.errors import SpecbenchError
 from specbench.models import Target, load_lm
 from specbench.strategies.build import build_strategy
 from specbench.strategies.names import parse_strategy

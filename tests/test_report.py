@@ -17,7 +17,7 @@ from PIL import Image
 from rich.console import Console
 
 from specbench.cli.app import print_report
-from specbench.errors import SpecbenchError
+from specbench.core.errors import SpecbenchError
 from specbench.measure.stats import summarize
 from specbench.output.comparison import comparison, load_runs, render
 from specbench.output.plots import style, write_plots

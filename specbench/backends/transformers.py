@@ -16,8 +16,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from specbench.errors import SpecbenchError
-from specbench.output.records import EngineReport
+from specbench.core.errors import SpecbenchError
+from specbench.core.records import EngineReport
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specbench.errors import SpecbenchError
-from specbench.files import write_atomic
-from specbench.output.records import EngineReport
+from specbench.core.errors import SpecbenchError
+from specbench.core.files import write_atomic
+from specbench.core.records import EngineReport
 from specbench.paths import user_cache
 from specbench.strategies.knobs import make_options
 from specbench.strategies.names import StrategyName

@@ -9,19 +9,19 @@ from typing import Any
 
 import pandas as pd
 
-from specbench.backends.registry import SPECBENCH, label
 from specbench.benchmark.modelled_speedup import load_axis
 from specbench.benchmark.prepare import PreparedRun
-from specbench.files import write_atomic
-from specbench.hardware import is_local_gpu
+from specbench.core.engine_names import SPECBENCH, label
+from specbench.core.files import write_atomic
+from specbench.core.records import Row, RunResult, StrategySummary
 from specbench.measure.cost_table import CostTable
+from specbench.measure.hardware import is_local_gpu
 from specbench.measure.noise import NoiseMonitor
 from specbench.measure.projection import by_batch, workload_shape
 from specbench.measure.projection import project as projection
 from specbench.measure.stats import CostInputs, engine_pairs, paired_speedups, summarize, transfer
 from specbench.output.batch_plots import write_batch_plots
 from specbench.output.plots import write_plots
-from specbench.output.records import Row, RunResult, StrategySummary
 from specbench.output.run_dir import RunDir
 
 

@@ -33,11 +33,11 @@ import numpy as np
 import pandas as pd
 from scipy.stats import bootstrap
 
-from specbench.backends.registry import SPECBENCH
+from specbench.core.engine_names import SPECBENCH
+from specbench.core.records import EnginePair, StrategySummary
 from specbench.measure.cost_model import StepShape, predict
 from specbench.measure.cost_table import CostTable
 from specbench.measure.lossless import divergences, first_divergence
-from specbench.output.records import EnginePair, StrategySummary
 from specbench.strategies.names import BASELINE
 
 PROMPT = ["prompt_id", "turn"]

@@ -26,12 +26,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from specbench.backends.registry import SPECBENCH, label
-from specbench.errors import SpecbenchError
-from specbench.files import read_json_object, read_toml
-from specbench.hardware import match_profile
+from specbench.core.engine_names import SPECBENCH, label
+from specbench.core.errors import SpecbenchError
+from specbench.core.files import read_json_object, read_toml
+from specbench.core.records import RunResult
+from specbench.measure.hardware import match_profile
 from specbench.measure.stats import paired_speedups, summarize_strategy
-from specbench.output.records import RunResult
 from specbench.output.run_dir import read_run
 from specbench.recommend.prior import members
 from specbench.recommend.workload import Workload

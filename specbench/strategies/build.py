@@ -6,9 +6,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from specbench.backends.registry import SPECBENCH, label
+from specbench.core.engine_names import SPECBENCH, label
+from specbench.core.errors import SpecbenchError
 from specbench.engine.protocol import Controller, Drafter
-from specbench.errors import SpecbenchError
 from specbench.strategies import published
 from specbench.strategies.combine import CombinedDrafter
 from specbench.strategies.controllers import CONTROLLERS, FixedController
