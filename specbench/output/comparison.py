@@ -2,7 +2,7 @@
 
 Every figure comes from measure/stats.py, through the RunResult a run produced or read back from its
 directory (output.run_dir.read_run: a finished run's summary.json, or for a run that never finished the same
-`summarize` over the rows it holds). This module only renders.
+`summarise_strategies` over the rows it holds). This module only renders.
 """
 
 from __future__ import annotations

@@ -228,11 +228,11 @@ def read_run(path: Path, label: str = "", warnings: list[str] | None = None) -> 
         summary = [StrategySummary.from_dict(r, where) for r in saved["results"]]
         by_category = [StrategySummary.from_dict(r, where) for r in saved.get("by_category", [])]
     else:  # what the rows hold, summarised as a finished run would be
-        from specbench.measure.stats import summarize
+        from specbench.measure.stats import summarise_strategies
 
         frame = rows_frame(rows)
-        summary = summarize(frame) if rows else []
-        by_category = summarize(frame, by="category") if rows else []
+        summary = summarise_strategies(frame) if rows else []
+        by_category = summarise_strategies(frame, by="category") if rows else []
     series = []
     if (path / "nvml_series.csv").is_file():
         import pandas as pd
