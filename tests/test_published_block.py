@@ -111,7 +111,7 @@ def test_deepspec_dspark(target, root, head, with_markov):
                                markov_head_type=head, confidence_with_markov=with_markov)
     assert open_source(path).format == "deepspec-dspark"
     strategy = build(target, path, "dspark", confidence_threshold=0.0)  # no cut: every slot's Markov step counts
-    described = strategy.drafters["dspark"]
+    described = strategy.drafter_sources["dspark"]
     assert described["format"] == "deepspec-dspark" and described["knobs"]["confidence_rule"] == "token"
     reference = BlockReference(target.model, path)
     for prompt in prompts(6):

@@ -438,7 +438,7 @@ class VllmBackend:
         config = strategy.speculative_config
         described = {VLLM: {"speculative_config": config, "untranslated": list(strategy.untranslated)}} \
             if config else {}
-        return Strategy(strategy.name, None, None, drafters=described, engine=VLLM,
+        return Strategy(strategy.name, None, None, drafter_sources=described, engine=VLLM,
                         runner=self.engine.start(strategy))
 
     def strategy(self, spec: StrategyName, knobs: dict[str, dict[str, Any]], controller: str | None) -> Strategy:
@@ -460,7 +460,7 @@ class VllmBackend:
 
     def deployed_config(self, strategy: Strategy) -> dict[str, Any] | None:
         """The speculative_config measured, as `vllm serve --speculative-config` takes it."""
-        return strategy.drafters.get(VLLM, {}).get("speculative_config")
+        return strategy.drafter_sources.get(VLLM, {}).get("speculative_config")
 
     def report(self) -> EngineReport:
         if self.engine is None:

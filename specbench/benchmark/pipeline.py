@@ -73,7 +73,7 @@ def run_benchmark(config: RunConfig, progress: Progress | None = None, resume: s
     else:
         bench = prepare(config)
         run = RunDir.create(config.out, config, bench.target.name, bench.suite.name, [s.label for s in bench.runs],
-                            drafters={s.label: s.drafters for s in bench.runs if s.drafters})
+                            drafters={s.label: s.drafter_sources for s in bench.runs if s.drafter_sources})
     try:
         return measure_run(bench, run, progress, on_estimate, started)
     finally:

@@ -23,7 +23,9 @@ class Strategy:
     name: str
     drafter: Drafter | None
     new_controller: Callable[[], Controller] | None  # a fresh controller for every sequence
-    drafters: dict[str, dict[str, Any]] = field(default_factory=dict)  # member -> its drafter's source and knobs
+    # member (another engine: that engine) -> where its drafter came from and the knobs it runs with, as
+    # environment.json records them
+    drafter_sources: dict[str, dict[str, Any]] = field(default_factory=dict)
     tree: bool = False  # verifies token trees (a tree drafter or a combination's merged trie): batch size 1 only
     engine: str = SPECBENCH  # which engine decodes it (backends/): the others' strategies have no drafter here
     # decodes one prompt: (prompt, max_new_tokens, sampling, seed) -> Generation (backends/protocol.py Runner)
