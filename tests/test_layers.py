@@ -7,6 +7,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LINT = "import sys; from importlinter.cli import lint_imports; sys.exit(lint_imports(no_cache=True, no_logo=True))"
+# every module of core/, then what heavy libraries that loaded
+LOAD_CORE = """import importlib, pkgutil, sys
+import specbench.core as core
+for module in pkgutil.iter_modules(core.__path__):
+    importlib.import_module(f"specbench.core.{module.name}")
+print(sorted({name.split(".")[0] for name in sys.modules} & {"torch", "transformers", "numpy", "pandas"}))"""
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess:
@@ -30,3 +36,9 @@ def test_an_upward_import_breaks_the_contract(tmp_path):
     assert result.returncode == 1, result.stdout
     assert "specbench.core is not allowed to import specbench.output" in result.stdout
     assert "specbench.core.records -> specbench.output.run_dir" in result.stdout
+
+
+def test_core_loads_without_torch():
+    loaded = subprocess.run([sys.executable, "-c", LOAD_CORE], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert loaded.returncode == 0, loaded.stderr
+    assert loaded.stdout.strip() == "[]"
