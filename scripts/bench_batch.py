@@ -29,10 +29,10 @@ import torch
 from specbench.benchmark.pipeline import run_benchmark
 from specbench.benchmark.prepare import prepare
 from specbench.config import RunConfig
-from specbench.files import write_atomic, write_json
-from specbench.hardware import BUILTIN_PROFILES
+from specbench.core.files import write_atomic, write_json
 from specbench.measure.cost_table import BATCH_GRID
 from specbench.measure.cost_timing import measure_target_costs
+from specbench.measure.hardware import BUILTIN_PROFILES
 from specbench.measure.projection import by_batch, workload_shape
 from specbench.models import load_target
 from specbench.output.batch_tables import batch_frames, render_frame, stop_text

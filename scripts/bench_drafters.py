@@ -19,7 +19,7 @@ from pathlib import Path
 
 from specbench.benchmark.pipeline import run_benchmark
 from specbench.config import RunConfig
-from specbench.files import write_atomic, write_json
+from specbench.core.files import write_atomic, write_json
 from specbench.output.comparison import acceptance_table, comparison, render
 from specbench.strategies.names import BASELINE, parse_strategies
 from specbench.strategies.published.formats import drafters_used_by

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from specbench.benchmark.pipeline import run_benchmark
 from specbench.config import RunConfig
-from specbench.files import write_atomic, write_json
+from specbench.core.files import write_atomic, write_json
 from specbench.measure.stats import geometric_mean
 from specbench.strategies.names import BASELINE
 

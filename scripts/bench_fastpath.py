@@ -21,10 +21,10 @@ from pathlib import Path
 
 import torch
 
+from specbench.core.files import write_json
 from specbench.engine.decode import generate
 from specbench.engine.kv_cache import fast_path
 from specbench.engine.linear import packing
-from specbench.files import write_json
 from specbench.models import encode_turns, load_target
 from specbench.strategies.build import build_strategy
 from specbench.strategies.names import BASELINE, parse_strategy

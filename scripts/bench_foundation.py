@@ -20,14 +20,14 @@ from pathlib import Path
 
 import numpy as np
 
-from specbench.backends.registry import SPECBENCH
 from specbench.backends.transformers import TRANSFORMERS
 from specbench.benchmark.pipeline import run_benchmark
 from specbench.config import RunConfig
-from specbench.files import write_atomic, write_json
+from specbench.core.engine_names import SPECBENCH
+from specbench.core.files import write_atomic, write_json
+from specbench.core.records import RunResult
 from specbench.measure.stats import PAIR, geometric_mean_ci
 from specbench.output.comparison import comparison, render
-from specbench.output.records import RunResult
 from specbench.strategies.names import BASELINE
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "benchmarks"

@@ -30,9 +30,9 @@ from pathlib import Path
 
 from specbench.benchmark.pipeline import run_benchmark
 from specbench.config import RunConfig
-from specbench.files import write_atomic, write_json
-from specbench.hardware import load_profiles
-from specbench.measure.stats import summarize
+from specbench.core.files import write_atomic, write_json
+from specbench.measure.hardware import load_profiles
+from specbench.measure.stats import summarise_strategies
 from specbench.output.comparison import load_runs
 from specbench.recommend import evaluate, learn, make_workload, recommend
 from specbench.recommend.evidence import Evidence, load_evidence
@@ -80,7 +80,7 @@ def check_speedups(run_dir: Path) -> dict[str, dict[str, float]]:
     """category -> strategy -> the check run's speedup over ar in that category."""
     runs, _ = load_runs([run_dir])
     table: dict[str, dict[str, float]] = {}
-    for result in summarize(runs[0].frame(), by="category"):
+    for result in summarise_strategies(runs[0].frame(), by="category"):
         if result.speedup is not None:
             table.setdefault(result.category, {})[result.strategy] = result.speedup
     return table

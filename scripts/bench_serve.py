@@ -22,12 +22,12 @@ from pathlib import Path
 from rich.console import Console
 
 from specbench.config import RunConfig
-from specbench.files import write_atomic, write_json
+from specbench.core.files import write_atomic, write_json
+from specbench.core.strict_json import dumps
 from specbench.output.serve_tables import LEGEND, decisions, level_tables
 from specbench.serving.config import ServeConfig
 from specbench.serving.run_dir import ServeRun
 from specbench.serving.sweep import plan, serve_sweep, strategy_names
-from specbench.strict_json import dumps
 
 ROOT = Path(__file__).resolve().parents[1]
 STRATEGIES = ["ngram", "draft", "eagle", "dflash"]  # what vLLM's CPU model runner runs for this target

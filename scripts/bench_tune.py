@@ -38,7 +38,7 @@ import pandas as pd
 
 from specbench.benchmark.prepare import prepare
 from specbench.config import RunConfig
-from specbench.files import write_atomic, write_json
+from specbench.core.files import write_atomic, write_json
 from specbench.measure.projection import project, workload_shape
 from specbench.measure.stats import geometric_mean
 from specbench.strategies.names import parse_strategy

@@ -26,7 +26,7 @@ from pathlib import Path
 from transformers import AutoTokenizer
 
 from specbench.config import RunConfig
-from specbench.files import write_atomic, write_json
+from specbench.core.files import write_atomic, write_json
 from specbench.model_source import model_path
 from specbench.serving.config import Level, ServeConfig
 from specbench.serving.load import drive

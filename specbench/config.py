@@ -18,12 +18,12 @@ from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from specbench.backends.protocol import EnginePlan
 from specbench.backends.registry import check_engines
-from specbench.errors import SpecbenchError
-from specbench.files import read_toml
-from specbench.hardware import get_profile, load_profiles
+from specbench.core.errors import SpecbenchError
+from specbench.core.files import read_toml
+from specbench.core.ranges import check_device, check_dtype, check_ranges, check_sizes
+from specbench.measure.hardware import get_profile, load_profiles
 from specbench.model_source import model_path
 from specbench.paths import check_output_dir
-from specbench.ranges import check_device, check_dtype, check_ranges, check_sizes
 from specbench.strategies.controllers import CONTROLLERS
 from specbench.strategies.knobs import check_knobs_apply
 from specbench.strategies.names import parse_strategies

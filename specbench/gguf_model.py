@@ -17,8 +17,8 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from specbench.errors import SpecbenchError
-from specbench.files import atomic_path, write_json
+from specbench.core.errors import SpecbenchError
+from specbench.core.files import atomic_path, write_json
 from specbench.models import quiet_loading
 
 SOURCE = "specbench_source.json"  # beside the converted model: the file it came from

@@ -16,12 +16,12 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
+from specbench.core.errors import SpecbenchError
+from specbench.core.ranges import DTYPE_CHOICES
 from specbench.engine.kv_cache import check_supported
-from specbench.errors import SpecbenchError
 from specbench.model_source import ASSETS as ASSETS  # re-exported: where the embedded default lives
 from specbench.model_source import DEFAULT_DIR as DEFAULT_DIR
 from specbench.model_source import DEFAULT_MODEL, known_model, model_path
-from specbench.ranges import DTYPE_CHOICES
 
 DTYPES = {name: getattr(torch, name) for name in DTYPE_CHOICES if name != "auto"}
 

@@ -10,7 +10,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from specbench.errors import SpecbenchError
+from specbench.core.errors import SpecbenchError
 
 
 def user_cache() -> Path:

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from specbench.errors import SpecbenchError
+from specbench.core.errors import SpecbenchError
 
 DEFAULT_SUITE = "specbench"
 UNCATEGORIZED = "uncategorized"

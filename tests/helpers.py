@@ -26,13 +26,13 @@ from typer.testing import CliRunner
 
 from specbench.cli import app
 from specbench.config import RunConfig
+from specbench.core.errors import SpecbenchError
 from specbench.engine.decode import generate
 from specbench.engine.protocol import DraftContext, StepOutcome
 from specbench.engine.sampling import Sampling
 from specbench.engine.tree import DraftTree
 from specbench.engine.verify import accept_sampling
-from specbench.errors import SpecbenchError
-from specbench.measure.stats import paired_speedups, summarize
+from specbench.measure.stats import paired_speedups, summarise_strategies
 from specbench.models import Target, fingerprint
 from specbench.strategies.controllers import FixedController
 from specbench.strategies.drafter_dir import read_drafter_config
@@ -767,7 +767,7 @@ def invoke(*args):
 
 # -- run directories with planted speedups ---------------------------------------------------------------------------
 # For recommend's tests. Rows follow what `measuring.make_rows` writes; summary.json comes from
-# `measure.stats.summarize` over them, as `summarise.finish` writes it, so the readers meet the real schema.
+# `measure.stats.summarise_strategies` over them, as `summarise.finish` writes it, so the readers meet the real schema.
 
 
 BASE_BYTES = 80_000_000  # the target's weights
@@ -802,7 +802,7 @@ def write_run(root: Path, name: str, speedups: dict[str, Any], *, categories: tu
                                  strategy in mismatched))
     frame = pd.DataFrame(rows)
     frame["speedup"] = paired_speedups(frame)
-    summary = [s.as_dict() for s in summarize(frame)]
+    summary = [s.as_dict() for s in summarise_strategies(frame)]
     for result in summary:
         if projections and result["strategy"] in projections:
             result["projection"] = projections[result["strategy"]]

@@ -20,7 +20,7 @@ import typer
 from typer.testing import CliRunner
 
 from specbench.cli import app
-from specbench.ranges import RANGES
+from specbench.core.ranges import RANGES
 from tests.helpers import invoke
 
 runner = CliRunner()
@@ -165,7 +165,7 @@ CASES = [
     ("costs --verify-lengths unsorted", lambda w: ["costs", "--verify-lengths", "4,2"], "increasing order"),
     ("costs --out a file", lambda w: ["costs", "--out", w.write("taken", "x")], "is a file, not a directory"),
 ]
-# Every numeric option of these commands is checked against its range in specbench/ranges.py: one case
+# Every numeric option of these commands is checked against its range in specbench/core/ranges.py: one case
 # below and one above each bound (the bound itself where it is open), and NaN for a float (which run's and
 # tune's type check of the whole configuration refuses first).
 COMMANDS = {

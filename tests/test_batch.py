@@ -11,11 +11,11 @@ import pytest
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
+from specbench.core.errors import SpecbenchError
 from specbench.engine.batch import drafter_copies, generate_batch
 from specbench.engine.decode import generate
 from specbench.engine.sampling import Sampling, seeded
 from specbench.engine.tree import DraftTree
-from specbench.errors import SpecbenchError
 from specbench.measure.batch_model import drain
 from specbench.models import DEFAULT_DIR, encode_turns, load_target
 from specbench.strategies.build import build_strategy

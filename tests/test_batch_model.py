@@ -9,12 +9,12 @@ import tomllib
 import pytest
 
 from specbench.config import load_config_file, resolve
+from specbench.core.errors import SpecbenchError
 from specbench.draft_schedule import cap_at, schedule_entry, schedule_toml, vllm_config
-from specbench.errors import SpecbenchError
-from specbench.hardware import BUILTIN_PROFILES
 from specbench.measure import batch_model
 from specbench.measure.batch_model import DraftShape, best_caps, expected_block, modelled, stops_paying, sweep, tau
 from specbench.measure.cost_timing import CostTable
+from specbench.measure.hardware import BUILTIN_PROFILES
 from specbench.measure.projection import WorkloadShape, by_batch, project
 from specbench.strategies.controllers import CappedController, FixedController
 from specbench.strategies.registry import vllm_method

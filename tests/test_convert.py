@@ -11,7 +11,7 @@ from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
 from specbench.cli import app
-from specbench.errors import SpecbenchError
+from specbench.core.errors import SpecbenchError
 from specbench.models import Target, load_lm
 from specbench.strategies.build import build_strategy
 from specbench.strategies.names import parse_strategy

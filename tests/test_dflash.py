@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
+from specbench.core.errors import SpecbenchError
 from specbench.engine.decode import generate
 from specbench.engine.protocol import DraftContext
 from specbench.engine.sampling import Sampling
-from specbench.errors import SpecbenchError
 from specbench.strategies.controllers import EntropyController, FixedController, HeuristicController
 from specbench.strategies.dflash import STRATEGY, DFlashDrafter, DFlashOptions, context_layers
 from tests.helpers import (

@@ -23,7 +23,7 @@ from rich.progress import TimeRemainingColumn
 from specbench.cli import app
 from specbench.cli.app import progress_bar
 from specbench.config import RunConfig, resolve
-from specbench.errors import SpecbenchError
+from specbench.core.errors import SpecbenchError
 from specbench.model_source import model_path
 from specbench.models import load_target
 from specbench.output.run_dir import RunDir, run_name

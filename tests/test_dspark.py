@@ -10,10 +10,10 @@ import pytest
 import torch
 from torch import nn
 
+from specbench.core.errors import SpecbenchError
 from specbench.engine.decode import generate
 from specbench.engine.protocol import DraftContext
 from specbench.engine.sampling import Sampling
-from specbench.errors import SpecbenchError
 from specbench.strategies.controllers import CONTROLLERS, FixedController
 from specbench.strategies.dflash import STRATEGY as DFLASH
 from specbench.strategies.dspark import STRATEGY, DSparkDrafter, DSparkOptions

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import specbench.strategies.eagle as eagle
+from specbench.core.errors import SpecbenchError
 from specbench.engine.decode import generate
-from specbench.errors import SpecbenchError
 from specbench.models import Target
 from specbench.strategies.controllers import FixedController, HeuristicController
 from specbench.strategies.eagle import EagleDrafter, EagleModel, EagleOptions, eagle_tree, feature_layers

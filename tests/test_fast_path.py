@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specbench.errors import SpecbenchError
+from specbench.core.errors import SpecbenchError
 from specbench.models import cpu_flags, resolve_dtype
 from tests.helpers import invoke
 

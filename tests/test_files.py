@@ -1,11 +1,19 @@
-"""files.py: atomic writes leave the old file or the new one, never a torn one; readers fail in one line."""
+"""core/files.py: atomic writes leave the old file or the new one, never a torn one; readers fail in one line."""
 
 import math
 
 import pytest
 
-from specbench.errors import SpecbenchError
-from specbench.files import atomic_path, read_json, read_json_object, read_jsonl, read_toml, write_atomic, write_json
+from specbench.core.errors import SpecbenchError
+from specbench.core.files import (
+    atomic_path,
+    read_json,
+    read_json_object,
+    read_jsonl,
+    read_toml,
+    write_atomic,
+    write_json,
+)
 
 
 def test_a_failed_write_keeps_the_old_file_and_leaves_nothing_beside_it(tmp_path):

@@ -8,8 +8,8 @@ import json
 import pytest
 from rich.console import Console
 
-from specbench.errors import SpecbenchError
-from specbench.hardware import (
+from specbench.core.errors import SpecbenchError
+from specbench.measure.hardware import (
     BUILTIN_PROFILES,
     detect_local_gpu,
     get_profile,

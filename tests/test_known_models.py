@@ -17,7 +17,7 @@ from transformers import LlamaForCausalLM
 from typer.testing import CliRunner
 
 from specbench.cli import app
-from specbench.errors import Interrupted, SpecbenchError
+from specbench.core.errors import Interrupted, SpecbenchError
 from specbench.model_source import KNOWN_MODELS, KnownModel, model_path
 from specbench.suites import builtin_suite_names, load_suite
 from specbench.training.chat_prompts import chat_prompts, overlapping

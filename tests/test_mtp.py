@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import specbench.strategies.mtp as mtp
+from specbench.core.errors import SpecbenchError
 from specbench.engine.decode import generate
-from specbench.errors import SpecbenchError
 from specbench.models import fingerprint
 from specbench.strategies.controllers import FixedController, HeuristicController
 from specbench.strategies.drafter_dir import save_drafter

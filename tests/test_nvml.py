@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from specbench.errors import SpecbenchError
+from specbench.core.errors import SpecbenchError
 from specbench.measure.host import HostSampler
 from specbench.measure.nvml import MIN_PERIOD_S, NvmlSampler, peak_bandwidth_gbs
 from tests.helpers import FakeNvml, NVMLError_DriverNotLoaded, NVMLError_LibraryNotFound

@@ -7,10 +7,10 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from specbench.errors import SpecbenchError
-from specbench.hardware import BUILTIN_PROFILES, GpuProfile
+from specbench.core.errors import SpecbenchError
 from specbench.measure.cost_model import StepShape, expected_tau, predict
 from specbench.measure.cost_table import CostTable
+from specbench.measure.hardware import BUILTIN_PROFILES, GpuProfile
 from specbench.measure.projection import (
     STEP_OVERHEAD_S,
     WorkloadShape,

@@ -11,9 +11,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from specbench.core.errors import SpecbenchError
 from specbench.engine.decode import generate
 from specbench.engine.sampling import Sampling
-from specbench.errors import SpecbenchError
 from specbench.models import Target
 from specbench.strategies.build import build_strategy
 from specbench.strategies.names import parse_strategy
@@ -111,7 +111,7 @@ def test_deepspec_dspark(target, root, head, with_markov):
                                markov_head_type=head, confidence_with_markov=with_markov)
     assert open_source(path).format == "deepspec-dspark"
     strategy = build(target, path, "dspark", confidence_threshold=0.0)  # no cut: every slot's Markov step counts
-    described = strategy.drafters["dspark"]
+    described = strategy.drafter_sources["dspark"]
     assert described["format"] == "deepspec-dspark" and described["knobs"]["confidence_rule"] == "token"
     reference = BlockReference(target.model, path)
     for prompt in prompts(6):

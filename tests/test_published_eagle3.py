@@ -10,8 +10,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from specbench.core.errors import SpecbenchError
 from specbench.engine.decode import generate
-from specbench.errors import SpecbenchError
 from specbench.models import Target
 from specbench.strategies.build import build_strategy
 from specbench.strategies.controllers import EntropyController
@@ -48,7 +48,7 @@ def test_detected_and_described(target, checkpoint):
     source = open_source(checkpoint)
     assert (source.format, source.strategy) == ("eagle3", "eagle")
     strategy = build(target, checkpoint, depth=3)
-    described = strategy.drafters["eagle"]
+    described = strategy.drafter_sources["eagle"]
     assert described["format"] == "eagle3" and described["knobs"]["depth"] == 3
     assert strategy.drafter.options.depth == 3  # --set eagle.depth reaches the published drafter
     assert strategy.drafter.hidden_layers == (2, 4, 5)  # the inputs of layers 2, L//2, L-3 of an 8-layer target

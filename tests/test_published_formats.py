@@ -13,7 +13,7 @@ import torch
 from typer.testing import CliRunner
 
 from specbench.cli import app
-from specbench.errors import SpecbenchError
+from specbench.core.errors import SpecbenchError
 from specbench.models import load_lm
 from specbench.strategies.names import parse_strategies
 from specbench.strategies.published.formats import drafter_dirs_by_strategy, open_source

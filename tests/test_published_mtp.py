@@ -10,8 +10,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from specbench.core.errors import SpecbenchError
 from specbench.engine.decode import generate
-from specbench.errors import SpecbenchError
 from specbench.models import Target, load_lm
 from specbench.strategies.build import build_strategy
 from specbench.strategies.names import parse_strategy
@@ -39,7 +39,7 @@ def mtp(target, **knobs):
 def test_the_targets_own_modules_are_used(family_target):
     family, _, target = family_target
     strategy = mtp(target)
-    described = strategy.drafters["mtp"]
+    described = strategy.drafter_sources["mtp"]
     assert described["format"] == FAMILIES[family]
     assert described["knobs"]["n_modules"] == 1  # what the checkpoint has, not the default 3
     assert strategy.drafter.hidden_layers == (target.model.config.num_hidden_layers,)

@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from specbench.cli import app
-from specbench.errors import SpecbenchError
-from specbench.hardware import load_profiles
+from specbench.core.errors import SpecbenchError
+from specbench.measure.hardware import load_profiles
 from specbench.recommend import PRIOR, evaluate, learn, make_workload, prior_markdown, recommend
 from specbench.recommend.evidence import load_evidence
 from specbench.recommend.prior import members, short_draft_knobs

@@ -8,8 +8,8 @@ import pytest
 
 from specbench.benchmark.pipeline import run_benchmark
 from specbench.config import RunConfig
-from specbench.errors import SpecbenchError
-from specbench.output.records import ROW_KEYS, SUMMARY_KEYS, EngineReport, Row, StrategySummary
+from specbench.core.errors import SpecbenchError
+from specbench.core.records import ROW_KEYS, SUMMARY_KEYS, EngineReport, Row, StrategySummary
 from specbench.output.run_dir import read_run
 from tests.helpers import write_run
 

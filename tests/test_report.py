@@ -17,8 +17,8 @@ from PIL import Image
 from rich.console import Console
 
 from specbench.cli.app import print_report
-from specbench.errors import SpecbenchError
-from specbench.measure.stats import summarize
+from specbench.core.errors import SpecbenchError
+from specbench.measure.stats import summarise_strategies
 from specbench.output.comparison import comparison, load_runs, render
 from specbench.output.plots import style, write_plots
 
@@ -82,8 +82,8 @@ def write_run(root: Path, name: str = "run-1", status: str = "complete", strateg
     if status == "complete":
         frame = pd.DataFrame(rows)
         (run / "summary.json").write_text(json.dumps({
-            "results": [s.as_dict() for s in summarize(frame)],
-            "by_category": [s.as_dict() for s in summarize(frame, by="category")],
+            "results": [s.as_dict() for s in summarise_strategies(frame)],
+            "by_category": [s.as_dict() for s in summarise_strategies(frame, by="category")],
             **({"noise": noise} if noise else {})}))
     if nvml:
         series = [{"strategy": s, "t_s": 0.1 * t, "metric": m, "value": 40 + 10 * i + 5 * ((t % 5) - 2)}
@@ -141,7 +141,7 @@ def test_a_killed_run_is_reported_from_its_rows_and_marked_incomplete(tmp_path):
     runs, warnings = load_runs([run])
     assert any("incomplete" in w for w in warnings) and any("cut-off" in w for w in warnings)
     rows = pd.DataFrame(make_rows())[:-1]
-    assert runs[0].summary == summarize(rows)  # the same figures a finished run would have written
+    assert runs[0].summary == summarise_strategies(rows)  # the same figures a finished run would have written
     assert "dflash+eagle" in printed(runs)
 
 

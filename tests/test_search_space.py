@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from specbench.cli import app
-from specbench.errors import SpecbenchError
+from specbench.core.errors import SpecbenchError
 from specbench.strategies.controllers import CONTROLLERS
 from specbench.strategies.dspark import DSparkOptions
 from specbench.strategies.names import parse_strategy

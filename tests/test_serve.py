@@ -210,7 +210,7 @@ def test_no_server_process_outlives_an_interrupt(tmp_path):
 
 
 def test_a_server_that_fails_to_start_quotes_its_own_error(tmp_path):
-    from specbench.errors import SpecbenchError
+    from specbench.core.errors import SpecbenchError
     from specbench.model_source import model_path
 
     arguments = {"model": str(model_path(None)), "max_model_len": 10 ** 7, "enforce_eager": True}

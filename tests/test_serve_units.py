@@ -188,7 +188,7 @@ def test_level_tables_fit_80_columns():
 
 
 def test_recommend_for_a_load_reads_serve_runs(tmp_path):
-    from specbench.files import write_json
+    from specbench.core.files import write_json
 
     def level(strategy, concurrency, speedup, mismatches=0):
         return {"strategy": strategy, "level": f"c{concurrency}", "concurrency": concurrency, "request_rate": None,

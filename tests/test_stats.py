@@ -16,7 +16,7 @@ from specbench.measure.stats import (
     geometric_mean,
     geometric_mean_ci,
     paired_speedups,
-    summarize,
+    summarise_strategies,
 )
 
 
@@ -37,11 +37,11 @@ HAND = pd.DataFrame([row("ar", "p1", 100, 2.0), row("s", "p1", 100, 1.0),
 
 def test_paired_speedup_per_token_by_hand():
     assert paired_speedups(HAND).tolist() == pytest.approx([1.0, 2.0, 1.0, 4 / 3])
-    s = summarize(HAND)[1]
+    s = summarise_strategies(HAND)[1]
     assert s.strategy == "s" and s.speedup == pytest.approx(math.sqrt(2 * 4 / 3))
     assert s.speedup_ci[0] <= s.speedup <= s.speedup_ci[1]
     assert s.tokens_per_s == pytest.approx(140 / 1.5)
-    assert summarize(HAND)[0].speedup == 1.0
+    assert summarise_strategies(HAND)[0].speedup == 1.0
 
 
 def test_repeats_are_averaged_before_prompts():
@@ -49,7 +49,7 @@ def test_repeats_are_averaged_before_prompts():
                          row("ar", "p1", 10, 1.0, 1), row("s", "p1", 10, 0.125, 1),  # 8x
                          row("ar", "p2", 10, 1.0), row("s", "p2", 10, 1.0)])  # 1x
     # p1: sqrt(2 * 8) = 4; p2: 1; over prompts: sqrt(4 * 1) = 2 (pooling all rows would give 16^(1/3))
-    assert summarize(rows)[1].speedup == pytest.approx(2.0)
+    assert summarise_strategies(rows)[1].speedup == pytest.approx(2.0)
 
 
 def test_geometric_mean_by_hand():
@@ -90,21 +90,21 @@ def test_tau_efficiency_shares_and_mismatches():
         row("s", "p1", 12, 0.5, steps=4, drafts=4, drafted=16, accepted=8, accept_by_position=[3, 3, 2],
             draft_s=0.1, verify_s=0.3, other_s=0.05, prefill_s=0.05),
     ])
-    s = summarize(rows)[1]
+    s = summarise_strategies(rows)[1]
     assert s.tau == 3.0  # 12 tokens over 4 target forwards
     assert s.draft_efficiency == 0.5  # 8 of 16 drafted nodes accepted
     assert s.acceptance_rate_by_position == pytest.approx([3 / 4, 3 / 4, 2 / 4])
     assert s.conditional_acceptance_by_position == pytest.approx([3 / 4, 1.0, 2 / 3])
     assert s.time_shares == pytest.approx({"prefill": 0.1, "draft": 0.2, "verify": 0.6, "other": 0.1})
     assert s.mismatches == 0
-    sampled = summarize(rows.assign(mismatch=None))[1]
+    sampled = summarise_strategies(rows.assign(mismatch=None))[1]
     assert sampled.mismatches is None  # no greedy check runs when sampling
 
 
 def test_summaries_by_category():
     slower = HAND.assign(category="d", prompt_id=HAND.prompt_id + "d", wall_s=HAND.wall_s * [1, 2, 1, 2])
     rows = pd.concat([HAND, slower])
-    by = summarize(rows, by="category")
+    by = summarise_strategies(rows, by="category")
     assert [(s.category, s.strategy) for s in by] == [("c", "ar"), ("c", "s"), ("d", "ar"), ("d", "s")]
     assert by[1].speedup == pytest.approx(math.sqrt(2 * 4 / 3))
     assert by[3].speedup == pytest.approx(math.sqrt(1 * 2 / 3))

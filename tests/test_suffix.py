@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from specbench.core.errors import SpecbenchError
 from specbench.engine.decode import generate
 from specbench.engine.protocol import DraftContext, StepOutcome
 from specbench.engine.sampling import Sampling
 from specbench.engine.tree import DraftTree
-from specbench.errors import SpecbenchError
 from specbench.models import load_target
 from specbench.strategies.controllers import FixedController
 from specbench.strategies.knobs import make_options

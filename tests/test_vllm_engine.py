@@ -29,7 +29,7 @@ from specbench.benchmark.pipeline import measure_run
 from specbench.benchmark.prepare import prepare
 from specbench.cli import app
 from specbench.config import RunConfig
-from specbench.errors import SpecbenchError
+from specbench.core.errors import SpecbenchError
 from specbench.output.run_dir import RunDir
 from specbench.strategies.registry import definitions
 

@@ -15,10 +15,10 @@ if TYPE_CHECKING:
 
     # the checks are torch-free; these types are for the loaded run
     from specbench.config import RunConfig
+    from specbench.core.records import EngineReport
     from specbench.engine.decode import Generation
     from specbench.engine.sampling import Sampling
     from specbench.models import Target
-    from specbench.output.records import EngineReport
     from specbench.strategies.build import Strategy
     from specbench.strategies.names import StrategyName
     from specbench.strategies.published.formats import DrafterSource

@@ -12,12 +12,12 @@ import importlib
 import json
 from typing import TYPE_CHECKING, Any
 
-from specbench.errors import SpecbenchError
+from specbench.core.engine_names import SPECBENCH
+from specbench.core.errors import SpecbenchError
 
 if TYPE_CHECKING:
     from specbench.backends.protocol import Backend, EnginePlan
 
-SPECBENCH = "specbench"  # the reference engine: its `ar` runs in every run; agreement and transfer read against it
 MODULES = {  # engine name -> module in specbench.backends
     SPECBENCH: "specbench",
     "vllm": "vllm",
@@ -31,11 +31,6 @@ ENGINE_NAMES = tuple(MODULES)
 def backend(name: str) -> type[Backend]:
     """The class an engine module declares as BACKEND."""
     return importlib.import_module(f"specbench.backends.{MODULES[name]}").BACKEND
-
-
-def label(strategy: str, engine: str) -> str:
-    """A strategy named with its engine where that is not specbench's own: `ngram`, `ngram@vllm`."""
-    return strategy if engine == SPECBENCH else f"{strategy}@{engine}"
 
 
 def choices() -> str:

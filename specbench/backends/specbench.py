@@ -10,9 +10,9 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any
 
-from specbench.backends.registry import SPECBENCH
+from specbench.core.engine_names import SPECBENCH
+from specbench.core.records import EngineReport
 from specbench.draft_schedule import cap_at
-from specbench.output.records import EngineReport
 from specbench.strategies.controllers import CappedController
 
 if TYPE_CHECKING:

@@ -16,8 +16,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from specbench.errors import SpecbenchError
-from specbench.output.records import EngineReport
+from specbench.core.errors import SpecbenchError
+from specbench.core.records import EngineReport
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -177,7 +177,7 @@ class TransformersBackend:
                 setattr(assistant.generation_config, key, arguments.pop(key))
             arguments["assistant_model"] = assistant
             self.start_s[spec.name] = time.perf_counter() - started  # loading the assistant: the one start-up
-        return Strategy(spec.name, None, None, drafters=described, engine=TRANSFORMERS,
+        return Strategy(spec.name, None, None, drafter_sources=described, engine=TRANSFORMERS,
                         runner=GenerateRunner(self.target, arguments))
 
     def release(self, strategy: Strategy) -> None:
@@ -190,7 +190,7 @@ class TransformersBackend:
 
     def deployed_config(self, strategy: Strategy) -> dict[str, Any] | None:
         """The arguments of `generate` measured."""
-        return strategy.drafters.get(TRANSFORMERS, {}).get("generate")
+        return strategy.drafter_sources.get(TRANSFORMERS, {}).get("generate")
 
     def report(self) -> EngineReport:
         return EngineReport(TRANSFORMERS, dict(self.start_s))

@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specbench.errors import SpecbenchError
-from specbench.files import write_atomic
-from specbench.output.records import EngineReport
+from specbench.core.errors import SpecbenchError
+from specbench.core.files import write_atomic
+from specbench.core.records import EngineReport
 from specbench.paths import user_cache
 from specbench.strategies.knobs import make_options
 from specbench.strategies.names import StrategyName
@@ -300,8 +300,9 @@ class VllmRunner:
 
     def close(self) -> None:
         self.resume()  # a stopped process would not act on the shutdown's SIGTERM
-        with contextlib.suppress(Exception):
-            self.llm.llm_engine.engine_core.shutdown()
+        # vLLM's shutdown runs once (a second call finds its finalizer detached) and guards its own clean-up
+        # (it signals only live processes), so what it raises is a real failure and is not hidden
+        self.llm.llm_engine.engine_core.shutdown()
 
 
 def compile_seconds(llm, log: Path | None, processes: list) -> float | None:
@@ -436,7 +437,7 @@ class VllmBackend:
         config = strategy.speculative_config
         described = {VLLM: {"speculative_config": config, "untranslated": list(strategy.untranslated)}} \
             if config else {}
-        return Strategy(strategy.name, None, None, drafters=described, engine=VLLM,
+        return Strategy(strategy.name, None, None, drafter_sources=described, engine=VLLM,
                         runner=self.engine.start(strategy))
 
     def strategy(self, spec: StrategyName, knobs: dict[str, dict[str, Any]], controller: str | None) -> Strategy:
@@ -458,7 +459,7 @@ class VllmBackend:
 
     def deployed_config(self, strategy: Strategy) -> dict[str, Any] | None:
         """The speculative_config measured, as `vllm serve --speculative-config` takes it."""
-        return strategy.drafters.get(VLLM, {}).get("speculative_config")
+        return strategy.drafter_sources.get(VLLM, {}).get("speculative_config")
 
     def report(self) -> EngineReport:
         if self.engine is None:

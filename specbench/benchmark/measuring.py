@@ -8,15 +8,15 @@ from typing import Any, Callable
 
 import torch
 
-from specbench.backends.registry import SPECBENCH
 from specbench.benchmark.decoding import Decoded, decode, prompt_seed, strategy_order
 from specbench.benchmark.prepare import PreparedRun, fits
+from specbench.core.engine_names import SPECBENCH
+from specbench.core.records import Row
 from specbench.engine.decode import Generation
 from specbench.measure.host import peak_rss_bytes
 from specbench.measure.lossless import divergence_margin, first_divergence
 from specbench.measure.memory import needed_bytes
 from specbench.models import encode_turns
-from specbench.output.records import Row
 from specbench.output.run_dir import group_of
 from specbench.strategies.build import Strategy
 from specbench.strategies.names import BASELINE

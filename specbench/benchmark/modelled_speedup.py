@@ -17,13 +17,13 @@ from typing import Any
 
 import pandas as pd
 
+from specbench.core.errors import SpecbenchError
+from specbench.core.records import StrategySummary
 from specbench.draft_schedule import schedule_entry, schedule_toml, vllm_config
-from specbench.errors import SpecbenchError
 from specbench.measure.batch_model import DraftShape, best_caps, modelled, stops_paying
 from specbench.measure.cost_table import CostTable, load_table
 from specbench.measure.cost_timing import drafter_context, drafter_key, table_key, time_drafters
 from specbench.measure.stats import position_sums
-from specbench.output.records import StrategySummary
 from specbench.strategies.build import Strategy
 from specbench.strategies.registry import vllm_method
 

@@ -13,20 +13,21 @@ from functools import cache, partial
 from pathlib import Path
 from typing import Any, Callable
 
-from specbench.backends.registry import SPECBENCH, parse_engines
+from specbench.backends.registry import parse_engines
 from specbench.benchmark.decoding import warm_up
 from specbench.benchmark.measuring import measure_group
 from specbench.benchmark.modelled_speedup import time_proposals
 from specbench.benchmark.prepare import PreparedRun, prepare
 from specbench.benchmark.summarise import finish
 from specbench.config import RunConfig
-from specbench.errors import Interrupted, SpecbenchError
+from specbench.core.engine_names import SPECBENCH
+from specbench.core.errors import Interrupted, SpecbenchError
+from specbench.core.records import Row, RunResult
 from specbench.measure.cost_table import CHAIN, TREE, CostTable, Grid
 from specbench.measure.cost_timing import drafter_context, drafter_key, measure_costs
 from specbench.measure.noise import NoiseMonitor
 from specbench.measure.stats import CostInputs
 from specbench.models import context_limit, encode_turns
-from specbench.output.records import Row, RunResult
 from specbench.output.run_dir import RunDir, group_of
 from specbench.strategies.names import BASELINE
 
@@ -72,7 +73,7 @@ def run_benchmark(config: RunConfig, progress: Progress | None = None, resume: s
     else:
         bench = prepare(config)
         run = RunDir.create(config.out, config, bench.target.name, bench.suite.name, [s.label for s in bench.runs],
-                            drafters={s.label: s.drafters for s in bench.runs if s.drafters})
+                            drafters={s.label: s.drafter_sources for s in bench.runs if s.drafter_sources})
     try:
         return measure_run(bench, run, progress, on_estimate, started)
     finally:

@@ -10,12 +10,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specbench.backends.protocol import Backend
-from specbench.backends.registry import SPECBENCH, backend, parse_engines, run_order
+from specbench.backends.registry import backend, parse_engines, run_order
 from specbench.config import RunConfig
+from specbench.core.engine_names import SPECBENCH
+from specbench.core.errors import SpecbenchError
 from specbench.engine.sampling import Sampling
-from specbench.errors import SpecbenchError
-from specbench.hardware import GpuProfile, get_profile, load_profiles
 from specbench.measure.device_metrics import RunMetrics
+from specbench.measure.hardware import GpuProfile, get_profile, load_profiles
 from specbench.models import Target, context_limit, encode_turns, load_target, resolve_device, resolve_dtype
 from specbench.strategies.build import Strategy, verifies_trees
 from specbench.strategies.knobs import validate_knobs

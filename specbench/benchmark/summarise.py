@@ -9,19 +9,19 @@ from typing import Any
 
 import pandas as pd
 
-from specbench.backends.registry import SPECBENCH, label
 from specbench.benchmark.modelled_speedup import load_axis
 from specbench.benchmark.prepare import PreparedRun
-from specbench.files import write_atomic
-from specbench.hardware import is_local_gpu
+from specbench.core.engine_names import SPECBENCH, label
+from specbench.core.files import write_atomic
+from specbench.core.records import Row, RunResult, StrategySummary
 from specbench.measure.cost_table import CostTable
+from specbench.measure.hardware import is_local_gpu
 from specbench.measure.noise import NoiseMonitor
 from specbench.measure.projection import by_batch, workload_shape
 from specbench.measure.projection import project as projection
-from specbench.measure.stats import CostInputs, engine_pairs, paired_speedups, summarize, transfer
+from specbench.measure.stats import CostInputs, engine_pairs, paired_speedups, summarise_strategies, transfer
 from specbench.output.batch_plots import write_batch_plots
 from specbench.output.plots import write_plots
-from specbench.output.records import Row, RunResult, StrategySummary
 from specbench.output.run_dir import RunDir
 
 
@@ -42,8 +42,8 @@ def project(bench: PreparedRun, rows: pd.DataFrame, summary: list[StrategySummar
     return {"gpu": profile.name, "projected": True}
 
 
-def summarise(bench: PreparedRun, result: RunResult, noise: NoiseMonitor | None, costs: CostInputs | None,
-              priced: CostTable | None) -> None:
+def summarise_run(bench: PreparedRun, result: RunResult, noise: NoiseMonitor | None, costs: CostInputs | None,
+                  priced: CostTable | None) -> None:
     """The result's summaries (per strategy and batch size, per category), device metrics, noise,
     projection and load axis, from its rows (which gain their paired speedups)."""
     rows = result.frame()
@@ -53,11 +53,11 @@ def summarise(bench: PreparedRun, result: RunResult, noise: NoiseMonitor | None,
     for batch_size, part in rows.groupby("batch_size", sort=True):
         # the cost model predicts batch size 1 (measure/cost_model.py); the load axis models every batch size
         at = {"costs": costs if batch_size == 1 else None}
-        for summary in summarize(part, bench.config.seed, **at):
+        for summary in summarise_strategies(part, bench.config.seed, **at):
             metrics = bench.metrics.summary(label(summary.strategy, summary.engine), summary.new_tokens)
             result.summary.append(replace(summary, batch_size=int(batch_size), **metrics))
         result.by_category += [replace(s, batch_size=int(batch_size))
-                               for s in summarize(part, bench.config.seed, by="category", **at)]
+                               for s in summarise_strategies(part, bench.config.seed, by="category", **at)]
     ratios = transfer(result.summary)
     for summary in result.summary:
         if summary.engine != SPECBENCH:
@@ -83,7 +83,7 @@ def finish(bench: PreparedRun, run: RunDir, rows: list[Row], complete: bool, noi
                        engines=[r for b in bench.backends.values() if not (r := b.report()).empty],
                        nvml_series=bench.metrics.series_frame().to_dict("records"))
     if rows:
-        summarise(bench, result, noise, costs, priced)
+        summarise_run(bench, result, noise, costs, priced)
     run.finish(result)
     if rows:
         write_plots([result], run.path)

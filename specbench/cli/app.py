@@ -14,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from typer.core import TyperGroup
 
 from specbench import __version__
-from specbench.errors import Interrupted, SpecbenchError
+from specbench.core.errors import Interrupted, SpecbenchError
 
 # specbench downloads nothing (model_source.py); this keeps every library it loads offline too
 os.environ["HF_HUB_OFFLINE"] = "1"

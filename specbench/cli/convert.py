@@ -11,7 +11,7 @@ import typer
 
 from specbench.cli import options
 from specbench.cli.app import app, out, user_errors
-from specbench.errors import SpecbenchError
+from specbench.core.errors import SpecbenchError
 
 
 @app.command()
@@ -25,8 +25,8 @@ def convert(
 ) -> None:
     """Convert a drafter exactly: z-lab DFlash or DeepSpec DSpark -> specbench, specbench dspark -> DeepSpec,
     and with --to vllm a specbench drafter -> the layout vLLM loads."""
+    from specbench.core.ranges import check_range
     from specbench.model_source import model_path
-    from specbench.ranges import check_range
     from specbench.strategies.published.formats import open_source
 
     with user_errors():

@@ -30,7 +30,7 @@ def hardware(
     as_json: options.Json = False,
 ) -> None:
     """List the GPU profiles and the local device."""
-    from specbench.hardware import detect_local_gpu, hardware_listing, hardware_table, load_profiles
+    from specbench.measure.hardware import detect_local_gpu, hardware_listing, hardware_table, load_profiles
 
     with user_errors():
         known = load_profiles(profiles)

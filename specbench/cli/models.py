@@ -11,7 +11,7 @@ import typer
 
 from specbench.cli import options
 from specbench.cli.app import app, interruptible, out, progress_bar, user_errors
-from specbench.errors import SpecbenchError
+from specbench.core.errors import SpecbenchError
 
 
 @app.command()
@@ -46,8 +46,8 @@ def prepare(
     (interrupted, run it again: it resumes)."""
     import dataclasses
 
+    from specbench.core.ranges import check_ranges
     from specbench.model_source import DRAFTERS, preparable
-    from specbench.ranges import check_ranges
 
     with user_errors():
         check_ranges({"--prompts": prompts, "--answer-tokens": answer_tokens, "--steps": steps})

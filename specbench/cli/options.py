@@ -13,7 +13,7 @@ import typer
 
 from specbench.backends.registry import choices
 from specbench.config import RunConfig
-from specbench.ranges import DEVICE_CHOICES, DTYPE_CHOICES
+from specbench.core.ranges import DEVICE_CHOICES, DTYPE_CHOICES
 
 DEFAULTS = RunConfig()
 

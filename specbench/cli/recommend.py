@@ -35,8 +35,9 @@ def recommend(
     as_json: options.Json = False,
 ) -> None:
     """Pick a strategy and its settings for a workload on a GPU."""
-    from specbench.errors import SpecbenchError
-    from specbench.hardware import load_profiles
+    from specbench.core.errors import SpecbenchError
+    from specbench.core.strict_json import dumps
+    from specbench.measure.hardware import load_profiles
     from specbench.recommend import learn as fit_tree
     from specbench.recommend import make_workload
     from specbench.recommend import recommend as choose
@@ -49,14 +50,13 @@ def recommend(
         rich_tree,
         summary_lines,
     )
-    from specbench.strict_json import dumps
 
     with user_errors():
         if results is not None and not results.is_dir():
             raise SpecbenchError(f"results directory {results} does not exist")
         results_dir = results or Path("results")
         if concurrency is not None:
-            from specbench.ranges import check_range
+            from specbench.core.ranges import check_range
             from specbench.recommend.under_load import lines, recommend_for_load
 
             check_range("--concurrency", concurrency)

@@ -27,7 +27,7 @@ def report(
         if out_file is not None:
             check_output_file(out_file, "--out")
 
-        from specbench.files import write_atomic
+        from specbench.core.files import write_atomic
         from specbench.output.comparison import load_runs
         from specbench.output.plots import write_plots
         from specbench.serving.run_dir import SERVE_JSON

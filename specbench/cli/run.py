@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from specbench.backends.registry import SPECBENCH, parse_engine_args
+from specbench.backends.registry import parse_engine_args
 from specbench.cli import options
 from specbench.cli.app import (
     app,
@@ -25,9 +25,10 @@ from specbench.cli.app import (
 )
 from specbench.cli.options import default
 from specbench.config import load_config_file, resolve
-from specbench.errors import SpecbenchError
+from specbench.core.engine_names import SPECBENCH
+from specbench.core.errors import SpecbenchError
+from specbench.core.ranges import check_range, check_sizes
 from specbench.output.run_dir import RunDir
-from specbench.ranges import check_range, check_sizes
 from specbench.strategies.controllers import CONTROLLERS
 from specbench.strategies.knobs import parse_sets
 from specbench.strategies.names import BASELINE, COMBINATIONS, DEFAULT_STRATEGIES
@@ -92,9 +93,9 @@ def run(
         cfg = resolve(load_config_file(config) if config else {}, flags, saved)
 
         from specbench.benchmark.pipeline import run_benchmark
+        from specbench.core.strict_json import dumps
         from specbench.measure.lossless import mismatch_detail
         from specbench.output.batch_tables import batch_frames, render_frame
-        from specbench.strict_json import dumps
 
         def how_to_resume(run_dir: Path) -> str:
             return f"resume it with: specbench run --resume {shlex.quote(str(run_dir))}"

@@ -9,12 +9,13 @@ from typing import Annotated, Optional
 
 import typer
 
-from specbench.backends.registry import SPECBENCH, parse_engine_args
+from specbench.backends.registry import parse_engine_args
 from specbench.backends.vllm import VLLM
 from specbench.cli import options
 from specbench.cli.app import app, err, interruptible, out, progress_bar, size_list, split_list, user_errors
 from specbench.config import RunConfig
-from specbench.errors import SpecbenchError
+from specbench.core.engine_names import SPECBENCH
+from specbench.core.errors import SpecbenchError
 from specbench.serving.config import SERVE_STRATEGIES, ServeConfig, parse_endpoints, parse_rates, parse_slo
 from specbench.strategies.knobs import parse_sets
 
@@ -121,8 +122,8 @@ def serve_config(strategy, concurrency, request_rate, max_concurrency, burstines
 
 def print_result(result, as_json: bool) -> None:
     """The result's notes, then its JSON or a table per level with the decisions under them."""
+    from specbench.core.strict_json import dumps
     from specbench.output.serve_tables import LEGEND, decisions, level_tables
-    from specbench.strict_json import dumps
 
     for note in result.notes:
         err.print(f"note: {note}", highlight=False, soft_wrap=True)

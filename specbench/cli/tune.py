@@ -12,9 +12,9 @@ from specbench.backends.registry import parse_engine_args
 from specbench.cli import options
 from specbench.cli.app import app, err, interruptible, out, progress_bar, split_list, user_errors
 from specbench.config import load_config_file, resolve
+from specbench.core.strict_json import dumps
 from specbench.serving.config import parse_slo
 from specbench.strategies.names import DEFAULT_STRATEGIES
-from specbench.strict_json import dumps
 from specbench.tuning.config import OBJECTIVES, TuneConfig
 from specbench.tuning.study import open_checked
 

@@ -28,6 +28,7 @@ from typing import Sequence
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
+from specbench.core.errors import SpecbenchError
 from specbench.engine.decode import Clock, Decoding, Generation, accept, propose, settle
 from specbench.engine.kv_cache import (
     cache_length,
@@ -41,7 +42,6 @@ from specbench.engine.kv_cache import (
 from specbench.engine.protocol import Controller, Drafter
 from specbench.engine.sampling import Rng, Sampling, seeded
 from specbench.engine.tree import DraftTree
-from specbench.errors import SpecbenchError
 
 
 @dataclass

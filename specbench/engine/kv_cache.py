@@ -24,9 +24,9 @@ from typing import Callable, Iterator
 import torch
 from transformers import DynamicCache, PretrainedConfig
 
+from specbench.core.errors import SpecbenchError
 from specbench.engine.flat import FlatLM, StaticKV, supports
 from specbench.engine.tree import DraftTree, tree_attention_mask
-from specbench.errors import SpecbenchError
 
 FULL, SLIDING = "full_attention", "sliding_attention"
 

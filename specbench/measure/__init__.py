@@ -1,1 +1,2 @@
-"""Measurement: NVML and host samplers, the speculative-decoding cost model."""
+"""Measurement: NVML and host samplers, statistics, noise, the speculative-decoding cost model, and the GPU
+profiles runs are projected onto (hardware.py)."""

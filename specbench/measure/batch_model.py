@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from specbench.errors import SpecbenchError
+from specbench.core.errors import SpecbenchError
 from specbench.measure.cost_model import expected_tau
 from specbench.measure.cost_table import CostTable
 

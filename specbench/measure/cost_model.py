@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specbench.errors import SpecbenchError
+from specbench.core.errors import SpecbenchError
 from specbench.measure.cost_table import CostTable
 
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
-from specbench.errors import SpecbenchError
-from specbench.files import read_json
-from specbench.ranges import check_ranges, check_sizes
+from specbench.core.errors import SpecbenchError
+from specbench.core.files import read_json
+from specbench.core.ranges import check_ranges, check_sizes
 
 CHAIN, TREE = "chain", "tree"
 MAX_SPREAD = 0.25  # interquartile range over median of an entry's repeats

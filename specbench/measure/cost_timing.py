@@ -32,13 +32,13 @@ import torch
 
 from specbench import engine as engine_package
 from specbench import strategies as strategies_package
+from specbench.core.files import write_json
 from specbench.engine.batch import forward_block, generate_batch
 from specbench.engine.decode import forward, generate, prefill
 from specbench.engine.kv_cache import new_cache, per_layer_type, repeat_rows, run_model, truncate
 from specbench.engine.protocol import DraftContext, StepOutcome
 from specbench.engine.sampling import Sampling, seeded
 from specbench.engine.tree import DraftTree, tree_attention_mask
-from specbench.files import write_json
 from specbench.measure import noise
 from specbench.measure.cost_table import BATCH_GRID, TREE, CostTable, Grid, load_table, table_path
 from specbench.measure.host import cpu_name

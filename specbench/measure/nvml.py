@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from specbench.errors import SpecbenchError
+from specbench.core.errors import SpecbenchError
 
 MIN_PERIOD_S = 0.1
 """Shortest sampling period: GPM samples must be at least 100 ms apart (NVML GPM docs)."""

@@ -19,8 +19,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from specbench.errors import SpecbenchError
-from specbench.hardware import GpuProfile
+from specbench.core.errors import SpecbenchError
+from specbench.measure.hardware import GpuProfile
 
 STEP_OVERHEAD_S = 20e-6
 """Fixed cost of one decode step beyond its forwards: launches, sampling, host synchronisation."""

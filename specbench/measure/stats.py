@@ -33,11 +33,11 @@ import numpy as np
 import pandas as pd
 from scipy.stats import bootstrap
 
-from specbench.backends.registry import SPECBENCH
+from specbench.core.engine_names import SPECBENCH
+from specbench.core.records import EnginePair, StrategySummary
 from specbench.measure.cost_model import StepShape, predict
 from specbench.measure.cost_table import CostTable
 from specbench.measure.lossless import divergences, first_divergence
-from specbench.output.records import EnginePair, StrategySummary
 from specbench.strategies.names import BASELINE
 
 PROMPT = ["prompt_id", "turn"]
@@ -136,7 +136,7 @@ def _figure(value: float) -> float | None:
     return None if math.isnan(value) else value
 
 
-def summarize_strategy(rows: pd.DataFrame, seed: int = 0, costs: CostInputs | None = None) -> StrategySummary:
+def summarise_strategy(rows: pd.DataFrame, seed: int = 0, costs: CostInputs | None = None) -> StrategySummary:
     """One strategy's summary from its rows (which carry their paired `speedup`)."""
     name = rows.strategy.iloc[0]
     engine = rows.engine.iloc[0] if "engine" in rows else SPECBENCH
@@ -177,7 +177,7 @@ def summarize_strategy(rows: pd.DataFrame, seed: int = 0, costs: CostInputs | No
     return summary
 
 
-def summarize(rows: pd.DataFrame, seed: int = 0, by: str | None = None,
+def summarise_strategies(rows: pd.DataFrame, seed: int = 0, by: str | None = None,
               costs: CostInputs | None = None) -> list[StrategySummary]:
     """Summaries of every strategy in a run's rows, in order of appearance with `ar` first; with
     `by="category"` one per strategy and category (the category named in each)."""
@@ -193,13 +193,13 @@ def summarize(rows: pd.DataFrame, seed: int = 0, by: str | None = None,
         return frame[(frame.engine == key[0]) & (frame.strategy == key[1])]
 
     if by is None:
-        return [summarize_strategy(part_of(rows, key), seed, costs) for key in keys]
+        return [summarise_strategy(part_of(rows, key), seed, costs) for key in keys]
     out = []
     for value, group in rows.groupby(by, sort=True):
         for key in keys:
             part = part_of(group, key)
             if len(part):
-                out.append(replace(summarize_strategy(part, seed, costs), **{by: value}))
+                out.append(replace(summarise_strategy(part, seed, costs), **{by: value}))
     return out
 
 

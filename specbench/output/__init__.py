@@ -1,2 +1,2 @@
-"""What a run produces: its typed records, the run directory they are written to and read from, and the
-tables, plots and Markdown rendered from them."""
+"""What a run leaves: the run directory its records (core/records.py) are written to and read from, and the
+tables and plots rendered from them."""

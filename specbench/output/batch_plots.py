@@ -13,9 +13,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 import pandas as pd  # noqa: E402
 
-from specbench.files import atomic_path  # noqa: E402
+from specbench.core.files import atomic_path  # noqa: E402
+from specbench.core.records import RunResult, StrategySummary  # noqa: E402
 from specbench.measure.cost_table import CHAIN, CostTable  # noqa: E402
-from specbench.output.records import RunResult, StrategySummary  # noqa: E402
 from specbench.strategies.names import BASELINE  # noqa: E402
 
 DPI = 130

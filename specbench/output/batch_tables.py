@@ -8,8 +8,8 @@ from typing import Any
 import pandas as pd
 from rich.table import Table
 
+from specbench.core.records import StrategySummary
 from specbench.measure.cost_table import CostTable
-from specbench.output.records import StrategySummary
 from specbench.strategies.names import BASELINE
 
 

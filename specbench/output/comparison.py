@@ -2,7 +2,7 @@
 
 Every figure comes from measure/stats.py, through the RunResult a run produced or read back from its
 directory (output.run_dir.read_run: a finished run's summary.json, or for a run that never finished the same
-`summarize` over the rows it holds). This module only renders.
+`summarise_strategies` over the rows it holds). This module only renders.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from typing import Any
 import pandas as pd
 from rich.table import Table
 
-from specbench.backends.registry import label
-from specbench.errors import SpecbenchError
+from specbench.core.engine_names import label
+from specbench.core.errors import SpecbenchError
+from specbench.core.markdown import markdown_table
+from specbench.core.records import RunResult, StrategySummary
+from specbench.core.strict_json import dumps
 from specbench.measure.lossless import divergences, mismatch_detail
-from specbench.output.markdown import markdown_table
-from specbench.output.records import RunResult, StrategySummary
 from specbench.output.run_dir import read_run
 from specbench.strategies.names import BASELINE
-from specbench.strict_json import dumps
 
 FORMATS = ("table", "markdown", "csv", "json")
 GROUPINGS = ("strategy", "category")

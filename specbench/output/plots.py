@@ -21,10 +21,10 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from specbench.errors import SpecbenchError  # noqa: E402
-from specbench.files import atomic_path  # noqa: E402
+from specbench.core.errors import SpecbenchError  # noqa: E402
+from specbench.core.files import atomic_path  # noqa: E402
+from specbench.core.records import RunResult  # noqa: E402
 from specbench.output.comparison import comparison  # noqa: E402
-from specbench.output.records import RunResult  # noqa: E402
 from specbench.strategies.names import BASELINE, all_strategies  # noqa: E402
 
 DPI = 130

@@ -23,14 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from specbench import __version__
-from specbench.backends.registry import label
 from specbench.config import FIELDS, RunConfig
-from specbench.errors import SpecbenchError
-from specbench.files import atomic_path, read_json, read_json_object, read_jsonl, write_atomic, write_json
-from specbench.output.records import EnginePair, Row, RunResult, StrategySummary, engine_reports, rows_frame
+from specbench.core.engine_names import label
+from specbench.core.errors import SpecbenchError
+from specbench.core.files import atomic_path, read_json, read_json_object, read_jsonl, write_atomic, write_json
+from specbench.core.records import EnginePair, Row, RunResult, StrategySummary, engine_reports, rows_frame
+from specbench.core.strict_json import dumps
 from specbench.paths import check_output_dir
 from specbench.strategies.names import BASELINE
-from specbench.strict_json import dumps
 
 STATUSES = ("complete", "incomplete")
 
@@ -228,11 +228,11 @@ def read_run(path: Path, label: str = "", warnings: list[str] | None = None) -> 
         summary = [StrategySummary.from_dict(r, where) for r in saved["results"]]
         by_category = [StrategySummary.from_dict(r, where) for r in saved.get("by_category", [])]
     else:  # what the rows hold, summarised as a finished run would be
-        from specbench.measure.stats import summarize
+        from specbench.measure.stats import summarise_strategies
 
         frame = rows_frame(rows)
-        summary = summarize(frame) if rows else []
-        by_category = summarize(frame, by="category") if rows else []
+        summary = summarise_strategies(frame) if rows else []
+        by_category = summarise_strategies(frame, by="category") if rows else []
     series = []
     if (path / "nvml_series.csv").is_file():
         import pandas as pd

@@ -26,12 +26,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from specbench.backends.registry import SPECBENCH, label
-from specbench.errors import SpecbenchError
-from specbench.files import read_json_object, read_toml
-from specbench.hardware import match_profile
-from specbench.measure.stats import paired_speedups, summarize_strategy
-from specbench.output.records import RunResult
+from specbench.core.engine_names import SPECBENCH, label
+from specbench.core.errors import SpecbenchError
+from specbench.core.files import read_json_object, read_toml
+from specbench.core.records import RunResult
+from specbench.measure.hardware import match_profile
+from specbench.measure.stats import paired_speedups, summarise_strategy
 from specbench.output.run_dir import read_run
 from specbench.recommend.prior import members
 from specbench.recommend.workload import Workload
@@ -361,7 +361,7 @@ def _modelled_candidates(record: RunRecord, workload: Workload, lossless: list[s
 
 def _pooled_candidate(pool: _Pool, ar_rows: pd.DataFrame, workload: Workload) -> Candidate:
     rows = pd.concat(pool.frames, ignore_index=True)
-    summary = summarize_strategy(rows)
+    summary = summarise_strategy(rows)
     low, high = summary.speedup_ci
     kv = _kv_bytes_per_token(ar_rows)
     ci = (float(low), float(high)) if summary.prompts > 1 else None  # one prompt has no interval

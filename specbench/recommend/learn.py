@@ -25,9 +25,9 @@ import numpy as np
 import pandas as pd
 from scipy.stats import binomtest
 
-from specbench.files import atomic_path, write_atomic
-from specbench.hardware import GpuProfile
-from specbench.output.markdown import markdown_table
+from specbench.core.files import atomic_path, write_atomic
+from specbench.core.markdown import markdown_table
+from specbench.measure.hardware import GpuProfile
 from specbench.recommend.evidence import Evidence
 from specbench.recommend.prior import PRIOR, Branch, PriorOutcome, evaluate, members, prior_markdown
 from specbench.recommend.workload import Workload

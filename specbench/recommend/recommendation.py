@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specbench.backends.registry import SPECBENCH
-from specbench.errors import SpecbenchError
+from specbench.core.engine_names import SPECBENCH
+from specbench.core.errors import SpecbenchError
 from specbench.recommend.evidence import (
     SOURCES,
     Candidate,

@@ -6,8 +6,8 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from specbench.backends.registry import SPECBENCH, label
-from specbench.output.markdown import markdown_table
+from specbench.core.engine_names import SPECBENCH, label
+from specbench.core.markdown import markdown_table
 from specbench.recommend.learn import LearnReport
 from specbench.recommend.prior import Step
 from specbench.recommend.rank import speedup_text

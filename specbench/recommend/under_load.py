@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from specbench.errors import SpecbenchError
-from specbench.files import read_json
+from specbench.core.errors import SpecbenchError
+from specbench.core.files import read_json
 from specbench.serving.run_dir import SERVE_JSON
 from specbench.strategies.names import BASELINE
 

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specbench.backends.registry import ENGINE_NAMES
-from specbench.errors import SpecbenchError
-from specbench.hardware import GpuProfile, detect_local_gpu, get_profile, load_profiles
-from specbench.ranges import check_ranges
+from specbench.core.errors import SpecbenchError
+from specbench.core.ranges import check_ranges
+from specbench.measure.hardware import GpuProfile, detect_local_gpu, get_profile, load_profiles
 
 CUDA_EXPERIENCE = ("none", "some", "expert")
 HIGH_PRECISION_TASKS = ("high_precision", "legal", "medical")

@@ -13,8 +13,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 from specbench.config import RunConfig
-from specbench.errors import SpecbenchError
-from specbench.ranges import check_ranges, check_sizes
+from specbench.core.errors import SpecbenchError
+from specbench.core.ranges import check_ranges, check_sizes
 
 SLO_KEYS = ("ttft", "tpot", "e2e")  # milliseconds each
 SERVE_STRATEGIES = ["ngram", "eagle", "dflash"]

@@ -17,8 +17,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from specbench.errors import SpecbenchError
-from specbench.files import read_json, write_json
+from specbench.core.errors import SpecbenchError
+from specbench.core.files import read_json, write_json
 from specbench.output.run_dir import RunDir, _now
 from specbench.serving.client import RequestRecord
 from specbench.serving.config import Level, ServeConfig

@@ -22,7 +22,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from specbench.errors import SpecbenchError
+from specbench.core.errors import SpecbenchError
 
 HOST = "127.0.0.1"
 STOP_GRACE_S = 30.0

@@ -19,8 +19,8 @@ from typing import Any
 
 import aiohttp
 
-from specbench.errors import Interrupted, SpecbenchError
-from specbench.files import read_json, write_json
+from specbench.core.errors import Interrupted, SpecbenchError
+from specbench.core.files import read_json, write_json
 from specbench.model_source import model_path
 from specbench.serving import metrics, schedule
 from specbench.serving.config import Level, ServeConfig

@@ -8,8 +8,8 @@ from typing import Any, Callable
 
 import torch
 
+from specbench.core.errors import SpecbenchError
 from specbench.engine.protocol import Drafter
-from specbench.errors import SpecbenchError
 from specbench.model_source import known_model
 from specbench.models import fingerprint
 from specbench.strategies.drafter_dir import load_drafter

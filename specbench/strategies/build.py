@@ -6,9 +6,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from specbench.backends.registry import SPECBENCH, label
+from specbench.core.engine_names import SPECBENCH, label
+from specbench.core.errors import SpecbenchError
 from specbench.engine.protocol import Controller, Drafter
-from specbench.errors import SpecbenchError
 from specbench.strategies import published
 from specbench.strategies.combine import CombinedDrafter
 from specbench.strategies.controllers import CONTROLLERS, FixedController
@@ -23,7 +23,9 @@ class Strategy:
     name: str
     drafter: Drafter | None
     new_controller: Callable[[], Controller] | None  # a fresh controller for every sequence
-    drafters: dict[str, dict[str, Any]] = field(default_factory=dict)  # member -> its drafter's source and knobs
+    # member (another engine: that engine) -> where its drafter came from and the knobs it runs with, as
+    # environment.json records them
+    drafter_sources: dict[str, dict[str, Any]] = field(default_factory=dict)
     tree: bool = False  # verifies token trees (a tree drafter or a combination's merged trie): batch size 1 only
     engine: str = SPECBENCH  # which engine decodes it (backends/): the others' strategies have no drafter here
     # decodes one prompt: (prompt, max_new_tokens, sampling, seed) -> Generation (backends/protocol.py Runner)

@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Group
 from rich.text import Text
 
-from specbench.output.markdown import markdown_table
+from specbench.core.markdown import markdown_table
 from specbench.strategies.controllers import CONTROLLERS
 from specbench.strategies.names import BASELINE, COMBINATIONS
 from specbench.strategies.registry import MODULES, definitions

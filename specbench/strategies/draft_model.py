@@ -17,10 +17,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from specbench.core.errors import SpecbenchError
 from specbench.engine.kv_cache import new_cache, run_model, state_bytes, truncate
 from specbench.engine.protocol import DraftContext, Drafter, StepOutcome
 from specbench.engine.tree import DraftTree
-from specbench.errors import SpecbenchError
 from specbench.models import fingerprint, load_lm
 from specbench.strategies.base import Method, default_drafter_dir
 from specbench.strategies.layers import lm_head

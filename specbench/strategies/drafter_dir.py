@@ -10,8 +10,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from specbench.errors import SpecbenchError
-from specbench.files import atomic_path
+from specbench.core.errors import SpecbenchError
+from specbench.core.files import atomic_path
 from specbench.strategies.published.checkpoint import CONFIG, read_drafter_config
 
 WEIGHTS = "model.safetensors"

@@ -37,9 +37,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specbench.core.errors import SpecbenchError
 from specbench.engine.linear import Linear
 from specbench.engine.protocol import DraftContext
-from specbench.errors import SpecbenchError
 from specbench.strategies.base import Method
 from specbench.strategies.dflash import BlockConfig, DFlashDrafter, DFlashModel, pick
 from specbench.strategies.dspark_scheduler import SCHEDULER_SPACE, SchedulerKnobs

@@ -11,7 +11,7 @@ import dataclasses
 import typing
 from typing import TYPE_CHECKING, Any
 
-from specbench.errors import SpecbenchError
+from specbench.core.errors import SpecbenchError
 from specbench.strategies.registry import DRAFTER_NAMES, definition
 
 if TYPE_CHECKING:

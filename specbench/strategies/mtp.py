@@ -21,10 +21,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specbench.core.errors import SpecbenchError
 from specbench.engine.kv_cache import state_bytes
 from specbench.engine.protocol import DraftContext, Drafter, StepOutcome
 from specbench.engine.tree import DraftTree
-from specbench.errors import SpecbenchError
 from specbench.strategies.base import Method, load_trained
 from specbench.strategies.layers import KV, Arch, FeatureLayer, embed, lm_head
 from specbench.strategies.search_space import Choice, FloatRange, IntRange, Param, Ref, SearchSpace, check_ranges, knob

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import torch
 
+from specbench.core.errors import SpecbenchError
 from specbench.engine.protocol import DraftContext, Drafter, StepOutcome
 from specbench.engine.tree import DraftTree
-from specbench.errors import SpecbenchError
 from specbench.strategies.base import Method
 from specbench.strategies.search_space import Choice, IntRange, Param, SearchSpace, check_ranges, knob
 from specbench.strategies.serving import Serving, fixed_only

@@ -16,7 +16,7 @@ import hashlib
 from dataclasses import dataclass, field, replace
 from typing import Any, Union
 
-from specbench.errors import SpecbenchError
+from specbench.core.errors import SpecbenchError
 
 _KNOB = "specbench_knob"
 

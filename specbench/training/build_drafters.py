@@ -19,8 +19,8 @@ from typing import Callable
 
 import torch
 
-from specbench.errors import Interrupted, SpecbenchError
-from specbench.files import atomic_path, read_json, write_json
+from specbench.core.errors import Interrupted, SpecbenchError
+from specbench.core.files import atomic_path, read_json, write_json
 from specbench.model_source import DRAFT, DRAFTERS, KnownModel, preparable
 from specbench.models import fingerprint, load_target, resolve_device
 from specbench.strategies.registry import definition

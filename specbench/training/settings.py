@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from specbench.config import DecodeSettings
-from specbench.errors import SpecbenchError
-from specbench.files import read_json, write_json
+from specbench.core.errors import SpecbenchError
+from specbench.core.files import read_json, write_json
+from specbench.core.ranges import check_device, check_ranges
 from specbench.model_source import model_path
 from specbench.paths import check_output_dir
-from specbench.ranges import check_device, check_ranges
 from specbench.strategies.registry import DRAFTER_NAMES
 from specbench.suites import Suite, load_suite, select
 

@@ -9,8 +9,8 @@ from typing import Callable
 
 import torch
 
-from specbench.errors import Interrupted, SpecbenchError
-from specbench.files import atomic_path
+from specbench.core.errors import Interrupted, SpecbenchError
+from specbench.core.files import atomic_path
 from specbench.models import fingerprint, load_target, resolve_device, resolve_dtype
 from specbench.strategies.knobs import make_options
 from specbench.strategies.registry import definitions

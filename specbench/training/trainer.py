@@ -13,8 +13,8 @@ from typing import Callable
 
 import torch
 
-from specbench.errors import Interrupted
-from specbench.files import atomic_path
+from specbench.core.errors import Interrupted
+from specbench.core.files import atomic_path
 from specbench.strategies.drafter_dir import save_drafter
 from specbench.training.distill import DistillSequence, make_batch
 from specbench.training.settings import partial_dir

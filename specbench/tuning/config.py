@@ -7,10 +7,11 @@ import functools
 import re
 from dataclasses import dataclass, field
 
-from specbench.backends.registry import ENGINE_NAMES, SPECBENCH, parse_engines
+from specbench.backends.registry import ENGINE_NAMES, parse_engines
 from specbench.config import RunConfig
-from specbench.errors import SpecbenchError
-from specbench.ranges import check_ranges
+from specbench.core.engine_names import SPECBENCH
+from specbench.core.errors import SpecbenchError
+from specbench.core.ranges import check_ranges
 from specbench.serving.config import Level
 from specbench.strategies.knobs import validate_knobs
 from specbench.strategies.names import BASELINE, DEFAULT_STRATEGIES, StrategyName, parse_strategies

@@ -23,14 +23,14 @@ import optuna
 from specbench.benchmark.decoding import prompt_seed, run_one
 from specbench.benchmark.measuring import make_row
 from specbench.benchmark.prepare import PreparedRun
+from specbench.core.errors import SpecbenchError
+from specbench.core.records import Row, rows_frame
 from specbench.engine.sampling import Sampling
-from specbench.errors import SpecbenchError
-from specbench.hardware import GpuProfile
+from specbench.measure.hardware import GpuProfile
 from specbench.measure.lossless import first_divergence, mismatch_detail
 from specbench.measure.projection import memory_fit, project, workload_shape
 from specbench.measure.stats import geometric_mean, paired_speedups
 from specbench.models import encode_turns
-from specbench.output.records import Row, rows_frame
 from specbench.strategies.build import Strategy
 from specbench.strategies.names import StrategyName
 from specbench.suites import SuiteItem

@@ -17,7 +17,7 @@ import optuna
 import tomli_w
 
 from specbench.config import RunConfig
-from specbench.files import atomic_path
+from specbench.core.files import atomic_path
 
 
 def _x(value: float | None) -> str:

@@ -27,8 +27,8 @@ from typing import Any
 
 import optuna
 
-from specbench.errors import SpecbenchError
-from specbench.files import write_atomic, write_json
+from specbench.core.errors import SpecbenchError
+from specbench.core.files import write_atomic, write_json
 from specbench.model_source import model_path
 from specbench.serving.client import RequestRecord
 from specbench.serving.config import Level, ServeConfig

@@ -17,7 +17,7 @@ import sqlalchemy
 from optuna.storages import BaseStorage, JournalStorage, RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.storages.journal import JournalFileBackend
 
-from specbench.errors import SpecbenchError
+from specbench.core.errors import SpecbenchError
 
 MAX_RETRY = 3  # a trial whose workers keep dying is not retried forever
 

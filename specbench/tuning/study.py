@@ -18,8 +18,8 @@ from optuna.storages import BaseStorage
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from specbench.errors import SpecbenchError
-from specbench.hardware import is_local_gpu
+from specbench.core.errors import SpecbenchError
+from specbench.measure.hardware import is_local_gpu
 from specbench.strategies.names import StrategyName
 from specbench.tuning.config import TuneConfig
 from specbench.tuning.storage import default_storage, display_url, local_file, open_storage

@@ -26,11 +26,12 @@ import optuna
 import torch
 from optuna.trial import TrialState
 
-from specbench.backends.registry import SPECBENCH, parse_engines
+from specbench.backends.registry import parse_engines
 from specbench.benchmark.prepare import PreparedRun, prepare
-from specbench.errors import SpecbenchError
-from specbench.files import write_atomic, write_json
-from specbench.hardware import GpuProfile
+from specbench.core.engine_names import SPECBENCH
+from specbench.core.errors import SpecbenchError
+from specbench.core.files import write_atomic, write_json
+from specbench.measure.hardware import GpuProfile
 from specbench.models import fingerprint
 from specbench.strategies.knobs import make_options
 from specbench.strategies.names import StrategyName, parse_strategies, parse_strategy

@@ -13,8 +13,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from specbench.backends.registry import SPECBENCH, backend
-from specbench.errors import SpecbenchError
+from specbench.backends.registry import backend
+from specbench.core.engine_names import SPECBENCH
+from specbench.core.errors import SpecbenchError
 from specbench.strategies.build import Strategy
 from specbench.strategies.names import StrategyName
 from specbench.strategies.registry import definition

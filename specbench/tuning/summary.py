@@ -11,7 +11,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from specbench.output.markdown import markdown_table
+from specbench.core.markdown import markdown_table
 from specbench.tuning.study_runner import TuneReport
 
 

@@ -24,8 +24,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from specbench.core.errors import SpecbenchError
 from specbench.engine.linear import Linear
-from specbench.errors import SpecbenchError
 from specbench.strategies.dflash import BlockConfig, DFlashDrafter, DFlashModel
 from specbench.strategies.dspark import DSparkDrafter
 from specbench.strategies.layers import Arch

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 from safetensors import SafetensorError, safe_open
 
-from specbench.errors import SpecbenchError
-from specbench.files import read_json
+from specbench.core.errors import SpecbenchError
+from specbench.core.files import read_json
 from specbench.model_source import looks_like_path, model_path
 
 if TYPE_CHECKING:

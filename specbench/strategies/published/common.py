@@ -10,7 +10,7 @@ from torch import nn
 from transformers import AutoConfig, PretrainedConfig
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
-from specbench.errors import SpecbenchError
+from specbench.core.errors import SpecbenchError
 
 CosSin = tuple[torch.Tensor, torch.Tensor]
 

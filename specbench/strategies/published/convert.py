@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from specbench.errors import SpecbenchError
+from specbench.core.errors import SpecbenchError
 from specbench.models import Target, fingerprint
 from specbench.strategies.dflash import BlockConfig, DFlashOptions
 from specbench.strategies.drafter_dir import load_drafter, save_drafter, write_checkpoint

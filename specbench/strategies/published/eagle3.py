@@ -24,8 +24,8 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.activations import ACT2FN
 
+from specbench.core.errors import SpecbenchError
 from specbench.engine.linear import Linear
-from specbench.errors import SpecbenchError
 from specbench.strategies.eagle import EagleDrafter, EagleOptions
 from specbench.strategies.layers import KV, embed, rotate
 from specbench.strategies.published.common import Rotary, check_equal, hf_config, load_into, target_vocab

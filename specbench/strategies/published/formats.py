@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specbench.errors import SpecbenchError
+from specbench.core.errors import SpecbenchError
 from specbench.strategies.names import StrategyName
 from specbench.strategies.published.checkpoint import Checkpoint, open_checkpoint
 from specbench.strategies.registry import DRAFTER_NAMES

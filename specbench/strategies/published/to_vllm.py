@@ -35,8 +35,8 @@ from pathlib import Path
 
 import torch
 
-from specbench.errors import SpecbenchError
-from specbench.files import atomic_path, write_json
+from specbench.core.errors import SpecbenchError
+from specbench.core.files import atomic_path, write_json
 from specbench.models import Target, fingerprint
 from specbench.strategies.base import default_drafter_dir
 from specbench.strategies.dflash import BlockConfig

@@ -15,8 +15,8 @@ from typing import Any
 
 from rich.table import Table
 
-from specbench.errors import SpecbenchError
-from specbench.files import read_toml
+from specbench.core.errors import SpecbenchError
+from specbench.core.files import read_toml
 from specbench.measure.nvml import device_handle, device_name, open_nvml, peak_bandwidth_gbs
 
 

@@ -15,8 +15,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from specbench.errors import SpecbenchError
-from specbench.strict_json import dumps
+from specbench.core.errors import SpecbenchError
+from specbench.core.strict_json import dumps
 
 
 @contextmanager

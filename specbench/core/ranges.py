@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from specbench.errors import SpecbenchError
+from specbench.core.errors import SpecbenchError
 
 
 @dataclass(frozen=True)

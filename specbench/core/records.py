@@ -14,8 +14,8 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specbench.backends.registry import SPECBENCH
-from specbench.errors import SpecbenchError
+from specbench.core.engine_names import SPECBENCH
+from specbench.core.errors import SpecbenchError
 
 if TYPE_CHECKING:
     import pandas as pd

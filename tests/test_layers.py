@@ -1,0 +1,44 @@
+"""The package graph is one-way: import-linter checks pyproject.toml's layers contract (docs/architecture.md)."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LINT = "import sys; from importlinter.cli import lint_imports; sys.exit(lint_imports(no_cache=True, no_logo=True))"
+# every module of core/, then what heavy libraries that loaded
+LOAD_CORE = """import importlib, pkgutil, sys
+import specbench.core as core
+for module in pkgutil.iter_modules(core.__path__):
+    importlib.import_module(f"specbench.core.{module.name}")
+print(sorted({name.split(".")[0] for name in sys.modules} & {"torch", "transformers", "numpy", "pandas"}))"""
+
+
+def lint_imports(root: Path) -> subprocess.CompletedProcess:
+    """lint-imports on the specbench package under `root` (its directory goes first on sys.path)."""
+    return subprocess.run([sys.executable, "-c", LINT], cwd=root, capture_output=True, text=True, timeout=300)
+
+
+def test_specbench_imports_only_downwards():
+    result = lint_imports(ROOT)
+    why = result.stdout + result.stderr
+    assert result.returncode == 0, f"an import goes up a layer (pyproject.toml [tool.importlinter]):\n{why}"
+
+
+def test_an_upward_import_breaks_the_contract(tmp_path):
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    shutil.copytree(ROOT / "specbench", tmp_path / "specbench", ignore=shutil.ignore_patterns("__pycache__"))
+    records = tmp_path / "specbench" / "core" / "records.py"
+    records.write_text(records.read_text() + "\nfrom specbench.output.run_dir import read_run  # noqa: E402\n")
+
+    result = lint_imports(tmp_path)
+    assert result.returncode == 1, result.stdout
+    assert "specbench.core is not allowed to import specbench.output" in result.stdout
+    assert "specbench.core.records -> specbench.output.run_dir" in result.stdout
+
+
+def test_core_loads_without_torch():
+    loaded = subprocess.run([sys.executable, "-c", LOAD_CORE], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert loaded.returncode == 0, loaded.stderr
+    assert loaded.stdout.strip() == "[]"
