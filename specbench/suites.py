@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from specbench.core.errors import SpecbenchError
+from specbench.core.files import read_text
 
 DEFAULT_SUITE = "specbench"
 UNCATEGORIZED = "uncategorized"
@@ -126,7 +127,7 @@ def _round_robin(items: tuple[SuiteItem, ...], limit: int) -> tuple[SuiteItem, .
 def _load_file(path: Path) -> Suite:
     if path.is_dir():
         return _speed_bench_dir(path)
-    text = _read_text(path)
+    text = read_text(path, "suite file")
     if not text.strip():
         raise SpecbenchError(f"{path}: file is empty")
     if text.lstrip().startswith("[") or (path.suffix == ".json" and _is_one_json_value(text)):
@@ -145,17 +146,6 @@ def _speed_bench_dir(path: Path) -> Suite:
         raise SpecbenchError(f"{path} is a directory without {split.name}: give a suite file, or SPEED-Bench's "
                              "directory as NeMo-Skills' speed-bench prepare.py writes it")
     return replace(_load_file(split), name=f"{path.resolve().name}-{SPEED_BENCH_SPLIT}")
-
-
-def _read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise SpecbenchError(f"suite file not found: {path}") from None
-    except UnicodeDecodeError:
-        raise SpecbenchError(f"{path}: not UTF-8 text") from None
-    except OSError as error:
-        raise SpecbenchError(f"{path}: cannot read ({error.strerror})") from None
 
 
 def _is_one_json_value(text: str) -> bool:

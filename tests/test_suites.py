@@ -265,7 +265,7 @@ def test_json_file_holding_one_object_is_an_error(tmp_path):
 
 
 def test_missing_file(tmp_path):
-    with pytest.raises(SpecbenchError, match="suite file not found"):
+    with pytest.raises(SpecbenchError, match="suite file .* does not exist"):
         load_suite(tmp_path / "absent.json")
 
 

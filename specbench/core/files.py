@@ -55,9 +55,10 @@ def write_json(path: Path, data: Any) -> None:
 
 
 def read_text(path: Path, what: str, kind: str = "") -> str:
-    """The UTF-8 text of `path`; `what` names the file in errors ("config file"), `kind` its format ("TOML")."""
+    """The UTF-8 text of `path` (a byte-order mark dropped); `what` names the file in errors ("config file"),
+    `kind` its format ("TOML")."""
     try:
-        return Path(path).read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise SpecbenchError(f"{what} {path} does not exist") from None
     except UnicodeDecodeError:

@@ -178,7 +178,7 @@ def summarise_strategy(rows: pd.DataFrame, seed: int = 0, costs: CostInputs | No
 
 
 def summarise_strategies(rows: pd.DataFrame, seed: int = 0, by: str | None = None,
-              costs: CostInputs | None = None) -> list[StrategySummary]:
+                         costs: CostInputs | None = None) -> list[StrategySummary]:
     """Summaries of every strategy in a run's rows, in order of appearance with `ar` first; with
     `by="category"` one per strategy and category (the category named in each)."""
     if "speedup" not in rows or rows.speedup.isna().all():
