@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,43 +39,56 @@ WIDE_COLUMNS = ("prompts", "new_tokens", "share_prefill", "share_draft", "share_
                 "energy_j")
 """`--wide` adds these (those a run has)."""
 
-HEADERS = {
-    "speedup": "speedup [95% CI]", "tokens_per_s": "tok/s", "tau": "tau", "draft_efficiency": "eff",
-    "mismatches": "mismatch", "new_tokens": "tokens", "share_prefill": "prefill", "share_draft": "draft",
-    "share_verify": "verify", "share_other": "other", "memory_gb": "needs GB", "peak_mem_gb": "peak GB",
-    "predicted_speedup": "predicted", "measured_over_predicted": "meas/pred",
-    "projected_speedup": "projected", "projected_tokens_per_s": "proj tok/s", "projected_fits": "fits",
-    "mem_util_pct": "mem util %", "dram_bw_gbs": "DRAM GB/s", "energy_j": "energy J", "batch_size": "B",
-    "transfer": "transfer",
+
+
+@dataclass(frozen=True)
+class Column:
+    """A table column, declared once: its header, its legend line and how its figure is written."""
+
+    header: str
+    legend: str
+    form: str = "number"  # "x": a ratio (1.23x); "percent"; "count"; "number": 2 decimals, 1 from 10 on
+
+
+COLUMN_SPECS = {
+    "speedup": Column("speedup [95% CI]", "paired speedup over ar: tokens/s over ar's on the same prompt, "
+                      "geometric mean over prompts, 95% bootstrap interval", "x"),
+    "transfer": Column("transfer", "the engine's speedup over specbench's for the same strategy (@vllm: measured "
+                       "in vLLM, against vLLM's own ar)", "x"),
+    "tokens_per_s": Column("tok/s", "generated tokens per second, prefill included"),
+    "tau": Column("tau", "tokens per target forward, the bonus token included"),
+    "draft_efficiency": Column("eff", "accepted draft tokens / drafted tokens (every tree node)", "percent"),
+    "mismatches": Column("mismatch", "prompts whose greedy output differs from ar's (must be 0); n/a when "
+                         "sampling: the greedy check does not run", "count"),
+    "prompts": Column("prompts", "prompts (and turns) measured", "count"),
+    "new_tokens": Column("tokens", "tokens generated", "count"),
+    "batch_size": Column("B", "sequences decoded together; the speedup is over batched ar at the same batch size",
+                         "count"),
+    "share_prefill": Column("prefill", "share of the measured time in prefill", "percent"),
+    "share_draft": Column("draft", "... in drafting", "percent"),
+    "share_verify": Column("verify", "... in the target's verify forwards", "percent"),
+    "share_other": Column("other", "... in acceptance, cache compaction and bookkeeping (the four sum to 100%)",
+                          "percent"),
+    "memory_gb": Column("needs GB", "memory the strategy needs: target and drafter weights, KV cache at the run's "
+                        "lengths, drafter state (GB)"),
+    "peak_mem_gb": Column("peak GB", "the process's peak memory (GB; on a CPU one figure for the whole run)"),
+    "predicted_speedup": Column("predicted", "cost model's prediction from tau, the draft shape and separately "
+                                "timed forwards", "x"),
+    "measured_over_predicted": Column("meas/pred", "measured / predicted speedup: below 1 by the engine's "
+                                      "overheads", "x"),
+    "projected_speedup": Column("projected", "speedup projected onto the --gpu profile (roofline model), not "
+                                "measured", "x"),
+    "projected_tokens_per_s": Column("proj tok/s", "tokens/s projected onto the --gpu profile, not measured"),
+    "projected_fits": Column("fits", "whether weights and KV cache fit the --gpu profile's memory (projected)"),
+    "mem_util_pct": Column("mem util %", "NVML memory-controller busy time (%)"),
+    "dram_bw_gbs": Column("DRAM GB/s", "DRAM bandwidth through NVML GPM (GB/s)"),
+    "energy_j": Column("energy J", "GPU energy over the strategy's generations (J)"),
 }
-LEGEND = {
-    "speedup": "paired speedup over ar: tokens/s over ar's on the same prompt, geometric mean over "
-               "prompts, 95% bootstrap interval",
-    "tokens_per_s": "generated tokens per second, prefill included",
-    "tau": "tokens per target forward, the bonus token included",
-    "draft_efficiency": "accepted draft tokens / drafted tokens (every tree node)",
-    "mismatches": "prompts whose greedy output differs from ar's (must be 0); n/a when sampling: the "
-                  "greedy check does not run",
-    "prompts": "prompts (and turns) measured", "new_tokens": "tokens generated",
-    "share_prefill": "share of the measured time in prefill", "share_draft": "... in drafting",
-    "share_verify": "... in the target's verify forwards",
-    "share_other": "... in acceptance, cache compaction and bookkeeping (the four sum to 100%)",
-    "memory_gb": "memory the strategy needs: target and drafter weights, KV cache at the run's lengths, "
-                 "drafter state (GB)",
-    "peak_mem_gb": "the process's peak memory (GB; on a CPU one figure for the whole run)",
-    "predicted_speedup": "cost model's prediction from tau, the draft shape and separately timed forwards",
-    "measured_over_predicted": "measured / predicted speedup: below 1 by the engine's overheads",
-    "projected_speedup": "speedup projected onto the --gpu profile (roofline model), not measured",
-    "projected_tokens_per_s": "tokens/s projected onto the --gpu profile, not measured",
-    "projected_fits": "whether weights and KV cache fit the --gpu profile's memory (projected)",
-    "mem_util_pct": "NVML memory-controller busy time (%)", "dram_bw_gbs": "DRAM bandwidth through NVML GPM (GB/s)",
-    "energy_j": "GPU energy over the strategy's generations (J)",
-    "batch_size": "sequences decoded together; the speedup is over batched ar at the same batch size",
-    "transfer": "the engine's speedup over specbench's for the same strategy (@vllm: measured in vLLM, "
-                "against vLLM's own ar)",
-}
-PERCENT = {"draft_efficiency", "share_prefill", "share_draft", "share_verify", "share_other"}
-TIMES_X = {"predicted_speedup", "projected_speedup", "measured_over_predicted"}
+
+
+def column_header(column: str) -> str:
+    spec = COLUMN_SPECS.get(column)
+    return spec.header if spec else column
 
 
 def settings(run: RunResult) -> tuple:
@@ -178,11 +192,12 @@ def _cell(column: str, row: pd.Series, noisy: bool = False) -> str:
         low, high = row.get("speedup_ci_low"), row.get("speedup_ci_high")
         text = ("~" if noisy else "") + f"{value:.2f}x"
         return text if _missing(low) or _missing(high) else f"{text} [{low:.2f}, {high:.2f}]"
-    if column in PERCENT:
+    form = COLUMN_SPECS[column].form if column in COLUMN_SPECS else None
+    if form == "percent":
         return f"{100 * value:.0f}%"
-    if column in TIMES_X or column == "transfer":
+    if form == "x":
         return f"{value:.2f}x"
-    if column in ("prompts", "new_tokens", "batch_size"):
+    if form == "count":
         return str(int(value))
     if isinstance(value, bool):
         return "yes" if value else "NO"
@@ -203,7 +218,7 @@ def columns_of(frame: pd.DataFrame, wide: bool = False) -> list[str]:
 
 
 def legend(columns: Sequence[str]) -> list[str]:
-    return [f"{HEADERS.get(c, c)}: {LEGEND[c]}" for c in columns if c in LEGEND]
+    return [f"{column_header(c)}: {COLUMN_SPECS[c].legend}" for c in columns if c in COLUMN_SPECS]
 
 
 def _caption(frame: pd.DataFrame) -> str:
@@ -226,7 +241,7 @@ def render(frame: pd.DataFrame, fmt: str = "table", wide: bool = False,
     for _, group in frame.groupby("group", sort=True):
         columns = columns_of(group, wide)
         cells = [[_cell(c, row, row.get("run") in noisy) for c in columns] for _, row in group.iterrows()]
-        headers = [HEADERS.get(c, c) for c in columns]
+        headers = [column_header(c) for c in columns]
         caption = _caption(group)
         if fmt == "markdown":
             texts.append((f"{caption}\n\n" if caption else "") + markdown_table(headers, cells) + "\n")
