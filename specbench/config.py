@@ -5,6 +5,10 @@ imported or a model loads: value types (pydantic, strict: a TOML `max_new_tokens
 refused, not compared with an int later), ranges and choices, strategy names, knobs only for
 strategies that are run, the controller, the suite and its categories, where the model is, the
 GPU profile and the output directory. Knob values are checked next, by the method modules.
+
+Checking resolves: what a check reads (the strategies, the drafters' formats, the selected prompts,
+the model's directory, the GPU profile) is kept as the run's `RunPlan`, which every later step takes
+as it is.
 """
 
 from __future__ import annotations
@@ -21,14 +25,14 @@ from specbench.backends.registry import check_engines
 from specbench.core.errors import SpecbenchError
 from specbench.core.files import read_toml
 from specbench.core.ranges import check_device, check_dtype, check_ranges, check_sizes
-from specbench.measure.hardware import get_profile, load_profiles
+from specbench.measure.hardware import GpuProfile, get_profile, load_profiles
 from specbench.model_source import model_path
 from specbench.paths import check_output_dir
 from specbench.strategies.controllers import CONTROLLERS
 from specbench.strategies.knobs import check_knobs_apply
-from specbench.strategies.names import parse_strategies
-from specbench.strategies.published.formats import drafter_dirs_by_strategy
-from specbench.suites import load_suite, select
+from specbench.strategies.names import StrategyName, parse_strategies, parse_strategy
+from specbench.strategies.published.formats import DrafterSource, drafter_dirs_by_strategy
+from specbench.suites import Suite, load_suite, select
 
 
 @dataclass
@@ -74,16 +78,19 @@ class RunConfig(DecodeSettings):
     def validate(self, where: str = "configuration") -> RunConfig:
         """This configuration, type-checked, after every check that needs no torch; `where` names its source.
 
-        The checked copy is returned as it is when validated again (the CLI validates, then benchmark.prepare
-        would): the checks read the suite and the drafters' formats, once is enough."""
-        if vars(self).get("_validated"):
+        The checked copy carries its plan (`plan()`) and is returned as it is when validated again (the CLI
+        validates, then benchmark.prepare plans): the suite and the drafters' formats are read once."""
+        if vars(self).get("_plan"):
             return self
         config = checked_types(self, where)
-        config._check_values()
-        config._validated = True  # not a field: asdict, == and dataclasses.replace leave it out
+        config._plan = config._resolve()  # not a field: asdict, == and dataclasses.replace leave it out
         return config
 
-    def _check_values(self) -> None:
+    def plan(self, where: str = "configuration") -> RunPlan:
+        """What this configuration resolves to, checked (once per configuration)."""
+        return self.validate(where)._plan
+
+    def _resolve(self) -> RunPlan:
         check_ranges({"--max-new-tokens": self.max_new_tokens, "--temperature": self.temperature,
                       "--top-p": self.top_p, "--top-k": self.top_k, "--limit": self.limit, "--seed": self.seed,
                       "--warmup": self.warmup, "--repeats": self.repeats})
@@ -95,18 +102,32 @@ class RunConfig(DecodeSettings):
             raise SpecbenchError(f"unknown controller {self.controller!r}; known: {', '.join(CONTROLLERS)}")
         specs = parse_strategies(self.strategies)
         check_knobs_apply(self.knobs, specs)
-        drafter_dirs_by_strategy(self.drafters, specs)  # formats: read, not loaded
-        select(load_suite(self.suite), self.categories or None, self.limit)
-        model_path(self.model)
-        profiles = load_profiles(Path(self.profiles)) if self.profiles else None
-        if self.gpu:
-            get_profile(self.gpu, profiles or load_profiles())
+        sources = drafter_dirs_by_strategy(self.drafters, specs)  # formats: read, not loaded
+        suite = select(load_suite(self.suite), self.categories or None, self.limit)
+        model = model_path(self.model)
+        profiles = load_profiles(Path(self.profiles) if self.profiles else None)
+        profile = get_profile(self.gpu, profiles) if self.gpu else None
         check_output_dir(self.out, "--out")
         check_sizes(self.batch_sizes, "--batch-sizes")
         for strategy, entry in self.draft_schedule.items():
             check_draft_schedule(strategy, entry)
-        check_engines(self.engine, EnginePlan(specs, self.knobs, self.controller, self.batch_sizes, self.temperature,
-                                              self.engine_args))
+        self.draft_schedule = {parse_strategy(name).name: entry for name, entry in self.draft_schedule.items()}
+        engines = check_engines(self.engine, EnginePlan(specs, self.knobs, self.controller, self.batch_sizes,
+                                                        self.temperature, self.engine_args))
+        return RunPlan(self, specs, sources, suite, model, engines, profile)
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """A run's configuration resolved: what every step after the checks takes as it is."""
+
+    config: RunConfig
+    strategies: list[StrategyName]  # `ar` first
+    drafter_sources: dict[str, DrafterSource]  # method -> its drafter's checkpoint and format
+    suite: Suite  # the selected prompts (--categories, --limit)
+    model: str  # the target's directory, or the hub id it is cached under
+    engines: tuple[str, ...]  # the engines listed, aliases expanded
+    profile: GpuProfile | None  # the --gpu profile to project onto
 
 
 def check_draft_schedule(strategy: str, entry: Any) -> None:

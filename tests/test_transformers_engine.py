@@ -16,8 +16,6 @@ from specbench.cli import app
 from specbench.config import RunConfig
 from specbench.engine.sampling import Sampling
 from specbench.models import load_target
-from specbench.strategies.names import parse_strategies
-from specbench.strategies.published.formats import drafter_dirs_by_strategy
 
 runner = CliRunner()
 ENGINES = ("specbench", "transformers")
@@ -67,13 +65,11 @@ def test_transfer_and_agreement_against_specbench(both):
 def test_counts_match_specbench_on_the_same_drafts(tiny_model_dir, tiny_draft_dir):
     """Prompt lookup and the draft model propose the same drafts in both engines, so with outputs equal the
     target forwards (steps) are equal too: the hook's counting is the engine's own count."""
-    config = RunConfig(model=str(tiny_model_dir), drafters=[str(tiny_draft_dir)], strategies=["ngram", "draft"],
-                       device="cpu").validate()
-    specs = parse_strategies(config.strategies)
-    target = load_target(config.model, torch.device("cpu"), torch.float32)
-    sources = drafter_dirs_by_strategy(config.drafters, specs)
-    theirs = TransformersBackend(config, specs, sources).start(target)
-    ours = SpecbenchBackend(config, specs, sources).start(target)
+    plan = RunConfig(model=str(tiny_model_dir), drafters=[str(tiny_draft_dir)], strategies=["ngram", "draft"],
+                     device="cpu").plan()
+    target = load_target(plan.model, torch.device("cpu"), torch.float32)
+    theirs = TransformersBackend(plan, plan.strategies).start(target)
+    ours = SpecbenchBackend(plan, plan.strategies).start(target)
     prompt = [int(t) for t in target.tokenizer.encode("def f1(x): return x + 1 # the quick brown fox 1 def f2(x):")]
     for mine, other in zip(ours, theirs):
         gen, reference = other.runner(prompt, 20, Sampling(), 0), mine.runner(prompt, 20, Sampling(), 0)

@@ -14,14 +14,13 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     # the checks are torch-free; these types are for the loaded run
-    from specbench.config import RunConfig
+    from specbench.config import RunPlan
     from specbench.core.records import EngineReport
     from specbench.engine.decode import Generation
     from specbench.engine.sampling import Sampling
     from specbench.models import Target
     from specbench.strategies.build import Strategy
     from specbench.strategies.names import StrategyName
-    from specbench.strategies.published.formats import DrafterSource
 
 
 @dataclass(frozen=True)
@@ -44,9 +43,9 @@ class Runner(Protocol):
 
 
 class Backend(Protocol):
-    """One engine of a run. Made before the target loads, from the run's configuration, the strategies it
-    runs and their drafter sources: what can be refused without a model (a method the engine lacks, its
-    engine arguments) is refused there; started once the target is loaded."""
+    """One engine of a run. Made before the target loads, from the run's plan and the strategies it runs
+    (of the plan's): what can be refused without a model (a method the engine lacks, its engine arguments)
+    is refused there; started once the target is loaded."""
 
     name: ClassVar[str]  # what --engine calls it; rows and labels (`ngram@vllm`) carry it
     title: ClassVar[str]  # how messages name it: "vLLM"
@@ -58,7 +57,7 @@ class Backend(Protocol):
     def check(plan: EnginePlan) -> None:
         """Refuse, in one SpecbenchError line, what the engine cannot run; torch-free, nothing loaded."""
 
-    def __init__(self, config: RunConfig, specs: list[StrategyName], sources: dict[str, DrafterSource]) -> None: ...
+    def __init__(self, plan: RunPlan, specs: list[StrategyName]) -> None: ...
 
     def start(self, target: Target) -> list[Strategy]:
         """The run's strategies in this engine, their runners ready (an engine may start a process each)."""

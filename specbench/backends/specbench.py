@@ -19,14 +19,13 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from specbench.backends.protocol import EnginePlan
-    from specbench.config import RunConfig
+    from specbench.config import RunPlan
     from specbench.engine.decode import Generation
     from specbench.engine.protocol import Controller
     from specbench.engine.sampling import Sampling
     from specbench.models import Target
     from specbench.strategies.build import Strategy
     from specbench.strategies.names import StrategyName
-    from specbench.strategies.published.formats import DrafterSource
 
 Schedule = dict[str, dict[str, list[int]]]  # RunConfig.draft_schedule
 
@@ -68,10 +67,10 @@ class SpecbenchBackend:
     def check(plan: EnginePlan) -> None:
         """Every method, combination and controller runs here: nothing to refuse."""
 
-    def __init__(self, config: RunConfig, specs: list[StrategyName], sources: dict[str, DrafterSource]):
-        self.config = config
+    def __init__(self, plan: RunPlan, specs: list[StrategyName]):
+        self.config = plan.config
         self.specs = specs
-        self.sources = sources
+        self.sources = plan.drafter_sources
         self.target: Target | None = None
         self.notes: list[str] = []
 

@@ -23,13 +23,12 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from specbench.backends.protocol import EnginePlan
-    from specbench.config import RunConfig
+    from specbench.config import RunPlan
     from specbench.engine.decode import Generation
     from specbench.engine.sampling import Sampling
     from specbench.models import Target
     from specbench.strategies.build import Strategy
     from specbench.strategies.names import StrategyName
-    from specbench.strategies.published.formats import DrafterSource
 
 TRANSFORMERS = "transformers"
 RUNS = ("ar (generate), draft (assisted generation, assistant_model=) and ngram (prompt lookup, "
@@ -144,10 +143,10 @@ class TransformersBackend:
             raise SpecbenchError(f"--engine {TRANSFORMERS} measures batch size 1 only (generate's batches pad "
                                  "and run in lockstep, which is not how it is timed here)")
 
-    def __init__(self, config: RunConfig, specs: list[StrategyName], sources: dict[str, DrafterSource]):
-        self.config = config
+    def __init__(self, plan: RunPlan, specs: list[StrategyName]):
+        self.config = plan.config
         self.specs = specs
-        self.sources = sources
+        self.sources = plan.drafter_sources
         self.target: Target | None = None
         self.start_s: dict[str, float] = {}
         self.notes: list[str] = []

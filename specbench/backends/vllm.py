@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     import torch
 
     from specbench.backends.protocol import EnginePlan
-    from specbench.config import RunConfig
+    from specbench.config import RunPlan
     from specbench.engine.decode import Generation
     from specbench.engine.sampling import Sampling
     from specbench.models import Target
@@ -401,15 +401,14 @@ class VllmBackend:
         if importlib.util.find_spec("vllm") is None:
             raise SpecbenchError(INSTALL_VLLM)
 
-    def __init__(self, config: RunConfig, specs: list[StrategyName], sources: dict[str, DrafterSource]):
+    def __init__(self, plan: RunPlan, specs: list[StrategyName]):
         """Every strategy's vLLM form and the engine arguments, refused before any model loads."""
-        from specbench.model_source import model_path
         from specbench.models import resolve_device, resolve_dtype
 
-        self.sources = sources
-        self.plans = [translate(s, config.knobs, config.controller, sources) for s in specs]
+        config, self.sources = plan.config, plan.drafter_sources
+        self.plans = [translate(s, config.knobs, config.controller, self.sources) for s in specs]
         dtype = resolve_dtype(config.dtype, resolve_device(config.device))  # the same as specbench's target
-        self.kwargs = engine_kwargs(model_path(config.model), dtype, config.seed, config.engine_args)
+        self.kwargs = engine_kwargs(plan.model, dtype, config.seed, config.engine_args)
         self.target: Target | None = None
         self.engine: VllmEngine | None = None
         self.notes: list[str] = []

@@ -5,25 +5,21 @@ sizes that run.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from specbench.backends.protocol import Backend
-from specbench.backends.registry import backend, parse_engines, run_order
-from specbench.config import RunConfig
+from specbench.backends.registry import backend, run_order
+from specbench.config import RunConfig, RunPlan
 from specbench.core.engine_names import SPECBENCH
 from specbench.core.errors import SpecbenchError
 from specbench.engine.sampling import Sampling
 from specbench.measure.device_metrics import RunMetrics
-from specbench.measure.hardware import GpuProfile, get_profile, load_profiles
+from specbench.measure.hardware import GpuProfile
 from specbench.models import Target, context_limit, encode_turns, load_target, resolve_device, resolve_dtype
 from specbench.strategies.build import Strategy, verifies_trees
 from specbench.strategies.knobs import validate_knobs
-from specbench.strategies.names import StrategyName, parse_strategies, parse_strategy
-from specbench.strategies.published.formats import DrafterSource, drafter_dirs_by_strategy
 from specbench.strategies.registry import definitions
-from specbench.suites import Suite, load_suite, select
+from specbench.suites import Suite
 
 VERIFY_MARGIN = 64  # positions a verified draft may add beyond prompt + answer
 
@@ -57,29 +53,22 @@ class PreparedRun:
 
 
 def prepare(config: RunConfig) -> PreparedRun:
-    """Validate the whole configuration and load models before anything is measured."""
-    config = config.validate()  # its type-checked copy, 0 for the whole suite read as no limit
-    specs = parse_strategies(config.strategies)
+    """Load the models of the configuration's plan, checked before anything loads."""
+    plan = config.plan()
+    config = plan.config  # its checked copy, 0 for the whole suite read as no limit
     validate_knobs(config.knobs)
-    schedule = {parse_strategy(name).name: entry for name, entry in config.draft_schedule.items()}
-    sources = drafter_dirs_by_strategy(config.drafters, specs)  # formats detected before any model is loaded
-    suite = select(load_suite(config.suite), config.categories or None, config.limit)
-    trees = [s.name for s in specs if verifies_trees(s)]
+    trees = [s.name for s in plan.strategies if verifies_trees(s)]
     if trees and config.batch_sizes[-1] > 1:
         chains = ", ".join(name for name, method in definitions().items() if not method.tree)
         raise SpecbenchError(f"{', '.join(trees)} verify token trees, which run at batch size 1 only; batched "
                              f"decoding (--batch-size above 1) runs ar and {chains}")
-    profile = None
-    if config.gpu:
-        profile = get_profile(config.gpu, load_profiles(Path(config.profiles) if config.profiles else None))
-    config = dataclasses.replace(config, draft_schedule=schedule)
-    backends = open_backends(config, specs, sources)
+    backends = open_backends(plan)
     device = resolve_device(config.device)
     target = load_target(config.model, device, resolve_dtype(config.dtype, device))
     sampling = Sampling(config.temperature, config.top_p, config.top_k)
-    suite, skipped = fitting_prompts(suite, target, config.max_new_tokens)
+    suite, skipped = fitting_prompts(plan.suite, target, config.max_new_tokens)
     batch_sizes, notes = fit_batch_sizes(config.batch_sizes, len(suite.items))
-    bench = PreparedRun(config, target, [], suite, sampling, RunMetrics(device), profile, skipped, batch_sizes,
+    bench = PreparedRun(config, target, [], suite, sampling, RunMetrics(device), plan.profile, skipped, batch_sizes,
                         notes, backends)
     try:
         for name, engine in backends.items():
@@ -95,12 +84,11 @@ def prepare(config: RunConfig) -> PreparedRun:
     return bench
 
 
-def open_backends(config: RunConfig, specs: list[StrategyName],
-                  sources: dict[str, DrafterSource]) -> dict[str, Backend]:
+def open_backends(plan: RunPlan) -> dict[str, Backend]:
     """Every engine of the run, made (and what they refuse refused) before any model loads. specbench's
     own `ar` runs in every run, listed or not: it is the reference the engines' agreement is read against."""
-    listed = parse_engines(config.engine)
-    return {name: backend(name)(config, specs if name in listed else specs[:1], sources) for name in run_order(listed)}
+    return {name: backend(name)(plan, plan.strategies if name in plan.engines else plan.strategies[:1])
+            for name in run_order(plan.engines)}
 
 
 def fit_batch_sizes(batch_sizes: list[int], prompts: int) -> tuple[list[int], list[str]]:

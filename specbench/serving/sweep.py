@@ -21,7 +21,6 @@ import aiohttp
 
 from specbench.core.errors import Interrupted, SpecbenchError
 from specbench.core.files import read_json, write_json
-from specbench.model_source import model_path
 from specbench.serving import metrics, schedule
 from specbench.serving.config import Level, ServeConfig
 from specbench.serving.load import LevelLog, Workload, drive
@@ -29,8 +28,7 @@ from specbench.serving.lossless import greedy_agreement
 from specbench.serving.run_dir import ServeRun, records_of
 from specbench.serving.server import Server
 from specbench.serving.stats import against_baseline, level_summary
-from specbench.strategies.names import BASELINE, parse_strategies
-from specbench.suites import load_suite, select
+from specbench.strategies.names import BASELINE
 
 Progress = Callable[[str, Level, int, int], None]  # strategy, level, requests answered, requests of the level
 
@@ -53,7 +51,7 @@ def strategy_names(config: ServeConfig) -> list[str]:
     """`ar` first, then the strategies (or the endpoints' names, `ar` among them if given)."""
     if config.endpoints:
         return sorted(config.endpoints, key=lambda name: name != BASELINE)
-    return [s.name for s in parse_strategies(config.run.strategies)]
+    return [s.name for s in config.run.plan().strategies]
 
 
 def workload(config: ServeConfig) -> Workload:
@@ -62,9 +60,9 @@ def workload(config: ServeConfig) -> Workload:
 
     from specbench.models import encode_turns
 
-    suite = select(load_suite(config.run.suite), config.run.categories or None, config.run.limit)
-    tokenizer = AutoTokenizer.from_pretrained(model_path(config.run.model), local_files_only=True)
-    prompts = [(item.id, encode_turns(tokenizer, [item.turns[0]], [])) for item in suite.items]
+    plan = config.run.plan()
+    tokenizer = AutoTokenizer.from_pretrained(plan.model, local_files_only=True)
+    prompts = [(item.id, encode_turns(tokenizer, [item.turns[0]], [])) for item in plan.suite.items]
     return Workload(prompts, config.run.max_new_tokens, config.run.temperature, config.run.seed)
 
 

@@ -11,9 +11,6 @@ from typing import Any
 
 from specbench.backends import vllm as vllm_backend
 from specbench.config import RunConfig
-from specbench.model_source import model_path
-from specbench.strategies.names import parse_strategies
-from specbench.strategies.published.formats import drafter_dirs_by_strategy
 
 
 def server_arguments(config: RunConfig, target_loader) -> dict[str, dict[str, Any]]:
@@ -24,16 +21,16 @@ def server_arguments(config: RunConfig, target_loader) -> dict[str, dict[str, An
 
     from specbench.models import resolve_device, resolve_dtype
 
-    specs = parse_strategies(config.strategies)
-    sources = drafter_dirs_by_strategy(config.drafters, specs)
-    strategies = [vllm_backend.translate(s, config.knobs, config.controller, sources) for s in specs]
+    plan = config.plan()
+    config, sources = plan.config, plan.drafter_sources
+    strategies = [vllm_backend.translate(s, config.knobs, config.controller, sources) for s in plan.strategies]
     dtype = resolve_dtype(config.dtype, resolve_device(config.device))
     # vLLM's defaults, as deployed (it compiles; CUDA graphs on a GPU); the server's output is its own log
-    base = vllm_backend.engine_kwargs(model_path(config.model), dtype, config.seed, config.engine_args,
+    base = vllm_backend.engine_kwargs(plan.model, dtype, config.seed, config.engine_args,
                                       log=False)
     if "disable_log_stats" not in config.engine_args:
         base.pop("disable_log_stats")  # a server logs its stats unless told not to
-    limit = getattr(AutoConfig.from_pretrained(model_path(config.model)), "max_position_embeddings", None)
+    limit = getattr(AutoConfig.from_pretrained(plan.model), "max_position_embeddings", None)
     base.setdefault("max_model_len", min(limit, vllm_backend.MAX_MODEL_LEN) if limit else vllm_backend.MAX_MODEL_LEN)
     arguments = {}
     for strategy in strategies:

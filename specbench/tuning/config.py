@@ -15,7 +15,6 @@ from specbench.core.ranges import check_ranges
 from specbench.serving.config import Level
 from specbench.strategies.knobs import validate_knobs
 from specbench.strategies.names import BASELINE, DEFAULT_STRATEGIES, StrategyName, parse_strategies
-from specbench.suites import load_suite, select
 
 OBJECTIVES = {"speedup": ("maximize",), "speedup,memory": ("maximize", "minimize")}
 STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
@@ -54,9 +53,8 @@ class TuneConfig:
         """Refuse bad input in one line before anything is loaded or any study is touched."""
         if self.load is not None:
             self.check_served()
-        workload = self.measured_workload
         validate_knobs(self.workload.knobs)
-        check_splittable(len(select(load_suite(workload.suite), workload.categories or None, workload.limit).items))
+        check_splittable(len(self.measured_workload.plan().suite.items))
         check_ranges({"--trials": self.trials, "--workers": self.workers, "--holdout": self.holdout,
                       "--timeout": self.timeout, "--heartbeat": self.heartbeat_s})
         if self.objectives not in OBJECTIVES:

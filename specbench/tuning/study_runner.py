@@ -34,8 +34,8 @@ from specbench.core.files import write_atomic, write_json
 from specbench.measure.hardware import GpuProfile
 from specbench.models import fingerprint
 from specbench.strategies.knobs import make_options
-from specbench.strategies.names import StrategyName, parse_strategies, parse_strategy
-from specbench.strategies.published.formats import drafter_dirs_by_strategy, open_source
+from specbench.strategies.names import StrategyName, parse_strategy
+from specbench.strategies.published.formats import open_source
 from specbench.strategies.registry import definition
 from specbench.strategies.serving import engines_markdown
 from specbench.suites import SuiteItem
@@ -269,7 +269,7 @@ def _engines(plan: StudyPlan, knobs: dict[str, dict[str, Any]], controller: str 
         return None
     name = plan.spec.members[0]
     options = make_options(name, knobs.get(name, {}))
-    dirs = drafter_dirs_by_strategy(plan.bench.config.drafters, parse_strategies(plan.bench.config.strategies))
+    dirs = plan.bench.config.plan().drafter_sources
     drafter = dirs[name].checkpoint.name if name in dirs else None
     serving = definition(name).serving
     return serving(options, controller or definition(name).default_controller, drafter).as_json() if serving else None
