@@ -5,6 +5,7 @@ from each other; tests/conftest.py turns the models into fixtures."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import random
@@ -17,6 +18,7 @@ from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
+import psutil
 import pynvml as real_pynvml
 import pytest
 import torch
@@ -45,6 +47,18 @@ from specbench.training.trainer import train
 
 # a `vllm serve` for tests: eager (no compilation, minutes on a CPU) and a small KV cache
 SMALL_SERVER = json.dumps({"kv_cache_memory_bytes": 64 << 20, "enforce_eager": True})
+
+
+def vllm_servers_left() -> list[psutil.Process]:
+    """This process's descendants that are `vllm serve` servers still running (an exited child not yet
+    reaped, a zombie, has no command line left: it is not running)."""
+    left = []
+    for process in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.ZombieProcess):
+            if "vllm.entrypoints" in " ".join(process.cmdline()):
+                left.append(process)
+    return left
+
 
 TINY_SHAPES = {
     # name: (config class, model class, vocab, kv heads)

@@ -7,12 +7,11 @@ import json
 import tomllib
 from pathlib import Path
 
-import psutil
 import pytest
 from typer.testing import CliRunner
 
 from specbench.cli import app
-from tests.helpers import SMALL_SERVER
+from tests.helpers import SMALL_SERVER, vllm_servers_left
 
 pytestmark = [pytest.mark.vllm, pytest.mark.usefixtures("vllm_installed")]
 runner = CliRunner()
@@ -46,7 +45,7 @@ def test_tune_at_a_load_measures_each_trial_on_its_own_server(tmp_path):
     assert resumed.exit_code == 0, resumed.output
     again = json.loads(resumed.stdout)
     assert again["baseline"] == record["baseline"] and again["measured"] == record["measured"]
-    assert not [p for p in psutil.Process().children(recursive=True) if "vllm.entrypoints" in " ".join(p.cmdline())]
+    assert not vllm_servers_left()
 
 
 @pytest.mark.parametrize("flags, message", [
