@@ -188,23 +188,38 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
 
 
 def resolve(file_values: dict[str, Any], flags: dict[str, Any], saved: RunConfig | None = None) -> RunConfig:
-    """Defaults, then the config file, then every flag that was given (None means not given).
+    """Defaults, then the config file, then every flag that was given (None means not given), validated.
 
     With `saved`, the configuration of a run being resumed, that configuration is the result: a
     file value or flag may repeat it, and one that differs is refused (it would change what the
     run measures).
     """
-    given = {k: v for k, v in flags.items() if k != "knobs" and v is not None and v != []}
-    file_values = dict(file_values)
-    base = asdict(saved) if saved else {}
-    knobs = {k: dict(v) for k, v in base.pop("knobs", {}).items()}
-    for layer in (file_values.pop("knobs", {}), flags.get("knobs", {})):
+    if saved is None:
+        return layered(file_values, flags).validate()
+    _refuse_changes(saved, _settings(file_values, flags), _knobs(asdict(saved)["knobs"], file_values, flags))
+    return saved.validate()
+
+
+def layered(file_values: dict[str, Any], flags: dict[str, Any]) -> RunConfig:
+    """Defaults, then the config file, then every flag that was given, not yet validated: for a caller that
+    validates it as part of something larger (tune's workload)."""
+    return RunConfig(knobs=_knobs({}, file_values, flags), **_settings(file_values, flags))
+
+
+def _settings(file_values: dict[str, Any], flags: dict[str, Any]) -> dict[str, Any]:
+    """Every setting but the knobs: the file's, then each flag that was given."""
+    given = {k: v for k, v in flags.items() if v is not None and v != []}
+    return {k: v for k, v in {**file_values, **given}.items() if k != "knobs"}
+
+
+def _knobs(base: dict[str, dict[str, Any]], file_values: dict[str, Any],
+           flags: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Knobs merged per strategy: the base's, then the file's, then the flags'."""
+    knobs = {k: dict(v) for k, v in base.items()}
+    for layer in (file_values.get("knobs", {}), flags.get("knobs", {})):
         for strategy, values in layer.items():
             knobs.setdefault(strategy, {}).update(values)
-    if saved is not None:
-        _refuse_changes(saved, {**file_values, **given}, knobs)
-        return saved.validate()
-    return RunConfig(knobs=knobs, **{**file_values, **given}).validate()
+    return knobs
 
 
 def _same(name: str, a: Any, b: Any) -> bool:

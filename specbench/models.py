@@ -10,7 +10,7 @@ import hashlib
 import json
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -22,6 +22,9 @@ from specbench.engine.kv_cache import check_supported
 from specbench.model_source import ASSETS as ASSETS  # re-exported: where the embedded default lives
 from specbench.model_source import DEFAULT_DIR as DEFAULT_DIR
 from specbench.model_source import DEFAULT_MODEL, known_model, model_path
+
+if TYPE_CHECKING:
+    from specbench.suites import SuiteItem
 
 DTYPES = {name: getattr(torch, name) for name in DTYPE_CHOICES if name != "auto"}
 
@@ -153,3 +156,14 @@ def encode_turns(tokenizer, turns: list[str], answers: list[str]) -> list[int]:
     else:
         text = "\n\n".join(m["content"] for m in messages) + "\n\n"
     return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def encode_turn(tokenizer, item: SuiteItem, turn: int = 0, answers: Sequence[str] = ()) -> list[int]:
+    """Token ids for the answer to a suite item's turn: its user turns so far, interleaved with the model's
+    own answers to the earlier ones (in `run` and `tune` alike: `ar`'s, so every strategy sees one context)."""
+    return encode_turns(tokenizer, list(item.turns[:turn + 1]), list(answers))
+
+
+def answer_text(tokenizer, ids: list[int]) -> str:
+    """An answer as the next turn's context holds it."""
+    return tokenizer.decode(ids, skip_special_tokens=True)

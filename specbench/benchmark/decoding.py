@@ -21,7 +21,7 @@ from specbench.benchmark.prepare import PreparedRun
 from specbench.engine.batch import BatchGeneration, drafter_copies, generate_batch
 from specbench.engine.decode import Generation
 from specbench.engine.sampling import seeded
-from specbench.models import encode_turns
+from specbench.models import encode_turn
 from specbench.strategies.build import Strategy
 from specbench.suites import SuiteItem
 
@@ -86,7 +86,7 @@ def warm_up(bench: PreparedRun) -> float:
     """Run every strategy on the first prompt, and on a first batch at each batch size above 1,
     unmeasured, so lazy initialisation is not timed; the seconds the measured part takes per prompt
     (one pass over the strategies at batch size 1, a batch's share at each other batch size)."""
-    prompts = [encode_turns(bench.target.tokenizer, list(item.turns[:1]), [])
+    prompts = [encode_turn(bench.target.tokenizer, item)
                for item in bench.suite.items[:bench.batch_sizes[-1]]]
     per_prompt = 0.0
     for batch_size in bench.batch_sizes:

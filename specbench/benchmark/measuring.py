@@ -16,7 +16,7 @@ from specbench.engine.decode import Generation
 from specbench.measure.host import peak_rss_bytes
 from specbench.measure.lossless import divergence_margin, first_divergence
 from specbench.measure.memory import needed_bytes
-from specbench.models import encode_turns
+from specbench.models import answer_text, encode_turn
 from specbench.output.run_dir import group_of
 from specbench.strategies.build import Strategy
 from specbench.strategies.names import BASELINE
@@ -106,7 +106,7 @@ def measure_group(bench: PreparedRun, batch_size: int, items: list[SuiteItem], d
         for item in items:
             if len(item.turns) <= turn or item.id in dropped:
                 continue
-            prompt = encode_turns(tokenizer, list(item.turns[:turn + 1]), answers[item.id])
+            prompt = encode_turn(tokenizer, item, turn, answers[item.id])
             if fits(bench.target, prompt, bench.config.max_new_tokens):
                 members.append(item)
                 prompts.append(prompt)
@@ -144,5 +144,5 @@ def measure_group(bench: PreparedRun, batch_size: int, items: list[SuiteItem], d
             # a batch runs whole; of a batch an interruption cut, only the prompts it lost are stored again
             on_rows([r for r in rows if group_of(r) not in done])
         for item in members:
-            answers[item.id].append(tokenizer.decode(previous[(item.id, turn, 0)], skip_special_tokens=True))
+            answers[item.id].append(answer_text(tokenizer, previous[(item.id, turn, 0)]))
     return dropped

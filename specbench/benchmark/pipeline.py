@@ -27,7 +27,7 @@ from specbench.measure.cost_table import CHAIN, TREE, CostTable, Grid
 from specbench.measure.cost_timing import drafter_context, drafter_key, measure_costs
 from specbench.measure.noise import NoiseMonitor
 from specbench.measure.stats import CostInputs
-from specbench.models import context_limit, encode_turns
+from specbench.models import context_limit, encode_turn
 from specbench.output.run_dir import RunDir, group_of
 from specbench.strategies.names import BASELINE
 
@@ -41,7 +41,7 @@ def cost_inputs(bench: PreparedRun) -> CostInputs:
     """The measured forward costs of this target and these strategies (stored under results/costs/,
     reused by later runs), at the verify lengths, masks and contexts the run can reach."""
     contexts = [64, 256] + [c for c in (1024, 4096) if c <= (context_limit(bench.target) or 0)]
-    longest = max(len(encode_turns(bench.target.tokenizer, list(i.turns[:1]), [])) for i in bench.suite.items)
+    longest = max(len(encode_turn(bench.target.tokenizer, i)) for i in bench.suite.items)
     contexts = [c for c in contexts if c <= 4 * (longest + bench.config.max_new_tokens)] or contexts[:1]
     grid = Grid(context_lens=tuple(contexts), masks=(CHAIN, TREE))
     context = cache(partial(drafter_context, bench.target))  # generated once, if a proposal is timed

@@ -15,7 +15,7 @@ from specbench.core.errors import SpecbenchError
 from specbench.engine.sampling import Sampling
 from specbench.measure.device_metrics import RunMetrics
 from specbench.measure.hardware import GpuProfile
-from specbench.models import Target, context_limit, encode_turns, load_target, resolve_device, resolve_dtype
+from specbench.models import Target, context_limit, encode_turn, load_target, resolve_device, resolve_dtype
 from specbench.strategies.build import Strategy, verifies_trees
 from specbench.strategies.knobs import validate_knobs
 from specbench.strategies.registry import definitions
@@ -110,7 +110,7 @@ def fitting_prompts(suite: Suite, target: Target, max_new_tokens: int) -> tuple[
     context (never measured past it), and their ids; none fitting is an error."""
     keep, skipped = [], []
     for item in suite.items:
-        ok = fits(target, encode_turns(target.tokenizer, list(item.turns[:1]), []), max_new_tokens)
+        ok = fits(target, encode_turn(target.tokenizer, item), max_new_tokens)
         (keep if ok else skipped).append(item)
     if not keep:
         raise SpecbenchError(f"no prompt of the suite fits the model's context of {context_limit(target)} tokens "

@@ -11,8 +11,7 @@ from optuna.trial import FrozenTrial
 from specbench.backends.registry import parse_engine_args
 from specbench.cli import options
 from specbench.cli.app import app, err, interruptible, out, progress_bar, split_list, user_errors
-from specbench.config import load_config_file, resolve
-from specbench.core.ranges import check_ranges
+from specbench.config import layered, load_config_file
 from specbench.core.strict_json import dumps
 from specbench.serving.config import parse_slo
 from specbench.strategies.names import DEFAULT_STRATEGIES
@@ -62,16 +61,14 @@ def tune(
     with user_errors():
         # every check that needs no model comes first (storage, named studies): refused before torch loads
         file_values = load_config_file(config) if config else {}
-        # the load first: it makes vLLM the engine, whose refusals of the workload would hide a bad load
-        check_ranges({"--concurrency": concurrency, "--request-rate": request_rate})
         strategies = (strategy,) if strategy else tuple(file_values.get("strategies", ()))
         flags = dict(strategies=list(strategies) or None, model=model, drafters=[str(d) for d in drafter or []], suite=suite,
                      categories=split_list(categories), limit=limit, max_new_tokens=max_new_tokens,
                      temperature=temperature, seed=seed, dtype=dtype, device=device, gpu=gpu, out=out_dir,
                      profiles=str(profiles) if profiles else None,
-                     engine=engine or ("vllm" if concurrency is not None or request_rate is not None else None),
+                     engine=engine,
                      engine_args=parse_engine_args(engine_args))
-        cfg = TuneConfig(resolve(file_values, flags), strategies, trials, timeout, study, storage, workers,
+        cfg = TuneConfig(layered(file_values, flags), strategies, trials, timeout, study, storage, workers,
                          objectives, holdout, heartbeat, concurrency, request_rate, parse_slo(slo)).validate()
         open_checked(cfg)
 

@@ -42,7 +42,7 @@ from specbench.engine.tree import DraftTree, tree_attention_mask
 from specbench.measure import noise
 from specbench.measure.cost_table import BATCH_GRID, TREE, CostTable, Grid, load_table, table_path
 from specbench.measure.host import cpu_name
-from specbench.models import DEFAULT_MODEL, encode_turns, fingerprint
+from specbench.models import DEFAULT_MODEL, encode_turn, fingerprint
 from specbench.strategies.base import own_drafter
 from specbench.strategies.build import Strategy, build_strategy
 from specbench.strategies.controllers import FixedController
@@ -338,7 +338,7 @@ def real_context(target, length: int) -> list[int]:
     """`length` tokens of real text for the drafters' context: the default suite's first prompt and
     the target's own greedy answer (or the prompt repeated where there is no tokenizer)."""
     item = load_suite("default").items[0]
-    prompt = encode_turns(target.tokenizer, list(item.turns[:1]), [])
+    prompt = encode_turn(target.tokenizer, item)
     answer = generate(target.model, prompt, max(0, length - len(prompt))).tokens
     return (prompt + answer)[:length]
 

@@ -123,9 +123,14 @@ class CostInputs:
     drafter_keys: dict[str, str]  # strategy name -> its proposals' key in the table
 
 
+def tau(rows: pd.DataFrame) -> float | None:
+    """Tokens committed per target forward over the rows, the bonus token included."""
+    return _ratio(rows.new_tokens.sum(), rows.steps.sum())
+
+
 def step_shape(rows: pd.DataFrame) -> StepShape:
     steps = rows.steps.sum()
-    return StepShape(tau=rows.new_tokens.sum() / steps, verified=rows.verified.sum() / steps,
+    return StepShape(tau=tau(rows), verified=rows.verified.sum() / steps,
                      budget=rows.budget.sum() / steps,
                      context=float((rows.prompt_tokens + rows.new_tokens / 2).mean()),
                      tree=bool(rows.tree_steps.sum() > 0))
@@ -157,7 +162,7 @@ def summarise_strategy(rows: pd.DataFrame, seed: int = 0, costs: CostInputs | No
         tokens_per_s=_ratio(new_tokens, rows.wall_s.sum()),
         speedup=_figure(speedup),
         speedup_ci=[_figure(low), _figure(high)],
-        tau=_ratio(new_tokens, steps),
+        tau=tau(rows),
         # drafted, never accepted: position 1 at 0
         acceptance_rate_by_position=counts.rates() or ([0.0] if rows.drafted.sum() else []),
         conditional_acceptance_by_position=counts.conditional() or ([0.0] if rows.drafted.sum() else []),

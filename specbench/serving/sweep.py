@@ -58,11 +58,11 @@ def workload(config: ServeConfig) -> Workload:
     """The prompts as token ids (the first turn, under the target's chat template), as specbench's engine sees them."""
     from transformers import AutoTokenizer
 
-    from specbench.models import encode_turns
+    from specbench.models import encode_turn
 
     plan = config.run.plan()
     tokenizer = AutoTokenizer.from_pretrained(plan.model, local_files_only=True)
-    prompts = [(item.id, encode_turns(tokenizer, [item.turns[0]], [])) for item in plan.suite.items]
+    prompts = [(item.id, encode_turn(tokenizer, item)) for item in plan.suite.items]
     return Workload(prompts, config.run.max_new_tokens, config.run.temperature, config.run.seed)
 
 

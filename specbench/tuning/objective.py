@@ -29,8 +29,8 @@ from specbench.engine.sampling import Sampling
 from specbench.measure.hardware import GpuProfile
 from specbench.measure.lossless import first_divergence, mismatch_detail
 from specbench.measure.projection import memory_fit, project, workload_shape
-from specbench.measure.stats import geometric_mean, paired_speedups
-from specbench.models import encode_turns
+from specbench.measure.stats import geometric_mean, paired_speedups, tau
+from specbench.models import answer_text, encode_turn
 from specbench.strategies.build import Strategy
 from specbench.strategies.names import StrategyName
 from specbench.suites import SuiteItem
@@ -89,10 +89,10 @@ class Evaluator:
             answers: list[str] = []
             for turn in range(len(item.turns)):
                 unit_id = f"{item.id}/{turn}"
-                unit = Unit(unit_id, item, turn, encode_turns(tokenizer, list(item.turns[:turn + 1]), answers),
+                unit = Unit(unit_id, item, turn, encode_turn(tokenizer, item, turn, answers),
                             prompt_seed(self.bench.config.seed, item, turn))
                 self.measure_ar(unit)
-                answers.append(tokenizer.decode(unit.ar_row.output_ids, skip_special_tokens=True))
+                answers.append(answer_text(tokenizer, unit.ar_row.output_ids))
                 units.append(unit)
         return units
 
@@ -201,7 +201,7 @@ class Evaluator:
         memory, constraint = self.memory(strategy, measured.rows)
         rows = rows_frame(measured.rows)
         attrs = {PER_PROMPT: measured.values, "prompts": len(measured.values), "memory_bytes": memory,
-                 "tau": float(rows.new_tokens.sum() / rows.steps.sum()), "wall_s": time.perf_counter() - started}
+                 "tau": tau(rows), "wall_s": time.perf_counter() - started}
         if drift:
             attrs["ar_remeasured"] = len(drift)
             attrs["ar_drift"] = float(np.median(drift))  # ar's new tokens/s over its previous, on those prompts
