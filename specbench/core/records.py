@@ -169,6 +169,34 @@ class StrategySummary:
 SUMMARY_KEYS = (*_required(StrategySummary), "batch_size")
 """What every summary holds, None or not (the optional entries are left out where None)."""
 
+SUMMARY_MEANINGS = {
+    ("speedup", "speedup_ci"): "per prompt, turn and repeat: the strategy's tokens/s over `ar`'s on the same prompt; "
+    "geometric mean over repeats, then over prompts; 95% percentile bootstrap interval over prompts. Per token, so an "
+    "earlier EOS (sampling, a mismatch) is not a speedup",
+    ("tokens_per_s",): "generated tokens per second of wall time, prefill included",
+    ("tau",): "tokens committed per target forward, the bonus token included (`ar`: 1)",
+    ("acceptance_rate_by_position",): "drafts whose position k was accepted / drafts: unconditional, the "
+    "per-position rate vLLM, AIPerf and `vllm bench serve` report, and the table's acceptance row",
+    ("conditional_acceptance_by_position",): "a_k = P(draft k accepted | draft k-1 accepted), over all steps (a step "
+    "that drafted nothing is rejected at position 1): what the cost model multiplies",
+    ("draft_efficiency",): "accepted draft tokens / drafted tokens, every tree node counted: what a wide tree wastes",
+    ("mismatches",): "prompts whose greedy output differs from `ar`'s (must be 0); `null` (shown n/a) when sampling, "
+    "where no greedy check runs; `first_divergence` and `divergence_margin` say where and how close the target's "
+    "call was",
+    ("time_shares",): "prefill, draft, verify, other (acceptance, cache compaction, bookkeeping), summing to 1",
+    ("memory_bytes",): "what the strategy needs: target and drafter weights, the target's KV cache at the run's "
+    "lengths, the drafter's own state; `peak_mem_bytes` is the process's peak (on a CPU one high-water mark for the "
+    "whole run)",
+    ("cost_model",): "the speedup predicted from the run's tau and draft shape and from forwards timed separately, "
+    "and `measured_over_predicted` ([cost model](docs/cost-model.md))",
+    ("engine", "transfer", "engine_agreement"): "which engine decoded it (`specbench`, `vllm`, `transformers`: "
+    "[engines](docs/engines.md)); with several engines, each engine's speedup over the first's for the same strategy, "
+    "and the prompts whose greedy `ar` output agrees with the first engine's, and where the others part",
+}
+"""What summary.json's figures mean, declared once: the fields of StrategySummary a row covers -> its meaning
+(Markdown, links relative to the repository root). README.md's field table is rendered from it in this order by
+scripts/render_readme_fields.py."""
+
 
 @dataclass
 class EngineReport:
