@@ -11,6 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from specbench.cli import app
+from specbench.config import layered
+from specbench.core.errors import SpecbenchError
+from specbench.tuning.config import TuneConfig
 from tests.helpers import SMALL_SERVER, vllm_servers_left
 
 pytestmark = [pytest.mark.vllm, pytest.mark.usefixtures("vllm_installed")]
@@ -62,3 +65,12 @@ def test_bad_input_at_a_load_is_one_line(flags, message, tmp_path):
     errors = [line for line in result.output.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and message in errors[0], result.output
     assert not (tmp_path / "tuning").exists() and not (tmp_path / "tuned").exists()
+
+
+def test_a_load_makes_vllm_the_engine_and_takes_its_engine_args():
+    """The load alone picks the engine: --engine-args need no --engine vllm beside --concurrency."""
+    workload = layered({}, {"engine_args": {"enforce_eager": True}})
+    measured = TuneConfig(workload, ("ngram",), concurrency=2).validate().measured_workload
+    assert (measured.engine, measured.engine_args) == ("vllm", {"enforce_eager": True})
+    with pytest.raises(SpecbenchError, match="need --engine vllm"):  # one request at a time: specbench's engine
+        TuneConfig(workload, ("ngram",)).validate()
