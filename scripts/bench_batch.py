@@ -72,12 +72,12 @@ def main() -> None:
                    f"--batch-sizes {args.batch_sizes}",
         "run_dir": str(report.path), "cost_table": str(table_file), "complete": report.complete,
         "mismatches": {f"{r.strategy}@{r.batch_size}": r.mismatches for r in report.summary},
-        "measured_beside_modelled": [p for p in load["points"] if p["measured_speedup"] is not None],
-        "modelled": load["points"],
-        "stops_paying_on_this_cpu": load["stops_paying"],
-        "best_draft_tokens": load["schedule"], "vllm": load["vllm"],
+        "measured_beside_modelled": [p for p in load.points if p["measured_speedup"] is not None],
+        "modelled": load.points,
+        "stops_paying_on_this_cpu": load.stops_paying,
+        "best_draft_tokens": load.schedule, "vllm": load.vllm,
         "gpu_crossover_modelled": gpu_crossovers(config, report),
-        "noise": report.noise,
+        "noise": report.noise.as_dict(),
     }
     write_json(args.out / "batch.json", figures)
     write_atomic(args.out / "batch.md", markdown(figures, report) + "\n")
@@ -103,13 +103,11 @@ def gpu_crossovers(config: RunConfig, report) -> dict[str, dict]:
 
 
 def markdown(figures: dict, report) -> str:
-    load = report.load
     lines = ["# Batch-size benchmark", "", f"`{figures['command']}` (CPU, greedy, embedded default model)", "",
              f"Run: `{figures['run_dir']}`; cost table: `{figures['cost_table']}`.", ""]
-    noise = figures.get("noise") or {}
-    if noise.get("noisy"):
-        lines += [f"**The machine was noisy** ({'; '.join(noise['reasons'])}): rerun on a quiet machine.", ""]
-    for title, frame in batch_frames(report.summary, load).items():
+    if report.noise.noisy:
+        lines += [f"**The machine was noisy** ({'; '.join(report.noise.reasons)}): rerun on a quiet machine.", ""]
+    for title, frame in batch_frames(report.summary, report.load).items():
         lines.append(render_frame(frame, f"## {title}", markdown=True))
     lines += ["## Measured / modelled", "",
               "Rows: the mean sequences still active per batched step (measured; modelled from the sequences' "

@@ -52,7 +52,7 @@ def main() -> None:
     fastest = max(("eagle", "dflash", "dspark"), key=lambda s: results[s]["speedup"])
     figures = {
         "run_dir": str(report.path),
-        "noise": report.noise,
+        "noise": report.noise.as_dict(),
         "tau_code": {s: code[s]["tau"] for s in DRAFTERS},
         "acceptance_rate_by_position": {s: results[s]["acceptance_rate_by_position"] for s in DRAFTERS},
         "fastest_feature_drafter": {"strategy": fastest, "speedup": results[fastest]["speedup"],

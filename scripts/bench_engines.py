@@ -57,7 +57,7 @@ def main() -> None:
     best = {engine: max(strategies, key=lambda s: by[(engine, s)]["tokens_per_s"])
             for engine in ("specbench", "vllm")}
     figures = {
-        "run_dir": str(report.path), "noise": report.noise,
+        "run_dir": str(report.path), "noise": report.noise.as_dict(),
         "vllm_start_s": vllm.start_s, "vllm_compile_s": vllm.details.get("compile_s", {}),
         "vllm_idle_engines": vllm.details.get("idle_engines"),
         "ar_tokens_per_s": {"specbench": own_ar["tokens_per_s"], "vllm": vllm_ar["tokens_per_s"],
@@ -102,7 +102,7 @@ def main() -> None:
               "- vLLM's start-up per engine, s: "
               + ", ".join(f"{s} {v:.0f}" for s, v in figures["vllm_start_s"].items()),
               f"- vLLM's engines while another engine was timed: {figures['vllm_idle_engines']}",
-              "- noise: " + ("; ".join((report.noise or {}).get("reasons") or []) or "quiet"), ""]
+              "- noise: " + ("; ".join(report.noise.reasons) or "quiet"), ""]
     write_atomic(out / "engines.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 

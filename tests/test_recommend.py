@@ -147,7 +147,9 @@ def test_runs_of_one_configuration_pool_their_prompts(tmp_path):
 
 
 def test_the_source_follows_the_evidence(tmp_path):
-    projection = {s: {"projected": True, "gpu": "rtx4090", "speedup": v, "memory_fit": {"need_gb": 1.0}}
+    projection = {s: {"projected": True, "gpu": "rtx4090", "verify_s": 1e-3, "verify_bound": "memory", "draft_s": 0.0,
+                      "overhead_s": 2e-5, "step_s": 1e-3, "tau": v, "tokens_per_s": 1e3 * v, "ar_tokens_per_s": 1e3,
+                      "speedup": v, "memory_fit": {"projected": True, "fits": True, "need_gb": 1.0, "have_gb": 24.0}}
                   for s, v in {"ar": 1.0, "eagle": 2.6, "dspark": 2.1}.items()}
     write_run(tmp_path, "cpu-run", {"eagle": 1.2, "dspark": 1.5}, projections=projection)
     rec = recommend(make_workload("rtx4090"), tmp_path)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from specbench.benchmark.pipeline import run_benchmark
 from specbench.config import RunConfig
 from specbench.core.errors import SpecbenchError
-from specbench.core.records import ROW_KEYS, SUMMARY_KEYS, EngineReport, Row, StrategySummary
+from specbench.core.records import ROW_KEYS, SUMMARY_KEYS, EngineReport, Row, RunResult, StrategySummary
 from specbench.output.run_dir import read_run
 from tests.helpers import write_run
 
@@ -52,6 +53,28 @@ def test_summaries_written_before_the_acceptance_rename_read_under_the_new_name(
     old = {k: None for k in SUMMARY_KEYS if k != "conditional_acceptance_by_position"}
     summary = StrategySummary.from_dict(old | {"strategy": "s", "acceptance_by_position": [0.8, 0.5]})
     assert summary.conditional_acceptance_by_position == [0.8, 0.5] and summary.acceptance_rate_by_position is None
+
+
+def test_what_a_summary_and_a_run_note_read_as_records_and_write_back_unchanged():
+    """A projection from before the sweep over batch sizes, a modelled speedup from before `rows`, and the
+    two forms of the load axis."""
+    projection = {"projected": True, "gpu": "rtx4090", "verify_s": 1e-3, "verify_bound": "memory", "draft_s": 0.0,
+                  "overhead_s": 2e-5, "step_s": 1e-3, "tau": 2.0, "tokens_per_s": 2e3, "ar_tokens_per_s": 1e3,
+                  "speedup": 2.0, "memory_fit": {"projected": True, "fits": True, "need_gb": 1.0, "have_gb": 24.0}}
+    modelled = {"speedup": 1.5, "tokens_per_s": 30.0, "tau": 2.0, "block": 3.0, "step_s": 0.02, "verify_s": 0.015,
+                "draft_s": 0.004, "overhead_s": 0.001, "ar_step_s": 0.01}
+    saved = {"strategy": "s"} | {k: None for k in SUMMARY_KEYS[1:]} | {"projection": projection, "modelled": modelled}
+    summary = StrategySummary.from_dict(saved)
+    assert summary.projection.by_batch is None and summary.modelled.rows is None
+    assert summary.as_dict() == saved
+    noise = {"noisy": False, "reasons": [], "advice": [], "prompts": 6, "others_cpu_share": 0.01, "steal_share": 0.0,
+             "clock_change": None, "ar_spread": None, "load_before": 0.2, "cpus": 8}
+    for load in ({"note": "no cost table"}, {"cost_table": {"model": "m"}, "batch_sizes": [1, 2], "points": [],
+                                             "stops_paying": {}, "schedule": {}, "schedule_toml": "", "vllm": {}}):
+        noted = {"noise": noise, "projection": {"gpu": "rtx4090", "projected": True}, "load": load}
+        result = RunResult(Path("run"), {}, {}, {}, [], [], **RunResult.noted(noted, "summary.json"))
+        assert result.load.modelled == ("note" not in load)
+        assert result.summary_json() == {"results": [], "skipped_prompts": [], "notes": []} | noted
 
 
 def test_optional_entries_are_written_as_groups():

@@ -211,7 +211,9 @@ def test_sampling_runs_show_no_mismatch_count(tmp_path):
 
 
 def test_noisy_runs_are_marked(tmp_path):
-    noise = {"noisy": True, "reasons": ["other processes used 40% of the CPUs"], "advice": ["rerun on a quiet machine"]}
+    noise = {"noisy": True, "reasons": ["other processes used 40% of the CPUs"], "advice": ["rerun on a quiet machine"],
+             "prompts": 6, "others_cpu_share": 0.4, "steal_share": 0.0, "clock_change": None, "ar_spread": None,
+             "load_before": 1.0, "cpus": 2}
     runs, _ = load_runs([write_run(tmp_path, noise=noise)])
     text = printed(runs, "markdown")
     assert "| eagle | ~1.47x" in text and "| ar | 1.00x |" in text and "other processes used 40%" in text

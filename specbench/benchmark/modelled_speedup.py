@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 
 from specbench.core.errors import SpecbenchError
-from specbench.core.records import StrategySummary
+from specbench.core.records import LoadAxis, ModelledSpeedup, StrategySummary
 from specbench.draft_schedule import schedule_entry, schedule_toml, vllm_config
 from specbench.measure.batch_model import DraftShape, best_caps, modelled, stops_paying
 from specbench.measure.cost_table import CostTable, load_table
@@ -29,8 +29,6 @@ from specbench.strategies.registry import vllm_method
 
 NO_TABLE = ("no cost table for this model and device: `specbench costs` measures one, and the modelled "
             "speedup at each batch size comes from it")
-MODEL_KEYS = ("speedup", "tokens_per_s", "tau", "rows", "block", "step_s", "verify_s", "draft_s", "overhead_s",
-              "ar_step_s")
 
 
 def time_proposals(target, strategies: list[Strategy], out_dir: str | Path) -> CostTable | None:
@@ -57,20 +55,21 @@ def draft_shape(strategy: Strategy, rows: pd.DataFrame, result: StrategySummary)
 
 
 def load_axis(strategies: list[Strategy], rows: pd.DataFrame, summary: list[StrategySummary],
-              table: CostTable | None) -> dict[str, Any]:
+              table: CostTable | None) -> LoadAxis:
     """Modelled figures beside the measured ones, priced with `table` (`time_proposals`); each measured
     summary gains a `modelled` entry."""
     if table is None:
-        return {"note": NO_TABLE}
+        return LoadAxis(note=NO_TABLE)
     try:
         return modelled_axis(table, strategies, rows, summary)
     except (KeyError, SpecbenchError) as missing:  # stored entries timed on a busy machine are left out
-        return {"note": f"the load axis is not modelled: {missing.args[0]} (cost entries timed on a busy machine "
-                        "are not trusted when read back: `specbench costs` on a quiet machine times them again)"}
+        return LoadAxis(note=f"the load axis is not modelled: {missing.args[0]} (cost entries timed on a busy "
+                             "machine are not trusted when read back: `specbench costs` on a quiet machine times "
+                             "them again)")
 
 
 def modelled_axis(table: CostTable, strategies: list[Strategy], rows: pd.DataFrame,
-                  summary: list[StrategySummary]) -> dict[str, Any]:
+                  summary: list[StrategySummary]) -> LoadAxis:
     first = int(rows.batch_size.min())
     drafting = [s for s in strategies if s.drafter is not None]
     sizes = table.batch_sizes()
@@ -84,7 +83,7 @@ def modelled_axis(table: CostTable, strategies: list[Strategy], rows: pd.DataFra
         for point in sweep:
             result = measured.get(point["batch_size"])
             if result is not None:
-                result.modelled = {k: point[k] for k in MODEL_KEYS}
+                result.modelled = ModelledSpeedup.from_dict(point, "a modelled point")
             points.append({**point_row(strategy.name, point, result),
                            "continuous_speedup": modelled(table, full, point["batch_size"])["speedup"],
                            "measured_rows": active_rows(rows[(rows.strategy == strategy.name)
@@ -94,9 +93,10 @@ def modelled_axis(table: CostTable, strategies: list[Strategy], rows: pd.DataFra
                                 "measured_up_to": max(measured), "modelled_up_to": sizes[-1]}
         schedules[strategy.name] = best_caps(table, shape, sizes)
     entries = {name: schedule_entry(best) for name, best in schedules.items()}
-    return {"cost_table": table.key, "batch_sizes": sizes, "points": points, "stops_paying": stops,
-            "schedule": schedules, "schedule_toml": schedule_toml(entries, "this run's acceptance and its cost table"),
-            "vllm": {name: form for name, entry in entries.items() if (form := vllm_config(vllm_method(name), entry))}}
+    return LoadAxis(cost_table=table.key, batch_sizes=sizes, points=points, stops_paying=stops, schedule=schedules,
+                    schedule_toml=schedule_toml(entries, "this run's acceptance and its cost table"),
+                    vllm={name: form for name, entry in entries.items()
+                          if (form := vllm_config(vllm_method(name), entry))})
 
 
 def point_row(strategy: str, point: dict[str, Any], measured: StrategySummary | None) -> dict[str, Any]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Any
 
 import pandas as pd
 
@@ -13,7 +12,7 @@ from specbench.benchmark.modelled_speedup import load_axis
 from specbench.benchmark.prepare import PreparedRun
 from specbench.core.engine_names import SPECBENCH, label
 from specbench.core.files import write_atomic
-from specbench.core.records import Row, RunResult, StrategySummary
+from specbench.core.records import Projection, Row, RunProjection, RunResult, StrategySummary
 from specbench.measure.cost_table import CostTable
 from specbench.measure.hardware import is_local_gpu
 from specbench.measure.noise import NoiseMonitor
@@ -25,7 +24,7 @@ from specbench.output.plots import write_plots
 from specbench.output.run_dir import RunDir
 
 
-def project(bench: PreparedRun, rows: pd.DataFrame, summary: list[StrategySummary]) -> dict[str, Any]:
+def project(bench: PreparedRun, rows: pd.DataFrame, summary: list[StrategySummary]) -> RunProjection:
     """Each strategy's measured shape on the --gpu profile, at the run's batch size and swept over
     batch sizes (where speculation stops paying there).
 
@@ -33,13 +32,13 @@ def project(bench: PreparedRun, rows: pd.DataFrame, summary: list[StrategySummar
     """
     profile = bench.profile
     if is_local_gpu(profile.name):
-        return {"gpu": profile.name, "projected": False, "note": "measured on this GPU"}
+        return RunProjection(profile.name, projected=False, note="measured on this GPU")
     by_name = {s.name: s for s in bench.strategies}
     for result in summary:
         part = rows[rows.strategy == result.strategy]
         shape = workload_shape(bench.target.model, by_name[result.strategy].drafter, part)
-        result.projection = {**projection(shape, profile), "by_batch": by_batch(shape, profile)}
-    return {"gpu": profile.name, "projected": True}
+        result.projection = Projection(**projection(shape, profile), by_batch=by_batch(shape, profile))
+    return RunProjection(profile.name, projected=True)
 
 
 def summarise_run(bench: PreparedRun, result: RunResult, noise: NoiseMonitor | None, costs: CostInputs | None,
@@ -87,7 +86,7 @@ def finish(bench: PreparedRun, run: RunDir, rows: list[Row], complete: bool, noi
     run.finish(result)
     if rows:
         write_plots([result], run.path)
-        if "schedule_toml" in result.load:
-            write_atomic(run.path / "draft_schedule.toml", result.load["schedule_toml"])
-        write_batch_plots(result, priced if "cost_table" in result.load else None)
+        if result.load.modelled:
+            write_atomic(run.path / "draft_schedule.toml", result.load.schedule_toml)
+        write_batch_plots(result, priced if result.load.modelled else None)
     return result

@@ -136,13 +136,13 @@ def run(
         for title, frame in batch_frames(result.summary, result.load).items():
             print_table(render_frame(frame, title, markdown=table_format("table") == "markdown"))
         for r in result.summary:
-            stops = r.projection["by_batch"] if r.projection else None
+            stops = r.projection.by_batch if r.projection else None
             if stops and r.strategy != BASELINE:
                 where = (f"stops paying at batch size {stops['stops_paying_at']}" if stops["stops_paying_at"]
                          else f"still pays at batch size {stops['points'][-1]['batch_size']}")
                 err.print(f"projected on {stops['gpu']}: {r.strategy} {where}", highlight=False)
-        if "note" in result.load and cfg.batch_sizes != [1]:
-            err.print(f"note: {result.load['note']}", highlight=False)
+        if result.load and not result.load.modelled and cfg.batch_sizes != [1]:
+            err.print(f"note: {result.load.note}", highlight=False)
         if cfg.temperature == 0:
             for r in result.summary:
                 if r.mismatches:

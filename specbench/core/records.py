@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from specbench.core.engine_names import SPECBENCH
 from specbench.core.errors import SpecbenchError
@@ -41,6 +41,29 @@ def _from_dict(cls, data: dict[str, Any], where: str):
         raise SpecbenchError(f"{where} lack key(s): {', '.join(missing)}")
     names = {f.name for f in fields(cls)}
     return cls(**{k: _plain(v) for k, v in data.items() if k in names})
+
+
+def _records(data: dict[str, Any], records: dict[str, type], where: str) -> dict[str, Any]:
+    """The entries of `data` that are the dict forms of `records` (key -> record type), as those records."""
+    return {k: record.from_dict(data[k], where) for k, record in records.items() if data.get(k) is not None}
+
+
+def _present(record, keep: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A record's dict form: its None entries left out unless named in `keep` (the files leave out the
+    optional entries a record lacks), the records it holds in their own dict forms."""
+    data = {f.name: getattr(record, f.name) for f in fields(record)}
+    return {k: v.as_dict() if hasattr(v, "as_dict") else v for k, v in data.items() if v is not None or k in keep}
+
+
+class _Record:
+    """A record read from its dict form with `from_dict`, whose dict form leaves out its None entries."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return _present(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str) -> Self:
+        return _from_dict(cls, data, where)
 
 
 @dataclass
@@ -124,6 +147,41 @@ def rows_frame(rows: list[Row]) -> pd.DataFrame:
 
 
 @dataclass
+class Projection(_Record):
+    """One strategy's measured shape projected onto the --gpu profile (measure/projection.py `project`)."""
+
+    projected: bool
+    gpu: str
+    verify_s: float
+    verify_bound: str  # "memory" or "compute"
+    draft_s: float
+    overhead_s: float
+    step_s: float
+    tau: float
+    tokens_per_s: float
+    ar_tokens_per_s: float
+    speedup: float
+    memory_fit: dict[str, Any]  # projected, fits, need_gb, have_gb
+    by_batch: dict[str, Any] | None = None  # the sweep over batch sizes (`by_batch`); None in runs before it
+
+
+@dataclass(kw_only=True)  # keyword-only: `rows`, which older runs lack, keeps its place in the files' order
+class ModelledSpeedup(_Record):
+    """The load axis's model of one strategy at one batch size (measure/batch_model.py `modelled`)."""
+
+    speedup: float
+    tokens_per_s: float
+    tau: float
+    rows: float | None = None  # the mean sequences active per step; None in runs before it
+    block: float
+    step_s: float
+    verify_s: float
+    draft_s: float
+    overhead_s: float
+    ar_step_s: float
+
+
+@dataclass
 class StrategySummary:
     """One strategy's figures over its rows (measure/stats.py says what each is)."""
 
@@ -152,18 +210,21 @@ class StrategySummary:
     nvml: dict[str, Any] | None = None  # device metrics over the strategy's generations
     host: dict[str, Any] | None = None
     transfer: float | None = None  # this engine's speedup over specbench's for the same strategy
-    projection: dict[str, Any] | None = None  # onto the --gpu profile
-    modelled: dict[str, Any] | None = None  # the load axis's model at this batch size
+    projection: Projection | None = None  # onto the --gpu profile
+    modelled: ModelledSpeedup | None = None  # the load axis's model at this batch size
 
     RENAMED = {"acceptance_by_position": "conditional_acceptance_by_position"}
     """Old names of fields, as summaries written before the rename hold them."""
+    RECORDS = {"projection": Projection, "modelled": ModelledSpeedup}
+    """The entries that are records, and the record each is read back as."""
 
     def as_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None or k in SUMMARY_KEYS}
+        return _present(self, keep=SUMMARY_KEYS)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "a summary") -> StrategySummary:
-        return _from_dict(cls, {"engine": SPECBENCH, **{cls.RENAMED.get(k, k): v for k, v in data.items()}}, where)
+        data = {"engine": SPECBENCH, **{cls.RENAMED.get(k, k): v for k, v in data.items()}}
+        return _from_dict(cls, {**data, **_records(data, cls.RECORDS, where)}, where)
 
 
 SUMMARY_KEYS = (*_required(StrategySummary), "batch_size")
@@ -243,6 +304,59 @@ def engine_reports(saved: dict[str, Any], where: str) -> list[EngineReport]:
 
 
 @dataclass
+class Noise(_Record):
+    """Whether the machine was quiet enough for a run's timings to mean something (measure/noise.py)."""
+
+    noisy: bool
+    reasons: list[str]  # why it was noisy
+    advice: list[str]
+    prompts: int
+    others_cpu_share: float  # the share of all CPUs' time other processes took
+    steal_share: float  # the share of CPU time a hypervisor stole
+    clock_change: float | None  # None where the CPU clock cannot be read
+    ar_spread: float | None  # None without repeats of `ar`
+    load_before: float | None  # the load average before the run; None where the system has none
+    cpus: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)  # every entry, the None ones too
+
+
+@dataclass
+class RunProjection(_Record):
+    """The --gpu profile a run's summaries are projected onto, or the note that it is the GPU measured on."""
+
+    gpu: str
+    projected: bool
+    note: str | None = None  # why nothing is projected
+
+
+@dataclass
+class LoadAxis(_Record):
+    """The load axis (benchmark/modelled_speedup.py): the speedup a cost table models at each of its batch
+    sizes beside the measured one, where each strategy stops paying and the best draft length per batch
+    size. Or, where it is not modelled, only the note that says why."""
+
+    note: str | None = None
+    cost_table: dict[str, str] | None = None  # the key of the cost table it is priced with
+    batch_sizes: list[int] = field(default_factory=list)
+    points: list[dict[str, Any]] = field(default_factory=list)  # per strategy and batch size: modelled, measured
+    stops_paying: dict[str, dict[str, Any]] = field(default_factory=dict)  # per strategy: measured, modelled
+    schedule: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # per strategy: the best draft caps
+    schedule_toml: str = ""  # the schedule as a draft_schedule.toml
+    vllm: dict[str, Any] = field(default_factory=dict)  # the schedule in vLLM's form, per strategy it has one
+
+    @property
+    def modelled(self) -> bool:
+        return self.note is None
+
+    def as_dict(self) -> dict[str, Any]:
+        if not self.modelled:
+            return {"note": self.note}
+        return {k: v for k, v in asdict(self).items() if k != "note"}
+
+
+@dataclass
 class RunResult:
     """One run: its settings, its rows, the summaries of them and what the run noted."""
 
@@ -255,9 +369,9 @@ class RunResult:
     by_category: list[StrategySummary] = field(default_factory=list)
     skipped_prompts: list[str] = field(default_factory=list)  # longer than the model's context with the answer
     notes: list[str] = field(default_factory=list)  # what the run changed from its configuration
-    noise: dict[str, Any] | None = None  # measure/noise.py: the machine's load, and whether timings are trusted
-    projection: dict[str, Any] | None = None  # the --gpu profile projected onto
-    load: dict[str, Any] = field(default_factory=dict)  # the load axis (benchmark/modelled_speedup.py)
+    noise: Noise | None = None
+    projection: RunProjection | None = None
+    load: LoadAxis | None = None
     engines: list[EngineReport] = field(default_factory=list)  # each engine's report, where it has one
     engine_pairs: list[EnginePair] = field(default_factory=list)  # each pair of engines the run compared
     nvml_series: list[dict[str, Any]] = field(default_factory=list)  # strategy, t_s, metric, value
@@ -265,6 +379,8 @@ class RunResult:
 
     EXTRA = ("skipped_prompts", "notes", "engines", "engine_pairs", "by_category", "noise", "projection", "load")
     """summary.json's entries beside "results"; the empty ones are left out, except the first two."""
+    RECORDS = {"noise": Noise, "projection": RunProjection, "load": LoadAxis}
+    """The entries that are records, and the record each is read back as."""
 
     def __post_init__(self) -> None:
         self.label = self.label or self.path.name
@@ -286,11 +402,17 @@ class RunResult:
 
     def summary_json(self) -> dict[str, Any]:
         """summary.json: the summaries and what the run noted."""
-        records = {k: [asdict(r) for r in getattr(self, k)] for k in ("engines", "engine_pairs")}
-        extra = {k: getattr(self, k) for k in self.EXTRA} | records | {
+        lists = {k: [asdict(r) for r in getattr(self, k)] for k in ("engines", "engine_pairs")} | {
             "by_category": [s.as_dict() for s in self.by_category]}
+        records = {k: record.as_dict() for k in self.RECORDS if (record := getattr(self, k)) is not None}
+        extra = {k: getattr(self, k) for k in self.EXTRA} | lists | records
         return {"results": [s.as_dict() for s in self.summary],
                 **{k: v for k, v in extra.items() if v or k in ("skipped_prompts", "notes")}}
+
+    @classmethod
+    def noted(cls, saved: dict[str, Any], where: str) -> dict[str, Any]:
+        """What summary.json notes beside the summaries and the engines, as a RunResult's fields."""
+        return {k: saved[k] for k in ("skipped_prompts", "notes") if k in saved} | _records(saved, cls.RECORDS, where)
 
     def as_json(self) -> dict[str, Any]:
         """`specbench run --json`: where the run is, and its summary.json."""

@@ -12,12 +12,12 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pandas as pd
 import psutil
 
+from specbench.core.records import Noise
 from specbench.strategies.names import BASELINE
 
 OTHERS_LIMIT = 0.10  # share of all CPUs' time other processes may take
@@ -85,7 +85,7 @@ class NoiseMonitor:
     def tick(self) -> None:
         self.samples.append(sample())
 
-    def summary(self, rows: pd.DataFrame) -> dict[str, Any]:
+    def summary(self, rows: pd.DataFrame) -> Noise:
         first, last = self.samples[0], self.samples[-1]
         cpus = self.cpus
         capacity = max(last.wall - first.wall, 1e-9) * cpus
@@ -111,9 +111,9 @@ class NoiseMonitor:
             advice.append("--repeats 3 measures the spread of repeated timings")
         if 0 < prompts < FEW_PROMPTS:
             advice.append(f"{prompts} prompt(s) are too few for the interval to mean much")
-        return {"noisy": bool(reasons), "reasons": reasons, "advice": advice, "prompts": prompts,
-                "others_cpu_share": others, "steal_share": steal, "clock_change": clock_change,
-                "ar_spread": spread, "load_before": self.load_before, "cpus": cpus}
+        return Noise(noisy=bool(reasons), reasons=reasons, advice=advice, prompts=prompts, others_cpu_share=others,
+                     steal_share=steal, clock_change=clock_change, ar_spread=spread, load_before=self.load_before,
+                     cpus=cpus)
 
 
 def ar_spread(rows: pd.DataFrame) -> float | None:

@@ -88,7 +88,7 @@ def write_batch_plots(result: RunResult, table: CostTable | None) -> list[Path]:
     """The load-axis plots a run has data for, into its directory: speedup by batch size where it was
     modelled or measured at more than one batch size, verify costs where there is a cost table."""
     written = []
-    points = result.load.get("points", [])
+    points = result.load.points if result.load else []
     if points or len({r.batch_size for r in result.summary}) > 1:
         written.append(speedup_by_batch(points, result.summary, result.path / "speedup_by_batch.png"))
     if table is not None:

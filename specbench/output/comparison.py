@@ -150,9 +150,8 @@ def _flat(summary: StrategySummary) -> dict[str, Any]:
                    energy_j=nvml["energy_j"])
     projection = summary.projection
     if projection:
-        out.update(projected_gpu=projection.get("gpu"), projected_speedup=projection.get("speedup"),
-                   projected_tokens_per_s=projection.get("tokens_per_s"),
-                   projected_fits=projection["memory_fit"]["fits"] if "memory_fit" in projection else None)
+        out.update(projected_gpu=projection.gpu, projected_speedup=projection.speedup,
+                   projected_tokens_per_s=projection.tokens_per_s, projected_fits=projection.memory_fit["fits"])
     return out
 
 
@@ -283,12 +282,12 @@ def footer(runs: Sequence[RunResult]) -> list[str]:
     """What a reader must know about the runs' trustworthiness: noise, few prompts, skipped prompts."""
     lines = []
     for run in runs:
-        noise = run.noise or {}
+        noise = run.noise
         name = f"run {run.label}: " if len(runs) > 1 else ""
-        if noise.get("noisy"):
-            lines.append(f"~ {name}noisy machine: {'; '.join(noise['reasons'])}; the timings are marked ~")
-        if noise.get("advice"):
-            lines.append(f"{name}note: " + "; ".join(noise["advice"]))
+        if noise and noise.noisy:
+            lines.append(f"~ {name}noisy machine: {'; '.join(noise.reasons)}; the timings are marked ~")
+        if noise and noise.advice:
+            lines.append(f"{name}note: " + "; ".join(noise.advice))
         if run.skipped_prompts:
             lines.append(f"{name}{len(run.skipped_prompts)} prompt(s) skipped: longer than the model's "
                          "context with the answer")
@@ -296,4 +295,4 @@ def footer(runs: Sequence[RunResult]) -> list[str]:
 
 
 def noisy_runs(runs: Sequence[RunResult]) -> list[str]:
-    return [run.label for run in runs if run.noise and run.noise["noisy"]]
+    return [run.label for run in runs if run.noise and run.noise.noisy]

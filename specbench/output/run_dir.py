@@ -190,7 +190,8 @@ class RunDir:
         write_atomic(self.path / "summary.md", table.to_markdown(index=False, floatfmt=".3g") + "\n")
         result.meta = {**result.meta, "finished": _now()}
         if result.noise is not None:
-            result.meta["noise"] = {k: result.noise[k] for k in ("noisy", "reasons", "advice")}
+            noise = result.noise
+            result.meta["noise"] = {"noisy": noise.noisy, "reasons": noise.reasons, "advice": noise.advice}
         self.meta = result.meta
         write_json(self.path / "run.json", result.meta)
 
@@ -242,11 +243,10 @@ def read_run(path: Path, label: str = "", warnings: list[str] | None = None) -> 
         if missing:
             raise SpecbenchError(f"{path / 'nvml_series.csv'} lacks column(s) {', '.join(sorted(missing))}")
         series = frame.to_dict("records")
-    noted = {k: saved[k] for k in RunResult.EXTRA if k in saved and k not in ("by_category", "engines", "engine_pairs")}
     pairs = [EnginePair.from_dict(p, where) for p in saved.get("engine_pairs", [])]
     return RunResult(path, meta, config, _optional_dict(path / "environment.json"), rows, summary, by_category,
                      engines=engine_reports(saved, where), engine_pairs=pairs, nvml_series=series, label=label,
-                     **noted)
+                     **RunResult.noted(saved, where))
 
 
 def _read_rows(path: Path, complete: bool, warnings: list[str], defaults: dict[str, Any]) -> list[Row]:

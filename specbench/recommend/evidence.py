@@ -29,7 +29,7 @@ import pandas as pd
 from specbench.core.engine_names import SPECBENCH, label
 from specbench.core.errors import SpecbenchError
 from specbench.core.files import read_json_object, read_toml
-from specbench.core.records import RunResult
+from specbench.core.records import Projection, RunResult
 from specbench.measure.hardware import match_profile
 from specbench.measure.stats import paired_speedups, summarise_strategy
 from specbench.output.run_dir import read_run
@@ -329,7 +329,8 @@ def run_candidates(evidence: Evidence, workload: Workload) -> tuple[list[Candida
 
 def _modelled(record: RunRecord, workload: Workload) -> dict[str, dict[str, Any]]:
     """strategy -> its point on the run's load axis at the workload's batch size."""
-    return {p["strategy"]: p for p in record.run.load.get("points", [])
+    points = record.run.load.points if record.run.load else []
+    return {p["strategy"]: p for p in points
             if p.get("batch_size") == workload.batch_size and p.get("modelled_speedup")}
 
 
@@ -371,12 +372,12 @@ def _pooled_candidate(pool: _Pool, ar_rows: pd.DataFrame, workload: Workload) ->
                      incomplete=_interrupted(pool.interrupted))
 
 
-def _projections(record: RunRecord, workload: Workload) -> dict[str, dict[str, Any]]:
+def _projections(record: RunRecord, workload: Workload) -> dict[str, Projection]:
     """strategy -> its projection onto the workload's GPU, from the run's summary."""
     found = {}
     for result in record.run.summary:
         projection = result.projection
-        if projection and projection.get("projected") and projection.get("gpu") == workload.gpu.name \
+        if projection and projection.projected and projection.gpu == workload.gpu.name \
                 and result.batch_size == workload.batch_size:
             found[result.strategy] = projection
     return found
@@ -391,10 +392,10 @@ def _projected_candidates(record: RunRecord, workload: Workload, rows: pd.DataFr
     projections = _projections(record, workload)
 
     def need(strategy: str) -> float | None:
-        gb = (projections.get(strategy, {}).get("memory_fit") or {}).get("need_gb")
-        return gb * 1e9 if gb is not None else None
+        projection = projections.get(strategy)
+        return projection.memory_fit["need_gb"] * 1e9 if projection else None
 
-    return [Candidate(_config_of(record, strategy), "projected", float(p["speedup"]), None, (record.path,),
+    return [Candidate(_config_of(record, strategy), "projected", p.speedup, None, (record.path,),
                       int(rows[rows["strategy"] == strategy]["prompt_id"].nunique()), need(strategy), need(BASELINE),
                       f"roofline projection of what {record.device or 'an unprofiled device'} measured",
                       _interrupted([] if record.run.complete else [record.path]))
