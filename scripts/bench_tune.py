@@ -213,7 +213,7 @@ def main() -> None:
         config = TuneConfig(workload=dataclasses.replace(workload, gpu=None, out=tmp), strategies=("dspark",),
                             trials=args.study_trials, study="bench-tune-dspark")
         record = tune(config).studies[0]
-    parts["study"] = {k: record.get(k) for k in ("best_params", "best_value", "tuning", "holdout", "gain",
+    parts["study"] = {k: getattr(record, k) for k in ("best_params", "best_value", "tuning", "holdout", "gain",
                                                  "defaults", "trials", "label")}
     parts["command"] = (f"python scripts/bench_tune.py --limit {args.limit} --max-new-tokens {args.max_new_tokens} "
                         f"--gpu {args.gpu} --seeds {args.seeds} --study-trials {args.study_trials} "

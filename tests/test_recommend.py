@@ -198,8 +198,12 @@ def _study(root, name, strategy, speedup, **meta):
     tuned.mkdir(exist_ok=True)
     (tuned / f"{name}.toml").write_text(f'strategy = ["{strategy}"]\nmax_new_tokens = 64\n'
                                         f'[knobs.{strategy}]\nblock_size = 5\n')
-    data = {"study": name, "strategy": strategy, "model": "default", "gpu": None, "projected": False,
-            "best_params": {f"{strategy}.block_size": 5}, "toml": f"results/tuned/{name}.toml",
+    data = {"study": name, "storage": "sqlite:///studies.db", "strategy": strategy, "model": "default", "gpu": None,
+            "projected": False, "label": "measured here", "objectives": ["speedup"], "suite": "mini",
+            "prompts": {"tuning": 6, "holdout": 2}, "trials": {"counted": 3}, "target_trials": 3,
+            "created": "2025-01-01T00:00:00+00:00", "plots": [],
+            "best_params": {f"{strategy}.block_size": 5}, "best_value": speedup + 0.3,
+            "toml": f"results/tuned/{name}.toml",
             "tuning": {"speedup": speedup + 0.3, "speedup_ci": [speedup, speedup + 0.6]},
             "holdout": {"tuned": {"speedup": speedup, "speedup_ci": [speedup - 0.1, speedup + 0.1]},
                         "defaults": {"speedup": 1.5, "speedup_ci": [1.4, 1.6]}},
@@ -264,6 +268,17 @@ def test_unreadable_runs_are_skipped_and_named(tmp_path):
     assert result.exit_code == 0, result.output
     assert "recommend: ngram (measured)" in result.stdout
     assert "runs/empty" in result.output and "runs/torn" in result.output and "skipped" in result.output
+
+
+def test_unreadable_studies_are_skipped_and_named(tmp_path):
+    tuned = tmp_path / "tuned"
+    tuned.mkdir()
+    (tuned / "list.json").write_text("[]")
+    (tuned / "bare.json").write_text('{"study": "bare", "strategy": "ngram"}')
+    skipped = load_evidence(tmp_path).skipped
+    assert any("list.json must hold a JSON object" in s for s in skipped)
+    assert any(s.startswith(f"the entries of tuned study {tuned / 'bare.json'} lack key(s): storage, model")
+               for s in skipped)
 
 
 # -- the learned tree ------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 from specbench.benchmark.pipeline import run_benchmark
 from specbench.config import RunConfig
 from specbench.core.errors import SpecbenchError
-from specbench.core.records import ROW_KEYS, SUMMARY_KEYS, EngineReport, Row, RunResult, StrategySummary
+from specbench.core.records import ROW_KEYS, SUMMARY_KEYS, EngineReport, Row, RunResult, StrategySummary, TunedStudy
 from specbench.output.run_dir import read_run
 from tests.helpers import write_run
 
@@ -83,6 +84,26 @@ def test_optional_entries_are_written_as_groups():
     assert agreeing["engines_first_divergence"] is None and agreeing["engines_divergence_margin"] is None
     batched = Row.from_dict(base | {"batch_rows": 2, "batch_size": 2}).as_dict()
     assert "batch_block" in batched and "engines_agree" not in batched and "speedup" not in batched
+
+
+def test_a_tuned_study_keeps_its_files_schema():
+    """Without a best trial a study writes none of its entries; with one, all of them, a None controller too.
+    Records from before `session` was kept read without it."""
+    study = TunedStudy(study="s", storage="sqlite:///s.db", strategy="ngram", model="m", label="measured here",
+                       suite="mini", categories=[], temperature=0.0, max_new_tokens=8, trials={"counted": 2},
+                       target_trials=2, created="2025-01-01", best_params=None, best_value=None, toml=None, plots=[],
+                       gpu=None, projected=False, objectives=["speedup"], batch_size=1,
+                       prompts={"tuning": 2, "holdout": 1}, note="no trial completed")
+    written = study.as_dict()
+    assert written["gpu"] is None and written["session"] == [] and written["note"] == "no trial completed"
+    assert not {"best_trial", "controller", "tuning", "pareto", "engines", "vllm_config"} & set(written)
+    assert TunedStudy.from_dict(written) == study
+    assert TunedStudy.from_dict({k: v for k, v in written.items() if k != "session"}).session == []
+    best = dataclasses.replace(study, note=None, best_trial=1, best_params={"n": 3}, best_value=1.4, knobs={},
+                               importances={}, tuning={"speedup": 1.4}, holdout={}, gain={})
+    assert best.as_dict()["controller"] is None and "note" not in best.as_dict()
+    with pytest.raises(SpecbenchError, match=r"^x\.json lack key\(s\): strategy$"):
+        TunedStudy.from_dict({k: v for k, v in written.items() if k != "strategy"}, "x.json")
 
 
 def test_a_run_from_before_engines_were_plug_ins_reads_its_vllm_report(tmp_path):

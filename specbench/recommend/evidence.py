@@ -29,7 +29,7 @@ import pandas as pd
 from specbench.core.engine_names import SPECBENCH, label
 from specbench.core.errors import SpecbenchError
 from specbench.core.files import read_json_object, read_toml
-from specbench.core.records import Projection, RunResult
+from specbench.core.records import Projection, RunResult, TunedStudy
 from specbench.measure.hardware import match_profile
 from specbench.measure.stats import paired_speedups, summarise_strategy
 from specbench.output.run_dir import read_run
@@ -112,7 +112,7 @@ class Study:
     study found no best configuration)."""
 
     path: Path
-    meta: dict[str, Any]
+    record: TunedStudy
     config: RunSetup | None
 
 
@@ -185,11 +185,9 @@ def read_studies(results: Path, evidence: Evidence) -> None:
 
 
 def _study(path: Path) -> Study:
-    meta = read_json_object(path, "tuned study")
-    if not isinstance(meta.get("strategy"), str):
-        raise SpecbenchError(f"{path}: not a tuned study (no 'strategy')")
-    if meta.get("best_params") is None and meta.get("toml") is None:
-        return Study(path, meta, None)
+    record = TunedStudy.from_dict(read_json_object(path, "tuned study"), f"the entries of tuned study {path}")
+    if record.best_params is None and record.toml is None:
+        return Study(path, record, None)
     toml_path = path.with_suffix(".toml")  # beside the record, wherever the results directory moved
     if not toml_path.is_file():
         raise SpecbenchError(f"{path}: no tuned configuration {toml_path.name} beside it")
@@ -197,9 +195,9 @@ def _study(path: Path) -> Study:
     knobs = toml.get("knobs", {})
     if not isinstance(knobs, dict) or not all(isinstance(v, dict) for v in knobs.values()):
         raise SpecbenchError(f"{toml_path}: [knobs] must hold one table per strategy")
-    strategy = meta["strategy"]
-    return Study(path, meta, RunSetup(strategy, _own_knobs(knobs, strategy), toml.get("controller"),
-                                  str(toml_path), toml.get("engine", SPECBENCH)))
+    strategy = record.strategy
+    return Study(path, record, RunSetup(strategy, _own_knobs(knobs, strategy), toml.get("controller"),
+                                    str(toml_path), toml.get("engine", SPECBENCH)))
 
 
 READERS: tuple[Callable[[Path, Evidence], None], ...] = (read_runs, read_studies)
@@ -403,21 +401,19 @@ def _projected_candidates(record: RunRecord, workload: Workload, rows: pd.DataFr
 
 
 def _study_mismatch(study: Study, workload: Workload) -> str | None:
-    meta = study.meta
-    if workload.model is not None and meta.get("model") != workload.model:
-        return f"model {meta.get('model')}, not {workload.model}"
-    if not math.isclose(float(meta.get("temperature") or 0.0), workload.temperature):
-        return f"temperature {meta.get('temperature')}, not {workload.temperature:g}"
-    if int(meta.get("batch_size") or 1) != workload.batch_size:
-        return f"batch size {meta.get('batch_size')}, not {workload.batch_size}"
-    categories = meta.get("categories") or []
-    if workload.task is not None and categories and workload.task not in categories:
-        return f"tuned on {', '.join(categories)}, not {workload.task}"
-    gpu = meta.get("gpu")
-    if gpu is None and workload.gpu_origin == "given":
+    record = study.record
+    if workload.model is not None and record.model != workload.model:
+        return f"model {record.model}, not {workload.model}"
+    if not math.isclose(record.temperature, workload.temperature):
+        return f"temperature {record.temperature:g}, not {workload.temperature:g}"
+    if record.batch_size != workload.batch_size:
+        return f"batch size {record.batch_size}, not {workload.batch_size}"
+    if workload.task is not None and record.categories and workload.task not in record.categories:
+        return f"tuned on {', '.join(record.categories)}, not {workload.task}"
+    if record.gpu is None and workload.gpu_origin == "given":
         return "tuned without --gpu (on its own machine): it speaks only for the GPU detected here"
-    if gpu is not None and gpu != workload.gpu.name:
-        return f"tuned for {gpu}, not {workload.gpu.name}"
+    if record.gpu is not None and record.gpu != workload.gpu.name:
+        return f"tuned for {record.gpu}, not {workload.gpu.name}"
     return None
 
 
@@ -429,23 +425,22 @@ def study_candidates(evidence: Evidence, workload: Workload) -> tuple[list[Candi
         if why is not None:
             notes.append(f"{study.path}: {why}")
             continue
-        meta = study.meta
-        held_out = (meta.get("holdout") or {}).get("tuned")
-        figures = held_out or meta.get("tuning") or {}
+        record = study.record
+        held_out = (record.holdout or {}).get("tuned")
+        figures = held_out or record.tuning or {}
         if study.config is None or figures.get("speedup") is None:
-            notes.append(f"{study.path}: {meta.get('note') or 'no tuned configuration'}")
+            notes.append(f"{study.path}: {record.note or 'no tuned configuration'}")
             continue
         ci = figures.get("speedup_ci") or [None, None]
-        categories = meta.get("categories") or []
         note = f"tuned; speedup on {'held-out' if held_out else 'the tuning'} prompts" + \
-            ("" if categories else " of every category")
-        counted, target = (meta.get("trials") or {}).get("counted"), meta.get("target_trials")
-        short = f"study short of its trials: {counted} of {target}" if None not in (counted, target) \
-            and counted < target else ""
-        candidates.append(Candidate(study.config, "projected" if meta.get("projected") else "measured",
+            ("" if record.categories else " of every category")
+        counted = record.trials["counted"]
+        short = f"study short of its trials: {counted} of {record.target_trials}" \
+            if counted < record.target_trials else ""
+        candidates.append(Candidate(study.config, "projected" if record.projected else "measured",
                                     float(figures["speedup"]),
                                     (float(ci[0]), float(ci[1])) if None not in ci else None, (str(study.path),),
-                                    figures.get("prompts"), meta.get("memory_bytes"), None, note, short))
+                                    figures.get("prompts"), record.memory_bytes, None, note, short))
     return candidates, notes
 
 
@@ -453,10 +448,10 @@ def planned_strategies(evidence: Evidence, workload: Workload) -> dict[str, str]
     """strategy -> a study record of the tune that was also asked for it but left no record of it (interrupted
     first), over the tunes matching the workload: every record names the strategies its tune was asked for."""
     matching = [study for study in evidence.studies if _study_mismatch(study, workload) is None]
-    recorded = {study.meta["strategy"] for study in matching}
+    recorded = {study.record.strategy for study in matching}
     planned: dict[str, str] = {}
     for study in matching:
-        for strategy in study.meta.get("session") or []:
+        for strategy in study.record.session:
             if strategy not in recorded:
                 planned.setdefault(str(strategy), str(study.path))
     return planned

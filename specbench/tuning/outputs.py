@@ -1,7 +1,7 @@
 """What a finished study leaves behind: the tuned run config, its JSON record, plots and engine translations.
 
 results/tuned/<study>.toml is a run config `specbench run --config FILE` reads as it is; <study>.json
-beside it records the study (the schema `recommend` reads); <study>.engines.md translates the setting
+beside it records the study (a `TunedStudy`, what `recommend` reads); <study>.engines.md translates the setting
 for vLLM and SGLang where the method has a counterpart. Plots land in results/tuning/<study>/.
 """
 
@@ -18,18 +18,27 @@ import tomli_w
 
 from specbench.config import RunConfig
 from specbench.core.files import atomic_path
+from specbench.core.records import StudyRecord, TunedStudy
 
 
 def _x(value: float | None) -> str:
     return "n/a" if value is None or not math.isfinite(value) else f"{value:.3f}x"
 
 
-def tuned_toml(record: dict[str, Any], knobs: dict[str, dict[str, Any]], controller: str | None,
-               workload: RunConfig, figures: str | None = None) -> str:
+def speedup_figures(record: TunedStudy) -> str:
+    """A study's speedups as a comment line of its tuned TOML."""
+    holdout = record.holdout or {}
+    tuned, defaults = ((holdout.get(k) or {}).get("speedup") for k in ("tuned", "defaults"))
+    return (f"# speedup over ar on the tuning prompts {_x(record.tuning['speedup'])}; held out: tuned "
+            f"{_x(tuned)}, defaults {_x(defaults)}")
+
+
+def tuned_toml(record: StudyRecord, knobs: dict[str, dict[str, Any]], controller: str | None,
+               workload: RunConfig, figures: str) -> str:
     """The best configuration as a run config, with the workload keys the study used; comments say where
-    it came from, `figures` (a comment line) what it measured, else its speedups (the figures stay in the
-    JSON record: `run --config` accepts only run-config keys)."""
-    data: dict[str, Any] = {"strategy": [record["strategy"]]}
+    it came from and, `figures` (a comment line), what it measured (the figures stay in the JSON record:
+    `run --config` accepts only run-config keys)."""
+    data: dict[str, Any] = {"strategy": [record.strategy]}
     if controller is not None:
         data["controller"] = controller
     optional = {"model": workload.model, "drafters": workload.drafters, "categories": workload.categories,
@@ -47,16 +56,11 @@ def tuned_toml(record: dict[str, Any], knobs: dict[str, dict[str, Any]], control
         if workload.engine_args:
             data["engine_args"] = workload.engine_args
     data["knobs"] = {name: dict(values) for name, values in knobs.items() if values}
-    if figures is None:
-        holdout = record.get("holdout") or {}
-        tuned, defaults = ((holdout.get(k) or {}).get("speedup") for k in ("tuned", "defaults"))
-        figures = (f"# speedup over ar on the tuning prompts {_x(record['tuning']['speedup'])}; held out: tuned "
-                   f"{_x(tuned)}, defaults {_x(defaults)}")
     header = [
-        f"# specbench tune: study {record['study']} ({record['strategy']}, {record['trials']['counted']} trials, "
-        f"objective {record['label']})",
+        f"# specbench tune: study {record.study} ({record.strategy}, {record.trials['counted']} trials, "
+        f"objective {record.label})",
         figures,
-        f"# run it: specbench run --config {record['toml']}",
+        f"# run it: specbench run --config {record.toml}",
     ]
     return "\n".join(header) + "\n" + tomli_w.dumps(data)
 

@@ -29,6 +29,7 @@ import optuna
 
 from specbench.core.errors import SpecbenchError
 from specbench.core.files import write_atomic, write_json
+from specbench.core.records import ServedStudy
 from specbench.model_source import model_path
 from specbench.serving.client import RequestRecord
 from specbench.serving.config import Level, ServeConfig
@@ -131,7 +132,7 @@ def tune_at_load(config: TuneConfig, progress: Progress | None = None) -> TuneRe
 
 
 def served_study(config: TuneConfig, plan: ServedPlan, url: str, trials: int,
-                 progress: Progress | None) -> dict[str, Any]:
+                 progress: Progress | None) -> ServedStudy:
     """Create or resume the study, measure ar once, run the trials it lacks, then record the best."""
     name = study_name(config, plan)
     storage = studies.create_storage(url, config.heartbeat_s)
@@ -224,7 +225,7 @@ class ServedEvaluator:
         return float(attrs[self.plan.objective])
 
 
-def finish(config: TuneConfig, plan: ServedPlan, study: optuna.Study, url: str, trials: int) -> dict[str, Any]:
+def finish(config: TuneConfig, plan: ServedPlan, study: optuna.Study, url: str, trials: int) -> ServedStudy:
     """The study's record (<out>/tuned/serve/<study>.json), the best knobs as a run config (.toml) and as
     `vllm serve --speculative-config` takes them (.vllm.json)."""
     tuned_dir = Path(config.workload.out) / "tuned" / "serve"
@@ -232,39 +233,36 @@ def finish(config: TuneConfig, plan: ServedPlan, study: optuna.Study, url: str, 
     name, run, level = study.study_name, plan.serve.run, plan.level
     best, defaults = studies.best_trial(study), studies.defaults_trial(study)
     ar_level = study.user_attrs.get(BASELINE_LEVEL)
-    record: dict[str, Any] = {
-        "study": name, "storage": display_url(url), "strategy": plan.spec.name, "model": plan.identity["model"],
-        "engine": "vllm", "label": plan.label, "objective": plan.objective, "unit": UNITS[plan.objective],
-        "direction": config.directions[0],
-        "load": {"concurrency": level.concurrency, "request_rate": level.request_rate},
-        "slo": plan.serve.slo, "suite": run.suite, "categories": list(run.categories), "temperature": run.temperature,
-        "max_new_tokens": run.max_new_tokens, "requests": plan.requests, "engine_args": run.engine_args,
-        "trials": trial_counts(study, plan.requests), "target_trials": trials, "logs": str(logs_dir(config, name)),
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "baseline": level_figures(ar_level["summary"]) if ar_level else None,
-        "measured": [{"number": t.number, "params": t.params, "value": t.value, **t.user_attrs}
-                     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))],
-        "best_params": None, "best_value": None, "toml": None, "plots": [],
-    }
-    if defaults is not None:
-        record["defaults"] = {"trial": defaults.number, "params": defaults.params, "value": defaults.values[0]}
+    record = ServedStudy(
+        study=name, storage=display_url(url), strategy=plan.spec.name, model=plan.identity["model"],
+        engine="vllm", label=plan.label, objective=plan.objective, unit=UNITS[plan.objective],
+        direction=config.directions[0],
+        load={"concurrency": level.concurrency, "request_rate": level.request_rate},
+        slo=plan.serve.slo, suite=run.suite, categories=list(run.categories), temperature=run.temperature,
+        max_new_tokens=run.max_new_tokens, requests=plan.requests, engine_args=run.engine_args,
+        trials=trial_counts(study, plan.requests), target_trials=trials, logs=str(logs_dir(config, name)),
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        baseline=level_figures(ar_level["summary"]) if ar_level else None,
+        measured=[{"number": t.number, "params": t.params, "value": t.value, **t.user_attrs}
+                  for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))],
+        best_params=None, best_value=None, toml=None, plots=[],
+        defaults=None if defaults is None else {"trial": defaults.number, "params": defaults.params,
+                                                "value": defaults.values[0]})
     if best is None:
-        record["note"] = "no trial completed"
-        write_json(tuned_dir / f"{name}.json", record)
+        record.note = "no trial completed"
+        write_json(tuned_dir / f"{name}.json", record.as_dict())
         return record
     knobs, controller = plan.space.run_settings(best.params)
-    record.update(best_trial=best.number, best_params=best.params, best_value=best.values[0], knobs=knobs,
-                  controller=controller, importances=importances(study),
-                  best={k: best.user_attrs.get(k) for k in (*record["baseline"], "tpot_speedup", "tau")})
-    record["toml"] = str(tuned_dir / f"{name}.toml")
+    record = dataclasses.replace(
+        record, best_trial=best.number, best_params=best.params, best_value=best.values[0], knobs=knobs,
+        controller=controller, importances=importances(study),
+        best={k: best.user_attrs.get(k) for k in (*record.baseline, "tpot_speedup", "tau")},
+        toml=str(tuned_dir / f"{name}.toml"), vllm_config=str(tuned_dir / f"{name}.vllm.json"))
     unit = UNITS[plan.objective]
     figures = (f"# {plan.objective} {best.values[0]:.4g} {unit} at {level.label}; ar "
-               f"{record['baseline'][plan.objective]:.4g} {unit}, the defaults "
+               f"{record.baseline[plan.objective]:.4g} {unit}, the defaults "
                + (f"{defaults.values[0]:.4g} {unit}" if defaults is not None else "not measured"))
-    write_atomic(Path(record["toml"]), tuned_toml(record, knobs, controller, run, figures))
-    record["vllm_config"] = str(tuned_dir / f"{name}.vllm.json")
-    write_json(Path(record["vllm_config"]), best.user_attrs["speculative_config"])
-    write_json(tuned_dir / f"{name}.json", record)
+    write_atomic(Path(record.toml), tuned_toml(record, knobs, controller, run, figures))
+    write_json(Path(record.vllm_config), best.user_attrs["speculative_config"])
+    write_json(tuned_dir / f"{name}.json", record.as_dict())
     return record
-
-

@@ -31,6 +31,7 @@ from specbench.benchmark.prepare import PreparedRun, prepare
 from specbench.core.engine_names import SPECBENCH
 from specbench.core.errors import SpecbenchError
 from specbench.core.files import write_atomic, write_json
+from specbench.core.records import StudyRecord, TunedStudy
 from specbench.measure.hardware import GpuProfile
 from specbench.models import fingerprint
 from specbench.strategies.knobs import make_options
@@ -42,7 +43,7 @@ from specbench.suites import SuiteItem
 from specbench.tuning.config import TuneConfig
 from specbench.tuning.holdout import holdout_check, interval, paired_gain, split_items
 from specbench.tuning.objective import Evaluator, TrialFailure
-from specbench.tuning.outputs import importances, tuned_toml, write_plots
+from specbench.tuning.outputs import importances, speedup_figures, tuned_toml, write_plots
 from specbench.tuning.storage import display_url, open_storage
 from specbench.tuning.study import (
     FAIL_REASON,
@@ -69,13 +70,13 @@ Progress = Callable[[str, int, int, "float | None", optuna.trial.FrozenTrial], N
 
 @dataclass
 class TuneReport:
-    studies: list[dict[str, Any]]  # each study's record, as written to results/tuned/<study>.json
+    studies: list[StudyRecord]  # each study's record, as written under results/tuned/
     ranking: list[dict[str, Any]]  # several strategies: ordered by the tuned held-out speedup
 
     def as_json(self) -> dict[str, Any]:
         if len(self.studies) == 1:
-            return self.studies[0]
-        return {"studies": self.studies, "ranking": self.ranking}
+            return self.studies[0].as_dict()
+        return {"studies": [s.as_dict() for s in self.studies], "ranking": self.ranking}
 
 
 @dataclass
@@ -154,7 +155,7 @@ def measured_engine(bench: PreparedRun) -> PreparedRun:
 
 
 def tune_study(config: TuneConfig, plan: StudyPlan, name: str, url: str, trials: int,
-               progress: Progress | None) -> dict[str, Any]:
+               progress: Progress | None) -> TunedStudy:
     """Create or resume the study, run its workers until it has `trials`, then check and record the best."""
     storage = create_storage(url, config.heartbeat_s)
     study, _ = open_study(storage, name, plan.identity, display_url(url),
@@ -275,7 +276,7 @@ def _engines(plan: StudyPlan, knobs: dict[str, dict[str, Any]], controller: str 
     return serving(options, controller or definition(name).default_controller, drafter).as_json() if serving else None
 
 
-def finish_study(config: TuneConfig, plan: StudyPlan, study: optuna.Study, url: str, trials: int) -> dict[str, Any]:
+def finish_study(config: TuneConfig, plan: StudyPlan, study: optuna.Study, url: str, trials: int) -> TunedStudy:
     """The held-out check of the best trial and the outputs: TOML, JSON record, engines, plots."""
     out = Path(config.workload.out)
     tuned_dir = out / "tuned"
@@ -283,69 +284,68 @@ def finish_study(config: TuneConfig, plan: StudyPlan, study: optuna.Study, url: 
     name = study.study_name
     workload = config.workload
     best, defaults = best_trial(study), defaults_trial(study)
-    record: dict[str, Any] = {
-        "study": name, "storage": display_url(url), "strategy": plan.spec.name, "model": plan.bench.target.name,
-        "gpu": workload.gpu, "projected": plan.profile is not None, "label": plan.label,
-        "objectives": config.objectives.split(","), "suite": plan.bench.suite.name,
-        "categories": list(workload.categories), "temperature": workload.temperature,
-        "max_new_tokens": workload.max_new_tokens, "batch_size": 1,
-        "prompts": {"tuning": len(plan.identity["prompts"]),
-                    "holdout": sum(len(item.turns) for item in plan.holdout)},
-        "trials": trial_counts(study, len(plan.identity["prompts"])), "target_trials": trials,
-        "session": [spec.name for spec in config.specs()],  # every strategy this tune was asked for
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "best_params": None, "best_value": None, "toml": None, "plots": [],
-    }
-    if defaults is not None:
-        record["defaults"] = {"trial": defaults.number, "params": defaults.params, "value": defaults.values[0]}
+    record = TunedStudy(
+        study=name, storage=display_url(url), strategy=plan.spec.name, model=plan.bench.target.name,
+        gpu=workload.gpu, projected=plan.profile is not None, label=plan.label,
+        objectives=config.objectives.split(","), suite=plan.bench.suite.name,
+        categories=list(workload.categories), temperature=workload.temperature,
+        max_new_tokens=workload.max_new_tokens, batch_size=1,
+        prompts={"tuning": len(plan.identity["prompts"]), "holdout": sum(len(item.turns) for item in plan.holdout)},
+        trials=trial_counts(study, len(plan.identity["prompts"])), target_trials=trials,
+        session=[spec.name for spec in config.specs()],
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        best_params=None, best_value=None, toml=None, plots=[],
+        defaults=None if defaults is None else {"trial": defaults.number, "params": defaults.params,
+                                                "value": defaults.values[0]})
     if best is None:
-        record["note"] = ("no trial completed" if not record["trials"]["complete"] else
-                          f"no configuration fits {plan.profile.name}'s memory" if plan.profile else "no best trial")
-        write_json(tuned_dir / f"{name}.json", record)
+        record.note = ("no trial completed" if not record.trials["complete"] else
+                       f"no configuration fits {plan.profile.name}'s memory" if plan.profile else "no best trial")
+        write_json(tuned_dir / f"{name}.json", record.as_dict())
         return record
     knobs, controller = plan.space.run_settings(best.params)
-    record.update(best_trial=best.number, best_params=best.params, best_value=best.values[0],
-                  memory_bytes=best.user_attrs.get("memory_bytes"),
-                  tuning=interval(best.user_attrs[PER_PROMPT], workload.seed),
-                  knobs=knobs, controller=controller, importances=importances(study))
-    record["tuning"]["speedup"] = best.values[0]
+    record = dataclasses.replace(
+        record, best_trial=best.number, best_params=best.params, best_value=best.values[0],
+        memory_bytes=best.user_attrs.get("memory_bytes"),
+        tuning={**interval(best.user_attrs[PER_PROMPT], workload.seed), "speedup": best.values[0]},
+        knobs=knobs, controller=controller, importances=importances(study))
     if len(study.directions) > 1:
-        record["pareto"] = [{"trial": t.number, "params": t.params, "speedup": t.values[0], "memory_bytes": t.values[1]}
-                            for t in sorted(study.best_trials, key=lambda t: -t.values[0])]
+        record.pareto = [{"trial": t.number, "params": t.params, "speedup": t.values[0], "memory_bytes": t.values[1]}
+                         for t in sorted(study.best_trials, key=lambda t: -t.values[0])]
     holdout = Evaluator(plan.bench, plan.holdout, plan.profile)
     tuned = holdout.build(plan.spec, knobs, controller)
     try:
-        record["holdout"] = holdout_check(holdout, tuned, plan.bench.strategies[1], workload.seed)
+        record.holdout = holdout_check(holdout, tuned, plan.bench.strategies[1], workload.seed)
     finally:
         holdout.release(tuned)
-    record["gain"] = {"holdout": record["holdout"].pop("gain"),
-                      "tuning": paired_gain(best.user_attrs[PER_PROMPT], defaults.user_attrs[PER_PROMPT],
-                                            workload.seed) if defaults is not None else None}
-    record["toml"] = str(tuned_dir / f"{name}.toml")
-    write_atomic(Path(record["toml"]), tuned_toml(record, knobs, controller, workload))
+    record.gain = {"holdout": record.holdout.pop("gain"),
+                   "tuning": paired_gain(best.user_attrs[PER_PROMPT], defaults.user_attrs[PER_PROMPT],
+                                         workload.seed) if defaults is not None else None}
+    record.toml = str(tuned_dir / f"{name}.toml")
+    write_atomic(Path(record.toml), tuned_toml(record, knobs, controller, workload, speedup_figures(record)))
     deployed = plan.bench.backends[tuned.engine].deployed_config(tuned)
     if deployed is not None:  # what was measured, as the engine's users configure it
-        record[f"{tuned.engine}_config"] = str(tuned_dir / f"{name}.{tuned.engine}.json")
-        write_json(Path(record[f"{tuned.engine}_config"]), deployed)
+        deployed_file = tuned_dir / f"{name}.{tuned.engine}.json"
+        write_json(deployed_file, deployed)
+        record = dataclasses.replace(record, **{f"{tuned.engine}_config": str(deployed_file)})
     engines = _engines(plan, knobs, controller)
     if engines is not None:
-        record["engines"] = engines
-        record["engines_file"] = str(tuned_dir / f"{name}.engines.md")
+        record.engines = engines
+        record.engines_file = str(tuned_dir / f"{name}.engines.md")
         model = workload.model or "MODEL"
-        write_atomic(Path(record["engines_file"]), engines_markdown(name, model, engines))
-    record["plots"] = write_plots(study, out / "tuning" / name, plan.label)
-    write_json(tuned_dir / f"{name}.json", record)
+        write_atomic(Path(record.engines_file), engines_markdown(name, model, engines))
+    record.plots = write_plots(study, out / "tuning" / name, plan.label)
+    write_json(tuned_dir / f"{name}.json", record.as_dict())
     return record
 
 
-def rank(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def rank(records: list[TunedStudy]) -> list[dict[str, Any]]:
     """The tuned strategies ordered by their held-out speedup, beside their defaults there."""
     rows = []
     for r in records:
-        holdout = r.get("holdout") or {}
-        rows.append({"strategy": r["strategy"], "study": r["study"], "label": r["label"],
+        holdout = r.holdout or {}
+        rows.append({"strategy": r.strategy, "study": r.study, "label": r.label,
                      "tuned": (holdout.get("tuned") or {}).get("speedup"),
                      "defaults": (holdout.get("defaults") or {}).get("speedup"),
-                     "gain": ((r.get("gain") or {}).get("holdout") or {}).get("gain"),
-                     "tuning": (r.get("tuning") or {}).get("speedup")})
+                     "gain": ((r.gain or {}).get("holdout") or {}).get("gain"),
+                     "tuning": (r.tuning or {}).get("speedup")})
     return sorted(rows, key=lambda row: -(row["tuned"] or 0.0))

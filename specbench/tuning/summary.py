@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from specbench.core.markdown import markdown_table
+from specbench.core.records import ServedStudy, StudyRecord
 from specbench.tuning.study_runner import TuneReport
 
 
@@ -32,71 +33,71 @@ def _value(value: Any) -> str:
     return "-" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def study_lines(record: dict[str, Any]) -> tuple[list[str], list[str]]:
+def study_lines(record: StudyRecord) -> tuple[list[str], list[str]]:
     """(lines of text, warnings) describing one study."""
-    if "load" in record:
+    if isinstance(record, ServedStudy):
         return served_lines(record)
-    t = record["trials"]
-    lines = [f"{record['strategy']}: study {record['study']}, speedup over ar {record['label']}",
+    t = record.trials
+    lines = [f"{record.strategy}: study {record.study}, speedup over ar {record.label}",
              f"trials: {t['counted']} ({t['complete']} complete, {t['pruned']} pruned, {t['failed']} failed"
              + (f", {t['infeasible']} not fitting the GPU's memory" if t["infeasible"] else "") + ")"
              + (f"; pruning skipped {t['pruning']['prompts_skipped']} of {t['pruning']['prompts_of_pruned_trials']} "
                 "prompt runs of the pruned trials" if t["pruned"] else "")]
     warnings = [f"trial {f['number']} failed: {f['reason']}" for f in t["failures"]]
-    if record["best_value"] is None:
-        return lines + [f"no best configuration: {record.get('note', '')}"], warnings
-    gain = record.get("gain") or {}
-    defaults = record.get("defaults")
-    best = f"best trial {record['best_trial']} on {record['prompts']['tuning']} tuning prompts: {_ci(record['tuning'])}"
+    if record.best_value is None:
+        return lines + [f"no best configuration: {record.note or ''}"], warnings
+    gain = record.gain or {}
+    defaults = record.defaults
+    best = f"best trial {record.best_trial} on {record.prompts['tuning']} tuning prompts: {_ci(record.tuning)}"
     if defaults and gain.get("tuning"):
         best += f"; defaults {_x(defaults['value'])}, gain {_ci(gain['tuning'], 'gain')}"
     lines.append(best)
-    holdout = record.get("holdout") or {}
-    lines.append(f"held out ({record['prompts']['holdout']} prompts): tuned {_ci(holdout.get('tuned'))}, "
+    holdout = record.holdout or {}
+    lines.append(f"held out ({record.prompts['holdout']} prompts): tuned {_ci(holdout.get('tuned'))}, "
                  f"defaults {_ci(holdout.get('defaults'))}, gain {_ci(gain.get('holdout'), 'gain')}")
     warnings += [f"held-out check: {f}" for f in holdout.get("failures", [])]
-    if len(record["objectives"]) > 1:
-        lines.append(f"Pareto front: {len(record['pareto'])} trials (speedup against memory); the TOML holds the "
+    if len(record.objectives) > 1:
+        lines.append(f"Pareto front: {len(record.pareto)} trials (speedup against memory); the TOML holds the "
                      "fastest")
-    lines.append(f"tuned config: {record['toml']}  (specbench run --config {record['toml']})")
-    if record.get("vllm_config"):
-        lines.append(f"vLLM speculative config, as measured: {record['vllm_config']}  "
-                     f"(vllm serve MODEL --speculative-config \"$(cat {record['vllm_config']})\")")
-    if record.get("engines_file"):
-        lines.append(f"vLLM / SGLang translation (not a measurement): {record['engines_file']}")
-    if record["plots"]:
-        lines.append("plots: " + ", ".join(record["plots"]))
+    lines.append(f"tuned config: {record.toml}  (specbench run --config {record.toml})")
+    if record.vllm_config:
+        lines.append(f"vLLM speculative config, as measured: {record.vllm_config}  "
+                     f"(vllm serve MODEL --speculative-config \"$(cat {record.vllm_config})\")")
+    if record.engines_file:
+        lines.append(f"vLLM / SGLang translation (not a measurement): {record.engines_file}")
+    if record.plots:
+        lines.append("plots: " + ", ".join(record.plots))
     return lines, warnings
 
 
-def served_lines(record: dict[str, Any]) -> tuple[list[str], list[str]]:
+def served_lines(record: ServedStudy) -> tuple[list[str], list[str]]:
     """(lines of text, warnings) describing a study at a load (tuning/serve_study.py)."""
-    t, unit = record["trials"], record["unit"]
+    t, unit = record.trials, record.unit
 
     def figure(value: float | None) -> str:
         return "n/a" if value is None else f"{value:.3g} {unit}"
 
-    lines = [f"{record['strategy']}: study {record['study']}, {record['label']}",
+    lines = [f"{record.strategy}: study {record.study}, {record.label}",
              f"trials: {t['counted']} ({t['complete']} complete, {t['failed']} failed); server logs under "
-             f"{record['logs']}"]
+             f"{record.logs}"]
     warnings = [f"trial {f['number']} failed: {f['reason']}" for f in t["failures"]]
-    if record["best_value"] is None:
-        return lines + [f"no best configuration: {record.get('note', '')}"], warnings
-    defaults = (record.get("defaults") or {}).get("value")
-    ar = record["baseline"][record["objective"]]
-    lines.append(f"best trial {record['best_trial']}: {figure(record['best_value'])}; defaults {figure(defaults)}; "
-                 f"ar {figure(ar)}; TPOT speedup over ar {_x(record['best']['tpot_speedup'])}")
-    lines.append(f"tuned config: {record['toml']}  (specbench run --config {record['toml']})")
-    lines.append(f"vLLM speculative config, as measured: {record['vllm_config']}  "
-                 f"(vllm serve MODEL --speculative-config \"$(cat {record['vllm_config']})\")")
+    if record.best_value is None:
+        return lines + [f"no best configuration: {record.note or ''}"], warnings
+    defaults = (record.defaults or {}).get("value")
+    ar = record.baseline[record.objective]
+    lines.append(f"best trial {record.best_trial}: {figure(record.best_value)}; defaults {figure(defaults)}; "
+                 f"ar {figure(ar)}; TPOT speedup over ar {_x(record.best['tpot_speedup'])}")
+    lines.append(f"tuned config: {record.toml}  (specbench run --config {record.toml})")
+    lines.append(f"vLLM speculative config, as measured: {record.vllm_config}  "
+                 f"(vllm serve MODEL --speculative-config \"$(cat {record.vllm_config})\")")
     return lines, warnings
 
 
-def params_rows(record: dict[str, Any]) -> list[list[str]]:
-    defaults = (record.get("defaults") or {}).get("params", {})
-    importance = record.get("importances") or {}
-    names = list(record["best_params"]) + [n for n in defaults if n not in record["best_params"]]
-    return [[name, _value(record["best_params"].get(name)), _value(defaults.get(name)),
+def params_rows(record: StudyRecord) -> list[list[str]]:
+    defaults = (record.defaults or {}).get("params", {})
+    importance = record.importances or {}
+    names = list(record.best_params) + [n for n in defaults if n not in record.best_params]
+    return [[name, _value(record.best_params.get(name)), _value(defaults.get(name)),
              f"{importance[name]:.2f}" if name in importance else "-"] for name in names]
 
 
@@ -114,7 +115,7 @@ def render_markdown(report: TuneReport) -> str:
     for record in report.studies:
         lines, warnings = study_lines(record)
         parts.append("\n".join(lines + [f"WARNING: {w}" for w in warnings]))
-        if record["best_value"] is not None:
+        if record.best_value is not None:
             parts.append(markdown_table(PARAM_HEADERS, params_rows(record)))
     if report.ranking:
         parts.append(f"ranking ({report.ranking[0]['label']}):\n" + markdown_table(RANK_HEADERS, rank_rows(report)))
@@ -134,7 +135,7 @@ def render_rich(report: TuneReport) -> Group:
         lines, warnings = study_lines(record)
         items.append(Text(lines[0], style="bold"))
         items += [Text(line) for line in lines[1:]] + [Text(f"WARNING: {w}", style="bold red") for w in warnings]
-        if record["best_value"] is not None:
+        if record.best_value is not None:
             items.append(_table(PARAM_HEADERS, params_rows(record)))
     if report.ranking:
         items.append(_table(RANK_HEADERS, rank_rows(report), f"ranking ({report.ranking[0]['label']})"))
