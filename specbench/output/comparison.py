@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from rich.table import Table
 from specbench.core.engine_names import label
 from specbench.core.errors import SpecbenchError
 from specbench.core.markdown import markdown_table
-from specbench.core.records import RunResult, StrategySummary
+from specbench.core.records import COLUMN_SPECS, RunResult, StrategySummary
 from specbench.core.strict_json import dumps
 from specbench.measure.lossless import divergences, mismatch_detail
 from specbench.output.run_dir import read_run
@@ -38,52 +37,6 @@ WIDE_COLUMNS = ("prompts", "new_tokens", "share_prefill", "share_draft", "share_
                 "projected_speedup", "projected_tokens_per_s", "projected_fits", "mem_util_pct", "dram_bw_gbs",
                 "energy_j")
 """`--wide` adds these (those a run has)."""
-
-
-
-@dataclass(frozen=True)
-class Column:
-    """A table column, declared once: its header, its legend line and how its figure is written."""
-
-    header: str
-    legend: str
-    form: str = "number"  # "x": a ratio (1.23x); "percent"; "count"; "number": 2 decimals, 1 from 10 on
-
-
-COLUMN_SPECS = {
-    "speedup": Column("speedup [95% CI]", "paired speedup over ar: tokens/s over ar's on the same prompt, "
-                      "geometric mean over prompts, 95% bootstrap interval", "x"),
-    "transfer": Column("transfer", "the engine's speedup over specbench's for the same strategy (@vllm: measured "
-                       "in vLLM, against vLLM's own ar)", "x"),
-    "tokens_per_s": Column("tok/s", "generated tokens per second, prefill included"),
-    "tau": Column("tau", "tokens per target forward, the bonus token included"),
-    "draft_efficiency": Column("eff", "accepted draft tokens / drafted tokens (every tree node)", "percent"),
-    "mismatches": Column("mismatch", "prompts whose greedy output differs from ar's (must be 0); n/a when "
-                         "sampling: the greedy check does not run", "count"),
-    "prompts": Column("prompts", "prompts (and turns) measured", "count"),
-    "new_tokens": Column("tokens", "tokens generated", "count"),
-    "batch_size": Column("B", "sequences decoded together; the speedup is over batched ar at the same batch size",
-                         "count"),
-    "share_prefill": Column("prefill", "share of the measured time in prefill", "percent"),
-    "share_draft": Column("draft", "... in drafting", "percent"),
-    "share_verify": Column("verify", "... in the target's verify forwards", "percent"),
-    "share_other": Column("other", "... in acceptance, cache compaction and bookkeeping (the four sum to 100%)",
-                          "percent"),
-    "memory_gb": Column("needs GB", "memory the strategy needs: target and drafter weights, KV cache at the run's "
-                        "lengths, drafter state (GB)"),
-    "peak_mem_gb": Column("peak GB", "the process's peak memory (GB; on a CPU one figure for the whole run)"),
-    "predicted_speedup": Column("predicted", "cost model's prediction from tau, the draft shape and separately "
-                                "timed forwards", "x"),
-    "measured_over_predicted": Column("meas/pred", "measured / predicted speedup: below 1 by the engine's "
-                                      "overheads", "x"),
-    "projected_speedup": Column("projected", "speedup projected onto the --gpu profile (roofline model), not "
-                                "measured", "x"),
-    "projected_tokens_per_s": Column("proj tok/s", "tokens/s projected onto the --gpu profile, not measured"),
-    "projected_fits": Column("fits", "whether weights and KV cache fit the --gpu profile's memory (projected)"),
-    "mem_util_pct": Column("mem util %", "NVML memory-controller busy time (%)"),
-    "dram_bw_gbs": Column("DRAM GB/s", "DRAM bandwidth through NVML GPM (GB/s)"),
-    "energy_j": Column("energy J", "GPU energy over the strategy's generations (J)"),
-}
 
 
 def column_header(column: str) -> str:
