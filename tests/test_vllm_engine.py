@@ -58,7 +58,7 @@ def drafter_cache(tmp_path_factory):
 def both(drafter_cache, tmp_path_factory):
     out = tmp_path_factory.mktemp("both")
     config = RunConfig(strategies=STRATEGIES, engine="both", limit=2, max_new_tokens=24, warmup=0,
-                       cost_model=False, out=str(out), engine_args=ENGINE_ARGS)
+                       out=str(out), engine_args=ENGINE_ARGS)
     bench = prepare(config.validate())
     try:
         run = RunDir.create(config.out, bench.config, bench.target.name, bench.suite.name,
@@ -119,6 +119,34 @@ def test_per_position_acceptance_matches_vllms_own_counters(both):
     assert sum(r["drafts"] for r in both["rows"] if r["engine"] == VLLM and r["strategy"] == last.name) == drafts
     conditional = summary["conditional_acceptance_by_position"]  # the other form, from the same counts
     assert conditional[1:] == pytest.approx([b / a for a, b in zip(per_position, per_position[1:len(conditional)])])
+
+
+def test_the_cost_model_predicts_each_engine_from_its_own_forwards(both):
+    """Each engine's strategies are priced with the target's forwards as that engine runs them (vLLM's timed
+    through its `ar` engine's requests) and the same drafters' proposals."""
+    for strategy in STRATEGIES:
+        own, vllm = (summary_of(both["report"], strategy, e)["cost_model"] for e in ("specbench", VLLM))
+        for model in (own, vllm):
+            assert model["predicted_speedup"] > 0 and model["verify_s"] > 0 and model["draft_s"] >= 0
+        assert vllm["ar_step_s"] != own["ar_step_s"]  # a table of vLLM's own
+        assert vllm["tau"] == summary_of(both["report"], strategy, VLLM)["tau"]
+
+
+def test_vllms_forwards_are_timed_after_a_cached_prefix(both):
+    """What time_target rests on: vLLM computes only what a prompt adds to one it served (prefix caching, in
+    whole blocks), so each timed request pays for its new tokens alone."""
+    from vllm import SamplingParams
+
+    backend = both["bench"].backends[VLLM]
+    ar = next(r for r in backend.engine.runners if r.name == "ar")
+    block = ar.llm.llm_engine.vllm_config.cache_config.block_size
+    timed = backend.target_costs([1, block + 1], [1, 4], repeats=2, warmup=0)
+    assert sorted({t.context for t in timed}) == [block, 2 * block]  # rounded up to whole blocks
+    assert all(len(t.seconds) == 2 and all(s > 0 for s in t.seconds) for t in timed if t.tokens == 1)
+    prefix = list(range(100, 100 + block))
+    for new, cached in ((1, 0), (4, block)):  # the first request caches the prefix's block
+        out, _ = ar.request(prefix + [7] * new, SamplingParams(max_tokens=1))
+        assert out.num_cached_tokens == cached
 
 
 def test_what_vllm_prints_goes_to_the_runs_log(both):

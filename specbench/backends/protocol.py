@@ -35,6 +35,15 @@ class EnginePlan:
     engine_args: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class TargetTimes:
+    """Seconds of one verify forward of `tokens` positions after `context` cached ones, each round's."""
+
+    tokens: int
+    context: int
+    seconds: list[float]
+
+
 class Runner(Protocol):
     """Decodes one prompt: called with the prompt's token ids, the new tokens at most, the sampling
     settings and the prompt's seed (benchmark/decoding.py prompt_seed), as engine.decode.generate is."""
@@ -75,6 +84,13 @@ class Backend(Protocol):
 
     def deployed_config(self, strategy: Strategy) -> dict[str, Any] | None:
         """The strategy as this engine's users configure it (vLLM's speculative_config); None: nothing of its own."""
+
+    def target_costs(self, contexts: list[int], lengths: list[int], repeats: int,
+                     warmup: int) -> list[TargetTimes] | None:
+        """The target's verify forward of each of `lengths` tokens after each of `contexts` cached positions,
+        as this engine runs it, timed apart from any strategy (the cost model prices the engine's strategies
+        with them). None: not timed this way (specbench's own forwards are timed directly, in
+        measure/cost_timing.py)."""
 
     def report(self) -> EngineReport:
         """What the engine did in the run besides decoding: start-up time, anything of its own."""

@@ -95,6 +95,9 @@ class SpecbenchBackend:
     def deployed_config(self, strategy: Strategy) -> dict[str, Any] | None:
         return None
 
+    def target_costs(self, contexts: list[int], lengths: list[int], repeats: int, warmup: int) -> None:
+        """Timed directly by the cost table (measure/cost_timing.py), cached across runs."""
+
     def report(self) -> EngineReport:
         """Nothing of its own: its start-up is the run's (the target's loading and the warm-up)."""
         return EngineReport(SPECBENCH)

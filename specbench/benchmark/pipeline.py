@@ -24,7 +24,7 @@ from specbench.core.engine_names import SPECBENCH
 from specbench.core.errors import Interrupted, SpecbenchError
 from specbench.core.records import Row, RunResult
 from specbench.measure.cost_table import CHAIN, TREE, CostTable, Grid
-from specbench.measure.cost_timing import drafter_context, drafter_key, measure_costs
+from specbench.measure.cost_timing import drafter_context, drafter_key, engine_table, measure_costs
 from specbench.measure.noise import NoiseMonitor
 from specbench.measure.stats import CostInputs
 from specbench.models import context_limit, encode_turn
@@ -35,6 +35,7 @@ Progress = Callable[[str, int, int], None]  # what, done, total
 Estimate = Callable[[dict[str, Any]], None]  # after the warm-up: the plan (seconds, prompts, strategies, ...)
 
 BATCHED_VERIFY_LENGTHS = (1, 2, 4, 8, 12, 16)  # the chains' verify blocks: the engine pads them to the longest draft
+ENGINE_VERIFY_LENGTHS = (1, 2, 3, 4, 6, 8, 12, 16)  # another engine's chains (longer ones extrapolate)
 
 
 def cost_inputs(bench: PreparedRun) -> CostInputs:
@@ -50,7 +51,17 @@ def cost_inputs(bench: PreparedRun) -> CostInputs:
     if batched:  # the load axis's model at the run's batch sizes (chains only run batched)
         table = measure_costs(bench.target.model, bench.strategies, context, bench.config.out,
                               replace(grid, batch_sizes=batched, verify_lengths=BATCHED_VERIFY_LENGTHS, masks=(CHAIN,)))
-    return CostInputs(table, {s.name: drafter_key(s) for s in bench.strategies if s.drafter is not None})
+    tables = {SPECBENCH: table}
+    for name, engine in bench.backends.items():
+        if name == SPECBENCH or not any(s.engine == name for s in bench.engine_strategies if s.name != BASELINE):
+            continue
+        timed = engine.target_costs(list(contexts), list(ENGINE_VERIFY_LENGTHS), grid.repeats, grid.warmup)
+        if timed:
+            tables[name] = engine_table(table, name, timed)
+        else:
+            bench.notes.append(f"{engine.title}'s forwards are not timed apart: the cost model predicts no speedup "
+                               "for its strategies")
+    return CostInputs(tables, {s.name: drafter_key(s) for s in bench.strategies if s.drafter is not None})
 
 
 def run_benchmark(config: RunConfig, progress: Progress | None = None, resume: str | Path | None = None,
@@ -112,7 +123,8 @@ def measure_run(bench: PreparedRun, run: RunDir, progress: Progress | None = Non
                      "load": noise.load_before, "cpus": noise.cpus, "busy": noise.busy_before(),
                      "skipped": list(bench.skipped), "context": context_limit(bench.target),
                      "startup_s": time.perf_counter() - started})
-    # the cost model predicts specbench's strategies, which run only where specbench is listed (else `ar` alone)
+    # the cost model prices proposals as specbench's engine times them, whose strategies run only where it is
+    # listed (else `ar` alone)
     costs = cost_inputs(bench) if config.cost_model and SPECBENCH in parse_engines(config.engine) else None
     priced = time_proposals(bench.target, bench.strategies, config.out)  # the load axis's, timed before measuring
     noise.restart()

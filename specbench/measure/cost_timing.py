@@ -23,6 +23,7 @@ import functools
 import hashlib
 import time
 from contextlib import contextmanager
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Callable, Iterator
@@ -40,7 +41,7 @@ from specbench.engine.protocol import DraftContext, StepOutcome
 from specbench.engine.sampling import Sampling, seeded
 from specbench.engine.tree import DraftTree, tree_attention_mask
 from specbench.measure import noise
-from specbench.measure.cost_table import BATCH_GRID, TREE, CostTable, Grid, load_table, table_path
+from specbench.measure.cost_table import BATCH_GRID, CHAIN, TREE, CostTable, Grid, load_table, table_path
 from specbench.measure.host import cpu_name
 from specbench.models import DEFAULT_MODEL, encode_turn, fingerprint
 from specbench.strategies.base import own_drafter
@@ -109,6 +110,15 @@ def _time_rounds(fns: list[Callable[[], None]], repeats: int, warmup: int, devic
             if round_ >= warmup:
                 times[i].append(time.perf_counter() - start)
     return [_timing(t) for t in times]
+
+
+def engine_table(table: CostTable, engine: str, timed: list) -> CostTable:
+    """`table` with the target's forwards as another engine times them (a backend's `target_costs`, batch 1,
+    chains): that engine's strategies are priced with its own forwards and with the proposals of the same
+    drafters (their weights and knobs), timed in specbench's engine."""
+    rows = [{"batch": 1, "tokens": t.tokens, "context": t.context, "mask": CHAIN, **_timing(t.seconds)}
+            for t in timed]
+    return replace(table, key={**table.key, "engine": engine}, target=rows, overhead=[])
 
 
 def _timing(times: list[float]) -> dict[str, float]:

@@ -117,10 +117,10 @@ def _ratio(num: float, den: float) -> float | None:
 
 @dataclass(frozen=True)
 class CostInputs:
-    """What the cost model needs beside the rows: the cost table, and each strategy's key in it."""
+    """What the cost model needs beside the rows: each engine's cost table, and each strategy's key in them."""
 
-    table: CostTable
-    drafter_keys: dict[str, str]  # strategy name -> its proposals' key in the table
+    tables: dict[str, CostTable]  # engine -> the table its strategies are priced with
+    drafter_keys: dict[str, str]  # strategy name -> its proposals' key in the tables
 
 
 def tau(rows: pd.DataFrame) -> float | None:
@@ -176,8 +176,8 @@ def summarise_strategy(rows: pd.DataFrame, seed: int = 0, costs: CostInputs | No
     )
     if "engines_agree" in rows and rows.engines_agree.notna().any():
         summary.engine_agreement = engine_agreement(rows)
-    if costs is not None and engine == SPECBENCH and name != BASELINE and name in costs.drafter_keys and steps:
-        model = predict(step_shape(rows), costs.table, costs.drafter_keys[name])
+    if costs is not None and engine in costs.tables and name != BASELINE and name in costs.drafter_keys and steps:
+        model = predict(step_shape(rows), costs.tables[engine], costs.drafter_keys[name])
         summary.cost_model = {**model, "measured_over_predicted": speedup / model["predicted_speedup"]}
     return summary
 
