@@ -402,7 +402,7 @@ class LoadAxis(_Record):
 
     @property
     def modelled(self) -> bool:
-        return self.note is None
+        return self.cost_table is not None
 
     def as_dict(self) -> dict[str, Any]:
         if not self.modelled:

@@ -63,9 +63,9 @@ def _x(value: float | None) -> str:
 def batch_frames(summary: list[StrategySummary], load: LoadAxis | None) -> dict[str, pd.DataFrame]:
     """Speedup over batched ar per strategy and batch size (measured, modelled in brackets), tokens/s of the
     whole batch where measured, where each strategy stops paying, and the best draft tokens per batch size."""
-    load = load or LoadAxis()  # a run without a load axis (no rows, or older than it) models nothing
     measured = {(r.strategy, r.batch_size): r for r in summary}
-    modelled = {(p["strategy"], p["batch_size"]): p["modelled_speedup"] for p in load.points}
+    # a run without a load axis (no rows, or older than it) models nothing
+    modelled = {(p["strategy"], p["batch_size"]): p["modelled_speedup"] for p in load.points} if load else {}
     strategies = list(dict.fromkeys(r.strategy for r in summary if r.strategy != BASELINE))
     sizes = sorted({b for _, b in measured} | {b for _, b in modelled})
     if len(sizes) < 2:  # no load axis: one batch size measured, none other in the cost table
@@ -78,12 +78,12 @@ def batch_frames(summary: list[StrategySummary], load: LoadAxis | None) -> dict[
         frames["tokens/s of the whole batch (measured)"] = pd.DataFrame(
             [{"strategy": s, **{f"B={b}": measured[(s, b)].tokens_per_s if (s, b) in measured else None
                                 for b in measured_sizes}} for s in [BASELINE, *strategies]])
-    stops = load.stops_paying
+    stops = load.stops_paying if load else {}
     if stops:
         frames["where speculation stops paying (first batch size below 1x)"] = pd.DataFrame(
             [{"strategy": s, "measured": stop_text(v["measured"], v["measured_up_to"]),
               "modelled": stop_text(v["modelled"], v["modelled_up_to"])} for s, v in stops.items()])
-    schedule = load.schedule
+    schedule = load.schedule if load else {}
     if schedule:
         frames["best draft tokens per step by batch size (modelled; 0 = plain decoding)"] = pd.DataFrame(
             [{"strategy": s, **{f"B={p['batch_size']}": f"{p['draft_tokens']} ({p['speedup']:.2f}x)" for p in best}}

@@ -20,7 +20,6 @@ import json
 import re
 import time
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -43,9 +42,9 @@ from specbench.strategies.names import BASELINE, StrategyName
 from specbench.tuning import study as studies
 from specbench.tuning.config import TuneConfig
 from specbench.tuning.objective import TrialFailure
-from specbench.tuning.outputs import importances, tuned_toml
+from specbench.tuning.outputs import tuned_toml
 from specbench.tuning.storage import display_url
-from specbench.tuning.study_runner import Progress, TuneReport, optimize, trial_counts
+from specbench.tuning.study_runner import Progress, TuneReport, new_record, optimize, set_best
 from specbench.tuning.study_space import StudySpace, study_space
 
 BASELINE_LEVEL = "ar_level"  # study attribute: ar's level at the study's load
@@ -233,31 +232,23 @@ def finish(config: TuneConfig, plan: ServedPlan, study: optuna.Study, url: str, 
     name, run, level = study.study_name, plan.serve.run, plan.level
     best, defaults = studies.best_trial(study), studies.defaults_trial(study)
     ar_level = study.user_attrs.get(BASELINE_LEVEL)
-    record = ServedStudy(
-        study=name, storage=display_url(url), strategy=plan.spec.name, model=plan.identity["model"],
+    record = new_record(
+        ServedStudy, study, url, trials, plan.requests, strategy=plan.spec.name, model=plan.identity["model"],
         engine="vllm", label=plan.label, objective=plan.objective, unit=UNITS[plan.objective],
         direction=config.directions[0],
         load={"concurrency": level.concurrency, "request_rate": level.request_rate},
         slo=plan.serve.slo, suite=run.suite, categories=list(run.categories), temperature=run.temperature,
         max_new_tokens=run.max_new_tokens, requests=plan.requests, engine_args=run.engine_args,
-        trials=trial_counts(study, plan.requests), target_trials=trials, logs=str(logs_dir(config, name)),
-        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        baseline=level_figures(ar_level["summary"]) if ar_level else None,
+        logs=str(logs_dir(config, name)), baseline=level_figures(ar_level["summary"]) if ar_level else None,
         measured=[{"number": t.number, "params": t.params, "value": t.value, **t.user_attrs}
-                  for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))],
-        best_params=None, best_value=None, toml=None, plots=[],
-        defaults=None if defaults is None else {"trial": defaults.number, "params": defaults.params,
-                                                "value": defaults.values[0]})
+                  for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))])
     if best is None:
         record.note = "no trial completed"
         write_json(tuned_dir / f"{name}.json", record.as_dict())
         return record
-    knobs, controller = plan.space.run_settings(best.params)
-    record = dataclasses.replace(
-        record, best_trial=best.number, best_params=best.params, best_value=best.values[0], knobs=knobs,
-        controller=controller, importances=importances(study),
-        best={k: best.user_attrs.get(k) for k in (*record.baseline, "tpot_speedup", "tau")},
-        toml=str(tuned_dir / f"{name}.toml"), vllm_config=str(tuned_dir / f"{name}.vllm.json"))
+    knobs, controller = set_best(record, study, best, plan.space)
+    record.best = {k: best.user_attrs.get(k) for k in (*record.baseline, "tpot_speedup", "tau")}
+    record.toml, record.vllm_config = str(tuned_dir / f"{name}.toml"), str(tuned_dir / f"{name}.vllm.json")
     unit = UNITS[plan.objective]
     figures = (f"# {plan.objective} {best.values[0]:.4g} {unit} at {level.label}; ar "
                f"{record.baseline[plan.objective]:.4g} {unit}, the defaults "

@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import optuna
 import torch
@@ -243,6 +243,30 @@ def _spawned_worker(config: TuneConfig, spec_name: str, identity: dict[str, Any]
         sys.exit(2)
 
 
+Record = TypeVar("Record", bound=StudyRecord)
+
+
+def new_record(kind: type[Record], study: optuna.Study, url: str, trials: int, prompts: int, **fields: Any) -> Record:
+    """A study's record of `kind`: what every study records of itself (its name and storage, its trials
+    counted with `prompts` each, when, the defaults' trial) and `fields`, the rest of its kind's; no best
+    trial yet (set_best)."""
+    defaults = defaults_trial(study)
+    return kind(study=study.study_name, storage=display_url(url), trials=trial_counts(study, prompts),
+                target_trials=trials, created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                best_params=None, best_value=None, toml=None, plots=[],
+                defaults=None if defaults is None else {"trial": defaults.number, "params": defaults.params,
+                                                        "value": defaults.values[0]}, **fields)
+
+
+def set_best(record: StudyRecord, study: optuna.Study, best: optuna.trial.FrozenTrial,
+             space: StudySpace) -> tuple[dict[str, dict[str, Any]], str | None]:
+    """The best trial's entries of `record`, which every study records; its knobs and controller."""
+    knobs, controller = space.run_settings(best.params)
+    record.best_trial, record.best_params, record.best_value = best.number, best.params, best.values[0]
+    record.knobs, record.controller, record.importances = knobs, controller, importances(study)
+    return knobs, controller
+
+
 def trial_counts(study: optuna.Study, prompts: int) -> dict[str, Any]:
     counted = counted_trials(study)
     by_state = {state: [t for t in counted if t.state == state]
@@ -284,30 +308,22 @@ def finish_study(config: TuneConfig, plan: StudyPlan, study: optuna.Study, url: 
     name = study.study_name
     workload = config.workload
     best, defaults = best_trial(study), defaults_trial(study)
-    record = TunedStudy(
-        study=name, storage=display_url(url), strategy=plan.spec.name, model=plan.bench.target.name,
-        gpu=workload.gpu, projected=plan.profile is not None, label=plan.label,
+    record = new_record(
+        TunedStudy, study, url, trials, len(plan.identity["prompts"]), strategy=plan.spec.name,
+        model=plan.bench.target.name, gpu=workload.gpu, projected=plan.profile is not None, label=plan.label,
         objectives=config.objectives.split(","), suite=plan.bench.suite.name,
         categories=list(workload.categories), temperature=workload.temperature,
         max_new_tokens=workload.max_new_tokens, batch_size=1,
         prompts={"tuning": len(plan.identity["prompts"]), "holdout": sum(len(item.turns) for item in plan.holdout)},
-        trials=trial_counts(study, len(plan.identity["prompts"])), target_trials=trials,
-        session=[spec.name for spec in config.specs()],
-        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        best_params=None, best_value=None, toml=None, plots=[],
-        defaults=None if defaults is None else {"trial": defaults.number, "params": defaults.params,
-                                                "value": defaults.values[0]})
+        session=[spec.name for spec in config.specs()])
     if best is None:
         record.note = ("no trial completed" if not record.trials["complete"] else
                        f"no configuration fits {plan.profile.name}'s memory" if plan.profile else "no best trial")
         write_json(tuned_dir / f"{name}.json", record.as_dict())
         return record
-    knobs, controller = plan.space.run_settings(best.params)
-    record = dataclasses.replace(
-        record, best_trial=best.number, best_params=best.params, best_value=best.values[0],
-        memory_bytes=best.user_attrs.get("memory_bytes"),
-        tuning={**interval(best.user_attrs[PER_PROMPT], workload.seed), "speedup": best.values[0]},
-        knobs=knobs, controller=controller, importances=importances(study))
+    knobs, controller = set_best(record, study, best, plan.space)
+    record.memory_bytes = best.user_attrs.get("memory_bytes")
+    record.tuning = {**interval(best.user_attrs[PER_PROMPT], workload.seed), "speedup": best.values[0]}
     if len(study.directions) > 1:
         record.pareto = [{"trial": t.number, "params": t.params, "speedup": t.values[0], "memory_bytes": t.values[1]}
                          for t in sorted(study.best_trials, key=lambda t: -t.values[0])]

@@ -59,10 +59,7 @@ def study_lines(record: StudyRecord) -> tuple[list[str], list[str]]:
     if len(record.objectives) > 1:
         lines.append(f"Pareto front: {len(record.pareto)} trials (speedup against memory); the TOML holds the "
                      "fastest")
-    lines.append(f"tuned config: {record.toml}  (specbench run --config {record.toml})")
-    if record.vllm_config:
-        lines.append(f"vLLM speculative config, as measured: {record.vllm_config}  "
-                     f"(vllm serve MODEL --speculative-config \"$(cat {record.vllm_config})\")")
+    lines += config_lines(record)
     if record.engines_file:
         lines.append(f"vLLM / SGLang translation (not a measurement): {record.engines_file}")
     if record.plots:
@@ -87,10 +84,16 @@ def served_lines(record: ServedStudy) -> tuple[list[str], list[str]]:
     ar = record.baseline[record.objective]
     lines.append(f"best trial {record.best_trial}: {figure(record.best_value)}; defaults {figure(defaults)}; "
                  f"ar {figure(ar)}; TPOT speedup over ar {_x(record.best['tpot_speedup'])}")
-    lines.append(f"tuned config: {record.toml}  (specbench run --config {record.toml})")
-    lines.append(f"vLLM speculative config, as measured: {record.vllm_config}  "
-                 f"(vllm serve MODEL --speculative-config \"$(cat {record.vllm_config})\")")
-    return lines, warnings
+    return lines + config_lines(record), warnings
+
+
+def config_lines(record: StudyRecord) -> list[str]:
+    """Where the best configuration went: a run config, and vLLM's speculative config where vLLM measured it."""
+    lines = [f"tuned config: {record.toml}  (specbench run --config {record.toml})"]
+    if record.vllm_config:
+        lines.append(f"vLLM speculative config, as measured: {record.vllm_config}  "
+                     f"(vllm serve MODEL --speculative-config \"$(cat {record.vllm_config})\")")
+    return lines
 
 
 def params_rows(record: StudyRecord) -> list[list[str]]:
