@@ -69,7 +69,8 @@ def main() -> None:
     load = report.load
     figures = {
         "command": f"python scripts/bench_batch.py --limit {args.limit} --max-new-tokens {args.max_new_tokens} "
-                   f"--batch-sizes {args.batch_sizes}",
+                   f"--batch-sizes {args.batch_sizes}" + (f" --model {args.model}" if args.model else ""),
+        "model": args.model or "the embedded default model",
         "run_dir": str(report.path), "cost_table": str(table_file), "complete": report.complete,
         "mismatches": {f"{r.strategy}@{r.batch_size}": r.mismatches for r in report.summary},
         "measured_beside_modelled": [p for p in load.points if p["measured_speedup"] is not None],
@@ -103,7 +104,7 @@ def gpu_crossovers(config: RunConfig, report) -> dict[str, dict]:
 
 
 def markdown(figures: dict, report) -> str:
-    lines = ["# Batch-size benchmark", "", f"`{figures['command']}` (CPU, greedy, embedded default model)", "",
+    lines = ["# Batch-size benchmark", "", f"`{figures['command']}` (CPU, greedy, {figures['model']})", "",
              f"Run: `{figures['run_dir']}`; cost table: `{figures['cost_table']}`.", ""]
     if report.noise.noisy:
         lines += [f"**The machine was noisy** ({'; '.join(report.noise.reasons)}): rerun on a quiet machine.", ""]

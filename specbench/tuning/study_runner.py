@@ -246,12 +246,13 @@ def _spawned_worker(config: TuneConfig, spec_name: str, identity: dict[str, Any]
 Record = TypeVar("Record", bound=StudyRecord)
 
 
-def new_record(kind: type[Record], study: optuna.Study, url: str, trials: int, prompts: int, **fields: Any) -> Record:
+def new_record(kind: type[Record], study: optuna.Study, url: str, trials: int, per_trial: int,
+               **fields: Any) -> Record:
     """A study's record of `kind`: what every study records of itself (its name and storage, its trials
-    counted with `prompts` each, when, the defaults' trial) and `fields`, the rest of its kind's; no best
-    trial yet (set_best)."""
+    counted with `per_trial` prompts or requests each, when, the defaults' trial) and `fields`, the rest of
+    its kind's; no best trial yet (set_best)."""
     defaults = defaults_trial(study)
-    return kind(study=study.study_name, storage=display_url(url), trials=trial_counts(study, prompts),
+    return kind(study=study.study_name, storage=display_url(url), trials=trial_counts(study, per_trial),
                 target_trials=trials, created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 best_params=None, best_value=None, toml=None, plots=[],
                 defaults=None if defaults is None else {"trial": defaults.number, "params": defaults.params,
