@@ -136,7 +136,9 @@ def main() -> None:
     write_json(args.out / "recommend.json", figures)
     lines = ["# Recommend benchmark", "",
              f"`python scripts/bench_recommend.py --categories {','.join(categories)} --max-new-tokens "
-             f"{args.max_new_tokens}` (CPU, greedy, embedded default model; recommend answers from the evidence "
+             f"{args.max_new_tokens}" + (f" --per-half {args.per_half}" if args.per_half else "")
+             + (f" --model {args.model}" if args.model else "")
+             + f"` (CPU, greedy, {args.model or 'embedded default model'}; recommend answers from the evidence "
              "half of each category's prompts, the check half measures the winner)", "",
              "| category | batch | recommended (source) | expected | on check | fastest on check | same | loss | "
              "prior | prior on check |", "|---|---|---|---|---|---|---|---|---|---|"]
