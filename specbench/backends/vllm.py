@@ -324,7 +324,8 @@ def time_target(runner: VllmRunner, vocab: int, contexts: list[int], lengths: li
     request of n more tokens and one new token costs the forward of n tokens at context c plus the
     request's fixed cost. The fixed cost cancels against the same request with n = 1, and the forward of
     one token is the decode step: (a request of DECODE_STEPS + 1 new tokens less one of 1) / DECODE_STEPS.
-    Contexts are rounded up to whole blocks; the new tokens are random, never cached, in every request."""
+    Each context is a whole number of blocks (target_costs rounds them up); the new tokens of every request
+    are random, never cached."""
     import numpy as np
 
     from specbench.backends.protocol import TargetTimes
