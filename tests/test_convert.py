@@ -164,6 +164,38 @@ def test_the_embedded_drafters_in_vllm_layouts_draft_the_same(default_target, tm
     assert drafted > 3
 
 
+@pytest.mark.parametrize("strategy", ["eagle", "dflash", "dspark"])
+def test_a_draft_vocabulary_goes_to_vllm_as_eagle3s_map_or_is_refused(default_target, tmp_path, strategy):
+    """EAGLE-3's layout carries the map (d2t, t2d, a head of the draft vocabulary's rows): read back, it drafts
+    what specbench's own drafter does. z-lab's and DeepSpec's layouts carry none: one line."""
+    from specbench.models import fingerprint
+    from specbench.strategies.drafter_dir import save_drafter
+    from specbench.strategies.knobs import make_options
+    from specbench.strategies.published.to_vllm import vllm_drafter_dir
+    from specbench.strategies.registry import definition
+
+    target = default_target
+    torch.manual_seed(0)
+    model = definition(strategy).trainable(target, make_options(strategy, {"draft_vocab": 512}))
+    model.vocab.set_ids(torch.randperm(target.model.config.vocab_size)[:512])
+    save_drafter(tmp_path / strategy, strategy, model.drafter_config(), model.state_dict(), fingerprint(target.model))
+    if strategy != "eagle":
+        with pytest.raises(SpecbenchError, match="carries no draft-vocabulary map") as refused:
+            vllm_drafter_dir(strategy, tmp_path / strategy, target, tmp_path / "vllm")
+        assert "\n" not in str(refused.value)
+        return
+    written = vllm_drafter_dir(strategy, tmp_path / strategy, target, tmp_path / "vllm")
+    assert json.loads((written / "config.json").read_text())["draft_vocab_size"] == 512
+    own = build_strategy(parse_strategy(strategy), target, {}, {strategy: open_source(tmp_path / strategy)}).drafter
+    published = build_strategy(parse_strategy(strategy), target, {}, {strategy: open_source(written)}).drafter
+    for text in ("def parse(text):\n    ", "import os\n"):
+        prompt = target.tokenizer(text)["input_ids"]
+        tree = propose(own, target.model, prompt, 7)
+        assert tree.tokens and set(tree.tokens) <= set(model.vocab.ids.tolist())
+        again = propose(published, target.model, prompt, 7)
+        assert (again.tokens, again.parents) == (tree.tokens, tree.parents)
+
+
 def test_convert_to_vllm_command(tmp_path):
     from specbench.models import ASSETS
 

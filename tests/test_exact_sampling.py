@@ -223,20 +223,21 @@ class SmallTarget:
         self.name = "tiny"
 
 
-def member(name: str, target: SmallTarget):
-    """An untrained drafter of each kind (any q is fine for exactness), small enough to enumerate."""
+def member(name: str, target: SmallTarget, draft_vocab: int = 0):
+    """An untrained drafter of each kind (any q is fine for exactness), small enough to enumerate; the learned
+    ones scoring `draft_vocab` of the tokens (0: all)."""
     torch.manual_seed(zlib.crc32(name.encode()))
     if name == "eagle":
-        options = EagleOptions(depth=2, top_k=2, total_tokens=4)
+        options = EagleOptions(depth=2, top_k=2, total_tokens=4, draft_vocab=draft_vocab)
         return EagleDrafter(EagleModel.for_target(target, options).double(), options), options
     if name == "mtp":
-        options = MtpOptions(n_modules=2, branching="3,1", entropy_threshold=10.0)
+        options = MtpOptions(n_modules=2, branching="3,1", entropy_threshold=10.0, draft_vocab=draft_vocab)
         return MtpDrafter(MtpModel.for_target(target, options).double(), options), options
     if name == "dflash":
-        options = DFlashOptions(block_size=3)
+        options = DFlashOptions(block_size=3, draft_vocab=draft_vocab)
         return DFlashDrafter.untrained(target, options), options
     if name == "dspark":
-        options = DSparkOptions(block_size=2, confidence_threshold=0.3, k_min=2, k_max=3)
+        options = DSparkOptions(block_size=2, confidence_threshold=0.3, k_min=2, k_max=3, draft_vocab=draft_vocab)
         return DSparkDrafter.untrained(target, options), options
     if name == "draft":
         options = DraftOptions(k=2)
@@ -249,11 +250,11 @@ def member(name: str, target: SmallTarget):
     return definition(name).build(target, options, None), options
 
 
-def strategy(text: str, target: SmallTarget) -> tuple[object, object]:
+def strategy(text: str, target: SmallTarget, draft_vocab: int = 0) -> tuple[object, object]:
     """The drafter and controller of a strategy as build_strategy makes them, on untrained drafters."""
     drafters, factories = [], []
     for name in parse_strategy(text).members:
-        drafter, options = member(name, target)
+        drafter, options = member(name, target, draft_vocab)
         drafters.append(drafter)
         factory, budget = CONTROLLERS[definition(name).default_controller], definition(name).budget(options)
         factories.append(lambda factory=factory, budget=budget, options=options: factory(budget, options))
@@ -263,12 +264,22 @@ def strategy(text: str, target: SmallTarget) -> tuple[object, object]:
 
 
 @pytest.mark.parametrize("text", DRAFTER_NAMES + COMBINATIONS)
-@torch.no_grad()
 def test_every_strategy_of_all_samples_exactly(text):
+    check_samples_exactly(text)
+
+
+@pytest.mark.parametrize("text", ["eagle", "mtp", "dflash", "dspark", "eagle+dflash"])
+def test_a_reduced_draft_vocabulary_samples_exactly(text):
+    """q is zero outside the draft vocabulary (5 of the 6 tokens): those tokens come only from the residual."""
+    check_samples_exactly(text, draft_vocab=5)
+
+
+@torch.no_grad()
+def check_samples_exactly(text: str, draft_vocab: int = 0) -> None:
     target = SmallTarget()
     model, sampling, prompt = target.model, Sampling(temperature=1.0), [1, 2, 3, 1, 2]
     committed = torch.tensor(prompt)
-    drafter, controller = strategy(text, target)
+    drafter, controller = strategy(text, target, draft_vocab)
     cache = new_cache(model)
     hidden = prefill(model, committed, cache, drafter.hidden_layers)
     logits_by_tree: dict[tuple, torch.Tensor] = {}

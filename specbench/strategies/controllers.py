@@ -60,13 +60,14 @@ class EntropyController(FixedController):
     threshold: float = ENTROPY_THRESHOLD
 
     def keep_drafting(self, depth: int, logits: torch.Tensor) -> bool:
-        return entropy(logits) <= self.threshold
+        return float(entropy(logits)) <= self.threshold
 
 
-def entropy(logits: torch.Tensor) -> float:
-    """Entropy in nats of softmax(logits) over the last dimension."""
-    logp = logits.float().log_softmax(-1)
-    return float(-(logp.exp() * logp).sum(-1))
+def entropy(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy in nats of softmax(logits) over the last dimension; a token at -inf logit (outside a draft
+    vocabulary) adds 0, not 0 * -inf."""
+    p = logits.float().softmax(-1)
+    return -p.xlogy(p).sum(-1)
 
 
 @dataclass

@@ -35,7 +35,8 @@ from specbench.engine.linear import Linear, linear
 from specbench.engine.protocol import DraftContext, Drafter, StepOutcome
 from specbench.engine.tree import DraftTree
 from specbench.strategies.base import Method, load_trained
-from specbench.strategies.layers import Arch, embed, lm_head, rope, rotate
+from specbench.strategies.draft_vocab import DraftVocab, draft_vocab_knob
+from specbench.strategies.layers import Arch, embed, rope, rotate
 from specbench.strategies.search_space import Choice, IntRange, Param, SearchSpace, check_ranges, knob
 from specbench.strategies.serving import DRAFTER, Serving, fixed_only
 from specbench.strategies.trainable import DistillBatch
@@ -53,6 +54,7 @@ class DFlashOptions:
     # DeepSpec's DFlash and DSpark configs
     gamma: float = knob(4.0, "training position weights exp(-k / gamma)", "positions", low=0, above=True,
                         architecture=True)
+    draft_vocab: int = draft_vocab_knob()
 
     def __post_init__(self) -> None:
         check_ranges(self, "dflash.")
@@ -83,11 +85,12 @@ class BlockConfig:
     target_layers: tuple[int, ...]  # HF hidden-state indices of the context features
     shifted: bool = False  # DSpark: slot k drafts position n+k, so the anchor slot drafts too
     markov_rank: int = 0  # DSpark's Markov head
+    draft_vocab: int | None = None  # tokens the drafter scores (None: the whole vocabulary)
 
     @classmethod
-    def for_target(cls, model: nn.Module, layers: int) -> BlockConfig:
-        return cls(Arch.drafter_block(model.config), model.get_output_embeddings().weight.shape[0], layers,
-                   context_layers(model.config.num_hidden_layers))
+    def for_target(cls, model: nn.Module, options) -> BlockConfig:
+        return cls(Arch.drafter_block(model.config), model.get_output_embeddings().weight.shape[0], options.layers,
+                   context_layers(model.config.num_hidden_layers), draft_vocab=options.draft_vocab or None)
 
     @classmethod
     def from_dict(cls, values: dict) -> BlockConfig:
@@ -186,15 +189,17 @@ class DFlashModel(nn.Module):
         self.mask_embedding = nn.Parameter(torch.randn(hidden) * 0.02)
         self.layers = nn.ModuleList(DraftLayer(config.arch) for _ in range(config.layers))
         self.norm = nn.RMSNorm(hidden, eps=eps)
+        self.vocab = DraftVocab(target, config.draft_vocab)
 
     @classmethod
     def architecture(cls, model: nn.Module, options) -> BlockConfig:
-        return BlockConfig.for_target(model, options.layers)
+        return BlockConfig.for_target(model, options)
 
     @classmethod
     def for_target(cls, target, options) -> DFlashModel:
-        """A fresh, untrained drafter for `target` (the Method's `trainable`)."""
-        return cls(target.model, cls.architecture(target.model, options), options)
+        """A fresh, untrained drafter for `target` (the Method's `trainable`), on its device and in its dtype."""
+        return cls(target.model, cls.architecture(target.model, options), options).to(target.device,
+                                                                                      target.model.dtype)
 
     @property
     def hidden_layers(self) -> tuple[int, ...]:
@@ -208,7 +213,8 @@ class DFlashModel(nn.Module):
         return {"architecture": dataclasses.asdict(self.config), "knobs": dataclasses.asdict(self.options)}
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return lm_head(self.target, hidden)
+        """Logits over the draft vocabulary; `vocab.expand` turns them into the target's."""
+        return self.vocab.compact(hidden)
 
     def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return batched_rope(positions, self.config.arch, self.fc.weight.dtype)
@@ -269,11 +275,12 @@ class DFlashModel(nn.Module):
         target_pos = anchors[..., None] + 1 + k
         inside = target_pos < length
         target_pos = target_pos.clamp(max=length - 1)
-        labels = ids.gather(1, target_pos.flatten(1)).view_as(target_pos)
+        tokens = ids.gather(1, target_pos.flatten(1)).view_as(target_pos)
         supervised = inside & batch.mask.gather(1, target_pos.flatten(1)).view_as(target_pos) & keep[..., None]
         supervised = supervised.int().cumprod(-1).bool()  # a block is trained up to its first unsupervised label
-        prev = torch.cat([ids.gather(1, anchors)[..., None], labels[..., :-1]], -1)
-        weights = supervised * torch.exp(-k / self.options.gamma)
+        prev = torch.cat([ids.gather(1, anchors)[..., None], tokens[..., :-1]], -1)
+        labels, known = self.vocab.labels(tokens)  # a token outside the draft vocabulary is not a label
+        weights = supervised * known * torch.exp(-k / self.options.gamma)
         return Blocks(hidden, labels, prev, target_pos - 1, weights)
 
     def training_loss(self, batch: DistillBatch) -> torch.Tensor:
@@ -310,7 +317,7 @@ class DFlashDrafter(Drafter):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             model = cls.model_cls.for_target(target, options)
-        return cls(model.to(target.device, target.model.dtype).eval(), options)
+        return cls(model.eval(), options)
 
     @classmethod
     def load(cls, target, options, drafter_dir: Path | None) -> DFlashDrafter:
@@ -371,7 +378,7 @@ class DFlashDrafter(Drafter):
 
     def _chain(self, hidden: torch.Tensor, ctx: DraftContext) -> tuple[list[int], list[torch.Tensor | None]]:
         """Every position drafted independently from the block's logits, cut where the controller says stop."""
-        logits = self.model.logits(hidden)
+        logits = self.model.vocab.expand(self.model.logits(hidden))
         tokens, qs = pick(logits, ctx)
         depth = next((k + 1 for k in range(len(logits)) if not ctx.controller.keep_drafting(k + 1, logits[k])),
                      len(logits))

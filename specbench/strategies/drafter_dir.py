@@ -23,7 +23,13 @@ def write_checkpoint(out_dir: Path, config: dict, state: dict[str, torch.Tensor]
     with atomic_path(Path(out_dir)) as staging:
         staging.mkdir(parents=True)
         (staging / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-        save_file({k: v.detach().to(dtype).contiguous().cpu() for k, v in state.items()}, str(staging / WEIGHTS))
+        save_file({k: _stored(v, dtype) for k, v in state.items()}, str(staging / WEIGHTS))
+
+
+def _stored(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Weights in `dtype`; token ids (a draft vocabulary) as they are."""
+    tensor = tensor.detach().contiguous().cpu()
+    return tensor.to(dtype) if tensor.is_floating_point() else tensor
 
 
 def save_drafter(out_dir: Path, strategy: str, config: dict, state: dict[str, torch.Tensor],
@@ -34,7 +40,8 @@ def save_drafter(out_dir: Path, strategy: str, config: dict, state: dict[str, to
 
 
 def load_drafter(path: Path, strategy: str, fingerprint: str) -> tuple[dict, dict[str, torch.Tensor]]:
-    """The drafter's config and float32 weights, after checking it is a `strategy` drafter for this target."""
+    """The drafter's config and float32 weights (token ids as stored), after checking it is a `strategy`
+    drafter for this target."""
     config = read_drafter_config(path)
     found = config.get("specbench_strategy")
     if found != strategy:
@@ -46,4 +53,4 @@ def load_drafter(path: Path, strategy: str, fingerprint: str) -> tuple[dict, dic
         state = load_file(str(Path(path) / WEIGHTS))
     except (FileNotFoundError, SafetensorError, OSError) as exc:
         raise SpecbenchError(f"drafter {path}: {WEIGHTS} is missing or corrupt ({exc})") from None
-    return config, {k: v.float() for k, v in state.items()}
+    return config, {k: v.float() if v.is_floating_point() else v for k, v in state.items()}

@@ -42,6 +42,7 @@ from specbench.engine.linear import Linear
 from specbench.engine.protocol import DraftContext
 from specbench.strategies.base import Method
 from specbench.strategies.dflash import BlockConfig, DFlashDrafter, DFlashModel, pick
+from specbench.strategies.draft_vocab import draft_vocab_knob
 from specbench.strategies.dspark_scheduler import SCHEDULER_SPACE, SchedulerKnobs
 from specbench.strategies.search_space import Choice, FloatRange, IntRange, Param, SearchSpace, knob, knob_infos
 from specbench.strategies.serving import DRAFTER, Serving, fixed_only
@@ -67,6 +68,7 @@ class DSparkOptions(SchedulerKnobs):  # the scheduler's knobs are dspark's too: 
     # DeepSpec's value
     gamma: float = knob(4.0, "training position weights exp(-k / gamma)", "positions", low=0, above=True,
                         architecture=True)
+    draft_vocab: int = draft_vocab_knob()
 
     def __post_init__(self) -> None:
         self.check(prefix="dspark.")
@@ -90,7 +92,7 @@ class DSparkModel(DFlashModel):
     def __init__(self, target: nn.Module, config: BlockConfig, options):
         super().__init__(target, config, options)
         self.markov_in = nn.Embedding(config.vocab_size, config.markov_rank)
-        self.markov_out = Linear(config.markov_rank, config.vocab_size, bias=False)
+        self.markov_out = Linear(config.markov_rank, self.vocab.size, bias=False)
         nn.init.normal_(self.markov_out.weight, std=0.02)  # starts as a small correction
         self.confidence = Linear(config.arch.hidden_size + config.markov_rank, 1)
 
@@ -116,7 +118,7 @@ class DSparkModel(DFlashModel):
         logits, confidence = self.heads(b.hidden, self.logits(b.hidden), b.prev)
         logits = logits.float()
         rows = torch.arange(len(b.before), device=b.before.device)[:, None, None]
-        p_target = self.logits(batch.final[rows, b.before]).float().softmax(-1)
+        p_target = self.vocab.target_probs(batch.final[rows, b.before])
         ce = F.cross_entropy(logits.flatten(0, -2), b.labels.flatten(), reduction="none").view_as(b.labels)
         l1 = (logits.softmax(-1) - p_target).abs().sum(-1)
         accept = (1.0 - 0.5 * l1).clamp(0.0, 1.0).detach()
@@ -139,6 +141,7 @@ class DSparkDrafter(DFlashDrafter):
         state = None
         for k in range(len(hidden)):
             logits, confidence, state = self.model.step_heads(hidden[k], base[k], prev, state)
+            logits = self.model.vocab.expand(logits)
             if confidence is not None:
                 p = float(torch.sigmoid(confidence))
                 alive = alive * p if self.options.confidence_rule == "cumulative" else p

@@ -29,7 +29,8 @@ from specbench.engine.linear import Linear
 from specbench.engine.protocol import DraftContext, Drafter, StepOutcome
 from specbench.engine.tree import DraftTree
 from specbench.strategies.base import Method, load_trained
-from specbench.strategies.layers import KV, Arch, FeatureLayer, causal_mask, embed, lm_head
+from specbench.strategies.draft_vocab import DraftVocab, draft_vocab_knob
+from specbench.strategies.layers import KV, Arch, FeatureLayer, causal_mask, embed
 from specbench.strategies.search_space import IntRange, Param, SearchSpace, check_ranges, knob
 from specbench.strategies.serving import DRAFTER, Serving, fixed_only
 from specbench.strategies.trainable import DistillBatch
@@ -46,6 +47,9 @@ class EagleOptions:
     top_k: int = knob(8, "children per expanded node, and nodes expanded per level", "nodes", low=1, high=64)
     total_tokens: int = knob(48, "draft nodes kept for verification (best cumulative log-prob)", "nodes",
                              low=1, high=1024)
+    draft_vocab: int = draft_vocab_knob()
+    ttt_steps: int = knob(3, "steps of EAGLE-3's training-time test when training (best as deep as it drafts)",
+                          "levels", low=1, architecture=True)
 
     def __post_init__(self) -> None:
         check_ranges(self, "eagle.")
@@ -62,7 +66,8 @@ SPACE = SearchSpace((
 class EagleModel(nn.Module):
     """The trainable drafter: fusion layer + one feature layer; the target is held, not registered."""
 
-    def __init__(self, target_model: nn.Module, arch: Arch, hidden_layers: tuple[int, ...], ttt_steps: int = 3):
+    def __init__(self, target_model: nn.Module, arch: Arch, hidden_layers: tuple[int, ...], ttt_steps: int = 3,
+                 draft_vocab: int | None = None):
         super().__init__()
         object.__setattr__(self, "target", target_model)
         self.arch = arch
@@ -70,27 +75,32 @@ class EagleModel(nn.Module):
         self.ttt_steps = ttt_steps
         self.fc = Linear(len(self.hidden_layers) * arch.hidden_size, arch.hidden_size, bias=False)
         self.layer = FeatureLayer(arch)
+        self.vocab = DraftVocab(target_model, draft_vocab)
 
     @classmethod
     def for_target(cls, target, options: EagleOptions | None = None) -> EagleModel:
-        """A fresh (random) drafter for `target`, on its device and in its dtype (the knobs do not shape it)."""
+        """A fresh (random) drafter for `target`, on its device and in its dtype."""
+        options = options or EagleOptions()
         config = target.model.config
-        model = cls(target.model, Arch.drafter_block(config), feature_layers(config.num_hidden_layers))
+        model = cls(target.model, Arch.drafter_block(config), feature_layers(config.num_hidden_layers),
+                    options.ttt_steps, options.draft_vocab or None)
         return model.to(target.device, target.model.dtype)
 
     @classmethod
     def from_config(cls, target_model: nn.Module, config: dict) -> EagleModel:
-        return cls(target_model, Arch(**config["arch"]), tuple(config["hidden_layers"]), config["ttt_steps"])
+        return cls(target_model, Arch(**config["arch"]), tuple(config["hidden_layers"]), config["ttt_steps"],
+                   config.get("draft_vocab"))
 
     def drafter_config(self) -> dict:
-        return {"arch": asdict(self.arch), "hidden_layers": list(self.hidden_layers), "ttt_steps": self.ttt_steps}
+        return {"arch": asdict(self.arch), "hidden_layers": list(self.hidden_layers), "ttt_steps": self.ttt_steps,
+                "draft_vocab": None if self.vocab.full else self.vocab.size}
 
     def step(self, feature: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
              past: KV | None = None) -> tuple[torch.Tensor, KV]:
         return self.layer(feature, embed(self.target, tokens), positions, mask, past)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return lm_head(self.target, self.layer.out_norm(hidden))
+        return self.vocab.logits(self.layer.out_norm(hidden))
 
     def unroll(self, batch: DistillBatch) -> list[torch.Tensor]:
         """Block outputs (B, T - 1, H) of each of the `ttt_steps` steps of EAGLE-3's training-time test.
@@ -116,14 +126,18 @@ class EagleModel(nn.Module):
         return outs
 
     def training_loss(self, batch: DistillBatch) -> torch.Tensor:
-        """Soft cross-entropy against the target's distribution, weighted 0.8^s over the unrolled steps."""
+        """Soft cross-entropy (forward KL up to a constant) against the target's distribution over the draft
+        vocabulary, weighted 0.8^s over the unrolled steps."""
         with torch.no_grad():
-            p = lm_head(self.target, batch.final[:, 1:]).float().softmax(-1)  # the target's view of token i + 2
+            p = self.vocab.target_probs(batch.final[:, 1:])  # the target's view of token i + 2
         positions = torch.arange(p.shape[1], device=p.device)
+        # row i predicts token i + 2: it is trained where that token is an answer's (the last row's token
+        # lies past the sequence, its soft label is still the target's)
+        answers = torch.cat([batch.mask[:, 2:], batch.mask[:, -1:]], 1)
         total = weights = 0.0
         for s, out in enumerate(self.unroll(batch)):
-            ce = -(p * self.logits(out).float().log_softmax(-1)).sum(-1)
-            valid = (batch.mask[:, 1:] & (positions >= s)).float()
+            ce = -(p * self.vocab.compact(self.layer.out_norm(out)).float().log_softmax(-1)).sum(-1)
+            valid = (answers & (positions >= s)).float()
             total = total + 0.8 ** s * (ce * valid).sum() / valid.sum().clamp_min(1.0)
             weights += 0.8 ** s
         return total / weights

@@ -26,7 +26,9 @@ from specbench.engine.kv_cache import state_bytes
 from specbench.engine.protocol import DraftContext, Drafter, StepOutcome
 from specbench.engine.tree import DraftTree
 from specbench.strategies.base import Method, load_trained
-from specbench.strategies.layers import KV, Arch, FeatureLayer, embed, lm_head
+from specbench.strategies.controllers import entropy
+from specbench.strategies.draft_vocab import DraftVocab, draft_vocab_knob
+from specbench.strategies.layers import KV, Arch, FeatureLayer, embed
 from specbench.strategies.search_space import Choice, FloatRange, IntRange, Param, Ref, SearchSpace, check_ranges, knob
 from specbench.strategies.serving import Serving, fixed_only
 from specbench.strategies.trainable import DistillBatch
@@ -49,6 +51,7 @@ class MtpOptions:
     # the EAGLE/MTP/DFlash/DSpark practitioners' comparison: top-3, then top-2; a tuple is accepted
     branching: str = knob("3,2", "children per node by level; the last width repeats below", "nodes per level")
     entropy_threshold: float = knob(2.1, "a node whose draft entropy exceeds it gets no children", "nats", low=0)
+    draft_vocab: int = draft_vocab_knob()
 
     def __post_init__(self) -> None:
         if isinstance(self.branching, (tuple, list)):
@@ -71,30 +74,35 @@ def module_mask(module: int, first: int, rows: int, device: torch.device) -> tor
 class MtpModel(nn.Module):
     """The trainable modules; the target is held, not registered."""
 
-    def __init__(self, target_model: nn.Module, arch: Arch, n_modules: int, hidden_layer: int):
+    def __init__(self, target_model: nn.Module, arch: Arch, n_modules: int, hidden_layer: int,
+                 draft_vocab: int | None = None):
         super().__init__()
         object.__setattr__(self, "target", target_model)
         self.arch = arch
         self.hidden_layers = (hidden_layer,)
         self.layers = nn.ModuleList(FeatureLayer(arch) for _ in range(n_modules))
+        self.vocab = DraftVocab(target_model, draft_vocab)
 
     @classmethod
     def for_target(cls, target, options: MtpOptions) -> MtpModel:
         """Fresh (random) modules for `target`, on its device and in its dtype."""
         config = target.model.config
-        model = cls(target.model, Arch.drafter_block(config), options.n_modules, config.num_hidden_layers)
+        model = cls(target.model, Arch.drafter_block(config), options.n_modules, config.num_hidden_layers,
+                    options.draft_vocab or None)
         return model.to(target.device, target.model.dtype)
 
     @classmethod
     def from_config(cls, target_model: nn.Module, config: dict) -> MtpModel:
-        return cls(target_model, Arch(**config["arch"]), config["n_modules"], config["hidden_layers"][0])
+        return cls(target_model, Arch(**config["arch"]), config["n_modules"], config["hidden_layers"][0],
+                   config.get("draft_vocab"))
 
     def drafter_config(self) -> dict:
-        return {"arch": asdict(self.arch), "n_modules": len(self.layers), "hidden_layers": list(self.hidden_layers)}
+        return {"arch": asdict(self.arch), "n_modules": len(self.layers), "hidden_layers": list(self.hidden_layers),
+                "draft_vocab": None if self.vocab.full else self.vocab.size}
 
     def logits(self, module: int, hidden: torch.Tensor) -> torch.Tensor:
         """Draft logits of module `module` (0-based) from its output."""
-        return lm_head(self.target, self.layers[module].out_norm(hidden))
+        return self.vocab.logits(self.layers[module].out_norm(hidden))
 
     def unroll(self, batch: DistillBatch) -> list[torch.Tensor]:
         """Each module's outputs, chained: module k's row t (of T - k) embeds token t + k."""
@@ -112,23 +120,19 @@ class MtpModel(nn.Module):
         return outs
 
     def training_loss(self, batch: DistillBatch) -> torch.Tensor:
-        """Mean over modules of the cross-entropy of module k on token t + k + 1 (the target's own tokens)."""
+        """Mean over modules of the cross-entropy of module k on token t + k + 1 (the target's own tokens),
+        over the draft vocabulary: a token outside it is not a label."""
         ids = batch.input_ids
         losses = []
         for k, hidden in enumerate(self.unroll(batch), 1):
             if hidden.shape[1] < 2:
                 break
-            logits = self.logits(k - 1, hidden[:, :-1]).float()
-            ce = F.cross_entropy(logits.flatten(0, 1), ids[:, k + 1:].flatten(), reduction="none")
-            weight = batch.mask[:, k + 1:].flatten().float()
+            logits = self.vocab.compact(self.layers[k - 1].out_norm(hidden[:, :-1])).float()
+            labels, known = self.vocab.labels(ids[:, k + 1:])
+            ce = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="none")
+            weight = (batch.mask[:, k + 1:] & known).flatten().float()
             losses.append((ce * weight).sum() / weight.sum().clamp_min(1.0))
         return torch.stack(losses).mean()
-
-
-def entropy(logits: torch.Tensor) -> torch.Tensor:
-    """Entropy in nats of each row's softmax."""
-    logp = logits.float().log_softmax(-1)
-    return -(logp.exp() * logp).sum(-1)
 
 
 def mtp_tree(root_logits: torch.Tensor, expand: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor],

@@ -7,6 +7,7 @@ weights (the target's embedding and LM head are used, not registered).
 
 from __future__ import annotations
 
+import math
 import shutil
 from pathlib import Path
 from typing import Callable
@@ -15,18 +16,31 @@ import torch
 
 from specbench.core.errors import Interrupted
 from specbench.core.files import atomic_path
+from specbench.strategies.draft_vocab import DraftVocab, frequent_tokens
 from specbench.strategies.drafter_dir import save_drafter
 from specbench.training.distill import DistillSequence, make_batch
 from specbench.training.settings import partial_dir
 
 
+def choose_vocabulary(model: torch.nn.Module, sequences: list[DistillSequence]) -> None:
+    """A drafter with a reduced draft vocabulary scores the tokens its target answers with most."""
+    vocab = getattr(model, "vocab", None)
+    if isinstance(vocab, DraftVocab) and not vocab.full:
+        answers = [s.input_ids[s.answer_start:].tolist() for s in sequences]
+        vocab.set_ids(frequent_tokens(answers, vocab.size, vocab.vocab))
+
+
 def train(model: torch.nn.Module, sequences: list[DistillSequence], out_dir: Path, strategy: str,
           fingerprint: str, steps: int, batch_size: int = 8, lr: float = 1e-3, max_len: int = 256,
           seed: int = 0, checkpoint_every: int = 50,
-          on_step: Callable[[int, float], None] | None = None) -> list[float]:
+          on_step: Callable[[int, float], None] | None = None, decay: bool = False,
+          evaluate: Callable[[int, Path], None] | None = None, evaluate_every: int = 0) -> list[float]:
     """Train `model` for `steps` optimizer steps, resuming from the last checkpoint if there is one.
 
-    On KeyboardInterrupt, `Interrupted` says which checkpoint was kept.
+    The learning rate warms up over the first 5% of the steps, then stays, or with `decay` falls along a
+    cosine to a tenth. Every `evaluate_every` steps and at the end, `evaluate(step, drafter_dir)` gets the
+    drafter as it is, saved as a drafter directory. On KeyboardInterrupt, `Interrupted` says which
+    checkpoint was kept.
     """
     work = partial_dir(out_dir)
     work.mkdir(parents=True, exist_ok=True)
@@ -34,8 +48,7 @@ def train(model: torch.nn.Module, sequences: list[DistillSequence], out_dir: Pat
     device = next(model.parameters()).device
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
-    warmup = max(1, steps // 20)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, steps, decay))
     generator = torch.Generator().manual_seed(seed)
     losses: list[float] = []
     start = 0
@@ -47,6 +60,8 @@ def train(model: torch.nn.Module, sequences: list[DistillSequence], out_dir: Pat
         generator.set_state(state["generator"])
         torch.set_rng_state(state["torch_rng"])
         start, losses = state["step"], state["losses"]
+    else:
+        choose_vocabulary(model, sequences)
     model.train()
     saved = start
     try:
@@ -61,6 +76,13 @@ def train(model: torch.nn.Module, sequences: list[DistillSequence], out_dir: Pat
             losses.append(float(loss.detach()))
             if on_step:
                 on_step(step + 1, losses[-1])
+            if evaluate and evaluate_every and (step + 1) % evaluate_every == 0 and step + 1 < steps:
+                snapshot = work / "evaluated"
+                shutil.rmtree(snapshot, ignore_errors=True)
+                save_drafter(snapshot, strategy, model.drafter_config(), model.state_dict(), fingerprint)
+                model.eval()
+                evaluate(step + 1, snapshot)
+                model.train()
             if (step + 1) % checkpoint_every == 0 and step + 1 < steps:
                 with atomic_path(checkpoint) as tmp:
                     torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
@@ -75,6 +97,19 @@ def train(model: torch.nn.Module, sequences: list[DistillSequence], out_dir: Pat
     config = {**model.drafter_config(), "training": {"steps": steps, "batch_size": batch_size, "lr": lr,
                                                      "seed": seed,
                                                      "final_loss": sum(losses[-10:]) / max(1, len(losses[-10:]))}}
+    if evaluate:
+        save_drafter(work / "evaluated", strategy, config, model.state_dict(), fingerprint)
+        evaluate(steps, work / "evaluated")
     save_drafter(out_dir, strategy, config, model.state_dict(), fingerprint)
     shutil.rmtree(work, ignore_errors=True)
     return losses
+
+
+def lr_factor(step: int, steps: int, decay: bool) -> float:
+    """Linear warm-up over 5% of the steps; then 1, or a cosine from 1 down to 0.1."""
+    warmup = max(1, steps // 20)
+    if step < warmup:
+        return (step + 1) / warmup
+    if not decay:
+        return 1.0
+    return 0.1 + 0.45 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))

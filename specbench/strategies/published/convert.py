@@ -156,6 +156,9 @@ def to_deepspec(source: DrafterSource, target: Target, out: Path, mask_token_id:
     if t.model_type != "qwen3":
         raise _refuse(source, f"DeepSpec's DSpark class is Qwen3's, the target is {t.model_type}")
     saved, state = load_drafter(source.path, "dspark", fingerprint(target.model))
+    if "vocab.ids" in state:
+        raise _refuse(source, "it scores a reduced draft vocabulary, and DeepSpec's layout carries no "
+                              "draft-vocabulary map")
     block = BlockConfig.from_dict(saved["architecture"])
     mask_id = mask_token_id if mask_token_id is not None else free_token_id(target)
     vocab = target.model.get_input_embeddings().weight.shape[0]

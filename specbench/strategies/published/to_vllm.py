@@ -110,19 +110,38 @@ def eagle3_state(config: dict, state: dict[str, torch.Tensor], target: Target) -
         "layers.1.mlp.gate_proj.weight": gate, "layers.1.mlp.up_proj.weight": up,
         "layers.1.mlp.down_proj.weight": state["layer.block.w2.weight"],
         "norm.weight": state["layer.out_norm.weight"],
-        "lm_head.weight": target.model.get_output_embeddings().weight.detach().float().cpu(),
     }
-    vocab = out["lm_head.weight"].shape[0]
+    head = target.model.get_output_embeddings().weight.detach().float().cpu()
+    vocab = head.shape[0]
+    out.update(draft_head(head, state.get("vocab.ids")))
     hf = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": h,
           "num_attention_heads": heads, "num_key_value_heads": heads, "head_dim": head_dim,
           "intermediate_size": gate.shape[0], "num_hidden_layers": 2, "hidden_act": "silu",
           "rms_norm_eps": a["rms_norm_eps"], "rope_parameters": {"rope_type": "default", "rope_theta": a["rope_theta"]},
-          "rope_theta": a["rope_theta"], "vocab_size": vocab, "draft_vocab_size": vocab,
+          "rope_theta": a["rope_theta"], "vocab_size": vocab, "draft_vocab_size": out["lm_head.weight"].shape[0],
           "max_position_embeddings": positions, "tie_word_embeddings": False, "attention_bias": True,
           "mlp_bias": False, "norm_before_residual": True,
           "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(config["hidden_layers"]),
                            "use_aux_hidden_state": True}}
     return hf, out
+
+
+def draft_head(head: torch.Tensor, ids: torch.Tensor | None) -> dict[str, torch.Tensor]:
+    """The LM head EAGLE-3's layout carries: the target's, or its rows of a draft vocabulary with the maps
+    SafeAILab's and vLLM's EAGLE-3 read (draft id i is target id i + d2t[i]; t2d marks the target ids
+    drafted), the ids in increasing order as SpecForge writes them."""
+    if ids is None:
+        return {"lm_head.weight": head}
+    ids = ids.long().sort().values
+    t2d = torch.zeros(len(head), dtype=torch.bool)
+    t2d[ids] = True
+    return {"lm_head.weight": head[ids], "d2t": ids - torch.arange(len(ids)), "t2d": t2d}
+
+
+def refuse_draft_vocab(source: DrafterSource, state: dict[str, torch.Tensor], layout: str) -> None:
+    if "vocab.ids" in state:
+        raise _refuse(str(source.path), f"it scores a reduced draft vocabulary, and {layout} carries no "
+                                        "draft-vocabulary map")
 
 
 def write_eagle3(source: DrafterSource, target: Target, out: Path) -> Conversion:
@@ -150,6 +169,7 @@ def choose_mask_id(target: Target, mask_token_id: int | None) -> int:
 
 def write_dflash(source: DrafterSource, target: Target, out: Path, mask_token_id: int | None) -> Conversion:
     saved, state = load_drafter(source.path, "dflash", fingerprint(target.model))
+    refuse_draft_vocab(source, state, "z-lab's DFlash layout")
     block = BlockConfig.from_dict(saved["architecture"])
     if block.shifted:
         raise _refuse(str(source.path), "its anchor slot drafts, z-lab's DFlash layout does not")

@@ -1,0 +1,64 @@
+"""Every learned method fits what it was trained on: trained to memorisation on a few of a tiny target's
+greedy answers, it drafts them back through the real decode loop with near-perfect acceptance.
+
+A wrong feature layer, a position off by one, or a mask that hides from drafting what training saw
+(or shows training what drafting cannot see) leaves a drafter that learns its loss and still misses
+its own training answers; this catches such a silent bug where a benchmark would only show a low tau.
+Each method runs with its whole vocabulary and with a reduced draft vocabulary.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers import distill_sequences, tiny_target
+
+from specbench.engine.decode import generate
+from specbench.models import fingerprint
+from specbench.strategies.controllers import FixedController
+from specbench.strategies.knobs import make_options
+from specbench.strategies.registry import definition, definitions
+from specbench.training.trainer import train
+
+# knobs that draft a chain of 4 (trees of width 1): acceptance then reads position by position
+CHAINS = {"eagle": {"depth": 4, "top_k": 1, "total_tokens": 4, "ttt_steps": 4},
+          "mtp": {"n_modules": 4, "branching": "1", "entropy_threshold": 100.0},
+          "dflash": {"block_size": 5, "context_window": 0},
+          "dspark": {"block_size": 4, "context_window": 0, "confidence_threshold": 0.0}}
+
+
+@pytest.mark.parametrize("draft_vocab", [0, 48], ids=["whole-vocabulary", "draft-vocabulary"])
+@pytest.mark.parametrize("strategy", sorted(CHAINS))
+def test_a_drafter_fits_the_answers_it_was_trained_on(strategy, draft_vocab, tmp_path):
+    target = tiny_target("qwen3-gqa", seed=1)
+    with torch.no_grad():  # next-token distributions as peaked as a trained model's (the greedy answers unchanged)
+        target.model.lm_head.weight.mul_(4.0)
+    options = make_options(strategy, {**CHAINS[strategy], "draft_vocab": draft_vocab})
+    method = definition(strategy)
+    torch.manual_seed(0)
+    model = method.trainable(target, options)
+    sequences = distill_sequences(target, tuple(model.hidden_layers), 4, prompt_len=6, answer_len=24)
+    train(model, sequences, tmp_path / "drafter", strategy, fingerprint(target.model), steps=400, batch_size=4,
+          lr=1e-2)
+    drafter = method.build(target, options, tmp_path / "drafter")
+    drafts = first_accepted = tokens = steps = 0
+    for s in sequences:
+        prompt = s.input_ids[:s.answer_start].tolist()
+        plain = generate(target.model, prompt, 24)
+        got = generate(target.model, prompt, 24, drafter=drafter, controller=FixedController(4))
+        assert got.tokens == plain.tokens
+        drafts, first_accepted = drafts + got.drafts, first_accepted + got.accept_by_position[0]
+        tokens, steps = tokens + len(got.tokens), steps + got.steps
+    assert first_accepted / drafts >= 0.9, f"first-position acceptance {first_accepted / drafts:.2f}"
+    assert tokens / steps >= 3.5, f"tau {tokens / steps:.2f} of at most 5"
+
+
+@pytest.mark.parametrize("strategy", sorted(n for n, d in definitions().items() if d.trainable is not None))
+def test_a_fresh_drafter_lives_where_its_target_does(strategy):
+    """Training starts on the target's device and dtype (a float64 target stands in for a GPU one: the same
+    `.to(device, dtype)` moves both)."""
+    target = tiny_target("llama-mha", seed=1)  # the draft LM is cut from a Llama-shaped target
+    target.model.double()
+    model = definition(strategy).trainable(target, make_options(strategy, {}))
+    floating = [t for t in [*model.parameters(), *model.buffers()] if t.is_floating_point()]
+    assert floating and all(t.dtype == torch.float64 and t.device == target.device for t in floating)
