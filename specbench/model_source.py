@@ -39,6 +39,11 @@ class KnownModel:
         return DEFAULT_DIR if self.package is None else user_cache() / "models" / self.name
 
     @property
+    def shipped(self) -> Path:
+        """What specbench ships for it beside the code: the drafters' training corpus."""
+        return ASSETS / self.name
+
+    @property
     def target_dir(self) -> Path:
         return self.home / "target"
 

@@ -109,33 +109,36 @@ def test_models_lists_what_is_ready(known):
     assert f"specbench prepare {NAME}" in invoke("models").stdout
 
 
-TINY_BUILD = dict(prompts=3, answer_tokens=4, steps=2, batch_size=2, max_len=64, decode_batch=2)
+TINY_BUILD = dict(prompts=3, answer_tokens=4, steps=2, batch_size=2, max_len=64, decode_batch=2, draft_vocab=40)
 
 
 def test_prepare_resumes_and_runs_every_strategy(known, tmp_path):
     from specbench.training.build_drafters import BuildSettings, prepare_model
+    from specbench.training.reporter import Reporter
 
     settings = BuildSettings(**TINY_BUILD)
-    calls = []
 
-    def stop_in_eagle(phase, done, total, loss):
-        calls.append(phase)
+    def stop_in_eagle(phase, done, total, detail):
         if phase == "train eagle" and done == 1:
             raise KeyboardInterrupt
 
     with pytest.raises(Interrupted):
-        prepare_model(NAME, settings, ("draft", "eagle", "mtp"), stop_in_eagle)
+        prepare_model(NAME, settings, ("draft", "eagle", "mtp"), Reporter(stop_in_eagle))
     assert (known.drafter_dir("draft") / "config.json").is_file()
     assert not known.drafter_dir("eagle").exists()  # only eagle.partial: never read as a drafter
-    chunks = {p: p.stat().st_mtime_ns for p in (known.home / "build").glob("distil-*.pt")}
-    assert len(chunks) == 2
+    chunks = {p: p.stat().st_mtime_ns for p in (known.home / "build").glob("*-*.*")}
+    assert sorted(p.name for p in chunks) == ["corpus-0000.npz", "corpus-0001.npz", "features-0000.pt",
+                                              "features-0001.pt"]
     done = prepare_model(NAME, settings)
     assert done.kept == ["draft"] and done.built == ["eagle", "mtp", "dflash", "dspark"]
-    assert {p: p.stat().st_mtime_ns for p in (known.home / "build").glob("distil-*.pt")} == chunks  # reused
+    assert {p: p.stat().st_mtime_ns for p in (known.home / "build").glob("*-*.*")} == chunks  # reused
     assert known.ready_drafters() == ["draft", "eagle", "mtp", "dflash", "dspark"]
     assert not list(known.home.rglob("*.partial"))
     record = json.loads((known.home / "drafters" / "BUILD.json").read_text())
     assert set(record) == {"draft", "eagle", "mtp", "dflash", "dspark"}
+    assert record["eagle"]["knobs"]["draft_vocab"] == 40 and record["draft"]["knobs"] == {}
+    eagle = json.loads((known.drafter_dir("eagle") / "config.json").read_text())
+    assert eagle["draft_vocab"] == 40
     assert prepare_model(NAME, settings).built == []
 
     result = invoke("run", "--model", NAME, "--strategy", "draft,eagle,mtp,dflash,dspark,dflash+eagle", "--limit", 2,
@@ -160,7 +163,11 @@ def test_drafters_built_for_another_model_are_refused(known, tmp_path):
 
 
 def test_prepare_on_the_command_line(known):
-    result = invoke("prepare", NAME, "--only", "mtp", "--prompts", 2, "--answer-tokens", 3, "--steps", 1)
+    for bad, why in ((0, "--draft-vocab must be at least 1 (tokens)"), (401, "give 1 to the target's 400 tokens")):
+        result = invoke("prepare", NAME, "--only", "mtp", "--draft-vocab", bad)
+        assert result.exit_code == 2 and why in result.output and "Traceback" not in result.output, result.output
+    result = invoke("prepare", NAME, "--only", "mtp", "--prompts", 2, "--answer-tokens", 3, "--steps", 1,
+                    "--draft-vocab", 40)
     assert result.exit_code == 0, result.output
     assert f"{NAME}: built mtp" in result.output and known.ready_drafters() == ["mtp"]
     assert "nothing to build; already there: mtp" in invoke("prepare", NAME, "--only", "mtp").output

@@ -15,6 +15,7 @@ from typer.core import TyperGroup
 
 from specbench import __version__
 from specbench.core.errors import Interrupted, SpecbenchError
+from specbench.training.reporter import Reporter
 
 # specbench downloads nothing (model_source.py); this keeps every library it loads offline too
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -113,6 +114,18 @@ def progress_bar() -> Progress:
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[detail]}"),
                     console=err, transient=True, disable=not err.is_terminal)
+
+
+def reporter(bar: Progress) -> Reporter:
+    """A training job's Reporter on `bar`: a task per phase, and its kept lines printed above the bar."""
+    tasks: dict[str, int] = {}
+
+    def progress(phase: str, done: int, total: int, detail: str) -> None:
+        if phase not in tasks:
+            tasks[phase] = bar.add_task(phase, total=total, detail="")
+        bar.update(tasks[phase], completed=done, detail=detail)
+
+    return Reporter(progress, lambda line: err.print(line, highlight=False))
 
 
 def table_format(fmt: str) -> str:

@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from specbench.cli import options
-from specbench.cli.app import app, interruptible, out, progress_bar, user_errors
+from specbench.cli.app import app, interruptible, out, progress_bar, reporter, user_errors
 from specbench.core.errors import SpecbenchError
 
 
@@ -38,9 +38,10 @@ def models(as_json: options.Json = False) -> None:
 def prepare(
     name: Annotated[str, typer.Argument(help="A model specbench knows (see `specbench models`).")],
     only: Annotated[Optional[list[str]], typer.Option("--only", help="Build only these drafters (repeatable).", show_default="all")] = None,
-    prompts: Annotated[Optional[int], typer.Option(help="Training prompts the target answers.", show_default="192")] = None,
-    answer_tokens: Annotated[Optional[int], typer.Option(help="Length of the target's answers.", show_default="96")] = None,
-    steps: Annotated[Optional[int], typer.Option(help="Optimizer steps per drafter.", show_default="200")] = None,
+    prompts: Annotated[Optional[int], typer.Option(help="Training prompts the target answers.", show_default="4096")] = None,
+    answer_tokens: Annotated[Optional[int], typer.Option(help="Length of the target's answers.", show_default="128")] = None,
+    steps: Annotated[Optional[int], typer.Option(help="Optimizer steps per drafter.", show_default="2000")] = None,
+    draft_vocab: Annotated[Optional[int], typer.Option(help="Tokens the feature drafters score: the target's most frequent answer tokens.", show_default="8192")] = None,
 ) -> None:
     """Convert a known model into the user's cache and build its drafters by self-distillation, once
     (interrupted, run it again: it resumes)."""
@@ -50,24 +51,18 @@ def prepare(
     from specbench.model_source import DRAFTERS, preparable
 
     with user_errors():
-        check_ranges({"--prompts": prompts, "--answer-tokens": answer_tokens, "--steps": steps})
+        check_ranges({"--prompts": prompts, "--answer-tokens": answer_tokens, "--steps": steps,
+                      "--draft-vocab": draft_vocab})
         preparable(name)
         unknown = sorted(set(only or ()) - set(DRAFTERS))
         if unknown:
             raise SpecbenchError(f"--only {', '.join(unknown)}: not a trained drafter; trained: {', '.join(DRAFTERS)}")
         from specbench.training.build_drafters import BuildSettings, prepare_model
 
-        given = {"prompts": prompts, "answer_tokens": answer_tokens, "steps": steps}
+        given = {"prompts": prompts, "answer_tokens": answer_tokens, "steps": steps, "draft_vocab": draft_vocab}
         settings = dataclasses.replace(BuildSettings(), **{k: v for k, v in given.items() if v is not None})
         with interruptible(lambda stop: f"run `specbench prepare {name}` again to resume"), progress_bar() as bar:
-            tasks: dict[str, int] = {}
-
-            def advance(phase: str, done: int, total: int, loss: float | None) -> None:
-                if phase not in tasks:
-                    tasks[phase] = bar.add_task(phase, total=total, detail="")
-                bar.update(tasks[phase], completed=done, detail=f"loss {loss:.3f}" if loss is not None else "")
-
-            done = prepare_model(name, settings, tuple(only or DRAFTERS), advance)
+            done = prepare_model(name, settings, tuple(only or DRAFTERS), reporter(bar))
     built = f"built {' '.join(done.built)}" if done.built else "nothing to build"
     kept = f"; already there: {' '.join(done.kept)}" if done.kept else ""
     timing = ", ".join(f"{stage} {seconds:.0f}s" for stage, seconds in done.seconds.items())

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from specbench.cli import options
-from specbench.cli.app import app, command_line, interruptible, out, progress_bar, user_errors
+from specbench.cli.app import app, command_line, interruptible, out, progress_bar, reporter, user_errors
 from specbench.strategies.knobs import parse_sets
 from specbench.training.settings import TrainSettings
 
@@ -42,13 +42,6 @@ def train(
 
         resume = f"resume by running the same command again: {command_line(ctx)}"
         with interruptible(lambda stop: resume), progress_bar() as bar:
-            tasks: dict[str, int] = {}
-
-            def advance(phase: str, done: int, total: int, loss: float | None) -> None:
-                if phase not in tasks:
-                    tasks[phase] = bar.add_task(phase, total=total, detail="")
-                bar.update(tasks[phase], completed=done, detail=f"loss {loss:.3f}" if loss is not None else "")
-
-            result = train_drafter(settings, advance)
+            result = train_drafter(settings, reporter(bar))
     out.print(f"{result.strategy} drafter: {result.out_dir} ({result.prompts} prompts, {result.steps} steps, "
               f"loss {result.first_loss:.3f} -> {result.final_loss:.3f})", highlight=False)

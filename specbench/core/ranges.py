@@ -88,6 +88,7 @@ RANGES: dict[str, Range] = {
     # prepare
     "--prompts": _at_least(1),
     "--answer-tokens": _at_least(1),
+    "--draft-vocab": _at_least(1, "tokens"),
     # convert
     "--mask-token-id": _at_least(0, "a vocabulary row"),
     # serve

@@ -1,19 +1,24 @@
 """`specbench prepare NAME`: a known model converted and its drafters built, once, in the user's cache.
 
-Self-distillation as DeepSpec and EAGLE-3 regenerate their data: the target answers training prompts
-made for the purpose (training/chat_prompts.py, disjoint from every suite specbench measures on),
-the hidden states of the layers any drafter reads are kept, and each method's drafter is trained on
-them with the shared trainer. Everything is resumable and nothing half-written is ever read as a
-drafter: the target's answers are saved chunk by chunk (each file renamed into place), each drafter
-trains in `<drafter>.partial/` with checkpoints (training/trainer.py) and appears under its own name
-only when finished, and BUILD.json records how each was made. Drafters found there for another
-target (another fingerprint) are refused, not silently replaced.
+Self-distillation as DeepSpec, EAGLE-3 and SpecForge regenerate their data, at their scale: the target
+writes its own instructions and answers them (training/corpus.py; the corpus specbench ships for the
+model is read, not made again), one forward per answer keeps the hidden states of the layers any
+drafter reads, and each method's drafter is trained on them with the shared trainer, over a reduced
+draft vocabulary of the target's most frequent answer tokens. A few corpus prompts are held out of
+training and decoded with the drafter as it trains, so a build shows whether it learns.
+
+Everything is resumable and nothing half-written is ever read as a drafter: corpus and hidden-state
+chunks are saved as they are made (each file renamed into place), each drafter trains in
+`<drafter>.partial/` with checkpoints (training/trainer.py) and appears under its own name only when
+finished, and BUILD.json records how each was made. Drafters found there for another target
+(another fingerprint) are refused, not silently replaced.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+import zlib
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -23,30 +28,49 @@ from specbench.core.errors import Interrupted, SpecbenchError
 from specbench.core.files import atomic_path, read_json, write_json
 from specbench.model_source import DRAFT, DRAFTERS, KnownModel, preparable
 from specbench.models import fingerprint, load_target, resolve_device
+from specbench.strategies.knobs import make_options
 from specbench.strategies.registry import definition
-from specbench.training.chat_prompts import chat_prompts
-from specbench.training.distill import DistillSequence, collect, pick_layers
+from specbench.training.corpus import Corpus, CorpusSettings, build_corpus
+from specbench.training.distill import DistillSequence, hidden_states, pick_layers
+from specbench.training.held_out import held_out
+from specbench.training.reporter import Reporter
 from specbench.training.trainer import train
 
 BUILD = "BUILD.json"  # in the model's drafters/ directory: how each drafter was made
-Progress = Callable[[str, int, int, float | None], None]  # phase, done, total, loss
+HELD_OUT_EVERY = 64  # one corpus prompt in this many is kept out of training (chosen by a hash of its ids)
 
 
 @dataclass(frozen=True)
 class BuildSettings:
-    """How the drafters are made. On two CPU cores the target's answers take minutes (20 s per 16 prompts
-    when quiet) and training takes hours: measured 2026-12-02, DFlash ran about 14 s a step on two shared
-    cores, so five drafters of 200 steps are two to three hours there. A GPU is used where there is one."""
+    """How the drafters are made: the corpus, the draft vocabulary and the training recipe."""
 
-    prompts: int = 192
-    answer_tokens: int = 96
-    steps: int = 200
-    batch_size: int = 4
-    max_len: int = 160
+    prompts: int = 4096  # corpus samples: instructions the target writes and answers
+    answer_tokens: int = 128
+    decode_batch: int = 64  # corpus prompts made and answered together (one saved chunk)
+    draft_vocab: int = 8192  # tokens the feature drafters score (0: the target's whole vocabulary)
+    steps: int = 2000
+    batch_size: int = 8
+    max_len: int = 256
     lr: float = 1e-3
     draft_lr: float = 2e-4  # the draft LM starts from the target's own layers: a gentler rate keeps what they know
-    decode_batch: int = 16  # prompts answered together while distilling (the same greedy answers, faster)
+    evaluate_every: int = 500  # steps between held-out decodes (0: only at the end)
+    held_out: int = 16  # held-out prompts decoded
+    held_out_tokens: int = 64
     seed: int = 0
+
+    @property
+    def corpus(self) -> CorpusSettings:
+        return CorpusSettings(samples=self.prompts, answer_tokens=self.answer_tokens, chunk=self.decode_batch,
+                              seed=self.seed)
+
+    def knobs(self, strategy: str) -> dict:
+        """What shapes each drafter: the draft vocabulary; EAGLE's training-time test as deep as it drafts."""
+        if strategy == DRAFT:
+            return {}
+        knobs = {"draft_vocab": self.draft_vocab}
+        if strategy == "eagle":
+            knobs["ttt_steps"] = definition("eagle").options().depth
+        return knobs
 
 
 @dataclass
@@ -54,11 +78,11 @@ class Prepared:
     model: KnownModel
     built: list[str]  # the drafters built by this call
     kept: list[str]  # the drafters that were already there
-    seconds: dict[str, float]  # per stage: distil and each drafter built
+    seconds: dict[str, float] = field(default_factory=dict)  # per stage: corpus, hidden states, each drafter
 
 
 def prepare_model(name: str, settings: BuildSettings = BuildSettings(), only: tuple[str, ...] = DRAFTERS,
-                  progress: Progress | None = None) -> Prepared:
+                  report: Reporter = Reporter()) -> Prepared:
     """Convert the known model `name` if needed and build every drafter in `only` it does not have yet."""
     known = preparable(name)
     unknown = sorted(set(only) - set(DRAFTERS))
@@ -66,34 +90,91 @@ def prepare_model(name: str, settings: BuildSettings = BuildSettings(), only: tu
         raise SpecbenchError(f"--only {', '.join(unknown)}: not a trained drafter; trained: {', '.join(DRAFTERS)}")
     started = time.time()
     target = load_target(name, resolve_device("auto"), torch.float32)
-    seconds = {"load": round(time.time() - started)}
+    done = Prepared(known, [], [], {"load": round(time.time() - started)})
     mark = fingerprint(target.model)
-    kept = [s for s in only if _finished(known, s, mark)]
-    todo = [s for s in only if s not in kept]
+    done.kept = [s for s in only if _finished(known, s, mark)]
+    todo = [s for s in only if s not in done.kept]
     if not todo:
-        return Prepared(known, [], kept, seconds)
+        return done
     torch.manual_seed(settings.seed)
-    models = {s: definition(s).trainable(target, definition(s).options()) for s in todo}
+    options = {s: make_options(s, settings.knobs(s)) for s in todo}
+    models = {s: definition(s).trainable(target, options[s]) for s in todo}
     layers = tuple(sorted({layer for m in models.values() for layer in m.hidden_layers}))
+    work = known.home / "build"
     try:
         started = time.time()
-        sequences = distilled(target, known.home / "build", settings, layers, mark, progress)
-        seconds["distil"] = round(time.time() - started)
+        corpus = build_corpus(target, work, settings.corpus, mark, _phase(report, "corpus"), known.shipped)
+        done.seconds["corpus"] = round(time.time() - started)
+        training, evaluation = split(corpus)
+        started = time.time()
+        sequences = features(target, training, layers, work, settings.decode_batch, mark, _phase(report, "features"))
+        done.seconds["features"] = round(time.time() - started)
         for strategy, model in models.items():
             started = time.time()
-            data = pick_layers(sequences, layers, tuple(model.hidden_layers))
-            losses = train(model, data, known.drafter_dir(strategy), strategy, mark, settings.steps,
-                           settings.batch_size, settings.draft_lr if strategy == DRAFT else settings.lr,
-                           settings.max_len, settings.seed,
-                           on_step=(lambda s, loss, p=f"train {strategy}": progress(p, s, settings.steps, loss))
-                           if progress else None)
-            seconds[strategy] = round(time.time() - started)
-            _record(known, strategy, settings, losses, model, seconds[strategy])
+            evaluations: list[dict] = []
+
+            def evaluate(step: int, path: Path, strategy=strategy, evaluations=evaluations) -> None:
+                result = held_out(target, strategy, options[strategy], path, evaluation[:settings.held_out],
+                                  settings.held_out_tokens)
+                evaluations.append({"step": step, "tau": round(result.tau, 3),
+                                    "acceptance": [round(a, 3) for a in result.acceptance]})
+                report.say(f"{strategy} step {step}: {result.line()}")
+
+            losses = train(model, pick_layers(sequences, layers, tuple(model.hidden_layers)),
+                           known.drafter_dir(strategy), strategy, mark, settings.steps, settings.batch_size,
+                           settings.draft_lr if strategy == DRAFT else settings.lr, settings.max_len, settings.seed,
+                           on_step=_loss(report, f"train {strategy}", settings.steps), decay=True,
+                           evaluate=evaluate if settings.held_out and evaluation else None, evaluate_every=settings.evaluate_every)
+            done.seconds[strategy] = round(time.time() - started)
+            _record(known, strategy, settings, losses, model, done.seconds[strategy], len(sequences), evaluations)
+            done.built.append(strategy)
     except KeyboardInterrupt as exc:
-        training = f"; {exc.kept}" if isinstance(exc, Interrupted) else ""
-        raise Interrupted(known.home, f"kept in {known.home}: the drafters finished, the target's answers saved so "
-                                      f"far{training}") from exc
-    return Prepared(known, todo, kept, seconds)
+        training_kept = f"; {exc.kept}" if isinstance(exc, Interrupted) else ""
+        raise Interrupted(known.home, f"kept in {known.home}: the drafters finished, the corpus and hidden states "
+                                      f"saved so far{training_kept}") from exc
+    return done
+
+
+def split(corpus: Corpus) -> tuple[Corpus, list[list[int]]]:
+    """The training part of `corpus` and the held-out prompts: one in HELD_OUT_EVERY, by a hash of its ids,
+    so that a corpus grown by more chunks keeps the same prompts out."""
+    training, held = Corpus([], []), []
+    for prompt, answer in zip(corpus.prompts, corpus.answers):
+        if zlib.crc32(str(prompt).encode()) % HELD_OUT_EVERY == 0:
+            held.append(prompt)
+        else:
+            training.prompts.append(prompt)
+            training.answers.append(answer)
+    return training, held
+
+
+def features(target, corpus: Corpus, layers: tuple[int, ...], work: Path, batch: int, mark: str,
+             progress: Callable[[int, int], None]) -> list[DistillSequence]:
+    """Each prompt and answer with the target's hidden states of `layers`, computed `batch` sequences at a
+    time into work/features-NNNN.pt; saved chunks made from the same ids are read back."""
+    work.mkdir(parents=True, exist_ok=True)
+    sequences: list[DistillSequence] = []
+    for index, start in enumerate(range(0, len(corpus), batch)):
+        ids = [p + a for p, a in zip(corpus.prompts[start:start + batch], corpus.answers[start:start + batch])]
+        starts = [len(p) for p in corpus.prompts[start:start + batch]]
+        key = {"target": mark, "layers": list(layers), "ids": zlib.crc32(str(ids).encode())}
+        path = work / f"features-{index:04d}.pt"
+        saved = torch.load(path, weights_only=False) if path.is_file() else None
+        if saved is None or saved["key"] != key:
+            saved = {"key": key, "sequences": hidden_states(target, ids, starts, layers)}
+            with atomic_path(path) as tmp:
+                torch.save(saved, tmp)
+        sequences += saved["sequences"]
+        progress(len(sequences), len(corpus))
+    return sequences
+
+
+def _phase(report: Reporter, phase: str) -> Callable[[int, int], None]:
+    return lambda done, total: report.progress(phase, done, total, "")
+
+
+def _loss(report: Reporter, phase: str, steps: int) -> Callable[[int, float], None]:
+    return lambda step, loss: report.progress(phase, step, steps, f"loss {loss:.3f}")
 
 
 def _finished(known: KnownModel, strategy: str, mark: str) -> bool:
@@ -108,36 +189,13 @@ def _finished(known: KnownModel, strategy: str, mark: str) -> bool:
     return True
 
 
-def distilled(target, work: Path, settings: BuildSettings, layers: tuple[int, ...], mark: str,
-              progress: Progress | None = None) -> list[DistillSequence]:
-    """The target's answers to the training prompts with the hidden states of `layers`, collected
-    `decode_batch` prompts at a time into work/distil-NNNN.pt; chunks already saved are read back."""
-    prompts = chat_prompts(settings.prompts, settings.seed)
-    key = {"target": mark, "layers": list(layers), "answer_tokens": settings.answer_tokens}
-    work.mkdir(parents=True, exist_ok=True)
-    sequences: list[DistillSequence] = []
-    size = settings.decode_batch
-    for start in range(0, len(prompts), size):
-        chunk = prompts[start:start + size]
-        path = work / f"distil-{start // size:04d}.pt"
-        saved = torch.load(path, weights_only=False) if path.is_file() else None
-        if saved is None or saved["key"] != {**key, "prompts": chunk}:
-            saved = {"key": {**key, "prompts": chunk},
-                     "sequences": collect(target, chunk, layers, settings.answer_tokens, batch_size=size)}
-            with atomic_path(path) as tmp:
-                torch.save(saved, tmp)
-        sequences += saved["sequences"]
-        if progress:
-            progress("distil", len(sequences), len(prompts), None)
-    return sequences
-
-
-def _record(known: KnownModel, strategy: str, settings: BuildSettings, losses: list[float], model, seconds: float):
+def _record(known: KnownModel, strategy: str, settings: BuildSettings, losses: list[float], model, seconds: float,
+            sequences: int, evaluations: list[dict]) -> None:
     path = known.home / "drafters" / BUILD
     record = read_json(path, "build record") if path.is_file() else {}
-    record[strategy] = {**asdict(settings), "first_loss": losses[0],
-                        "final_loss": sum(losses[-10:]) / len(losses[-10:]),
+    record[strategy] = {**asdict(settings), "knobs": settings.knobs(strategy), "training_sequences": sequences,
+                        "first_loss": losses[0], "final_loss": sum(losses[-10:]) / len(losses[-10:]),
                         "parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
-                        "train_seconds": round(seconds)}
+                        "train_seconds": round(seconds), "held_out": evaluations}
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json(path, record)

@@ -35,14 +35,30 @@ def collect(target: Target, prompts: list[list[str]], layers: tuple[int, ...], m
     for start in range(0, len(encoded), batch_size):
         chunk = encoded[start:start + batch_size]
         answers = generate_batch(target.model, chunk, max_new_tokens, eos_ids=target.eos_ids).sequences
-        for prompt, answer in zip(chunk, answers):
-            ids = torch.tensor(prompt + answer.tokens, device=target.device)
-            out = target.model(input_ids=ids[None], output_hidden_states=True)
-            picked = [out.hidden_states[i][0] for i in layers] + [out.hidden_states[-1][0]]
-            sequences.append(DistillSequence(ids.cpu(), len(prompt), torch.stack(picked).to(torch.bfloat16).cpu()))
+        sequences += hidden_states(target, [p + a.tokens for p, a in zip(chunk, answers)], [len(p) for p in chunk],
+                                   layers)
+        for _ in chunk:
             if on_prompt:
                 on_prompt()
     return sequences
+
+
+@torch.inference_mode()
+def hidden_states(target: Target, ids: list[list[int]], answer_starts: list[int],
+                  layers: tuple[int, ...]) -> list[DistillSequence]:
+    """Sequences (prompt then answer) with the target's hidden states of `layers` and its final normed
+    state, from one forward over all of them (padded on the right: a causal model's states of the real
+    positions are those of each sequence alone)."""
+    length = max(len(i) for i in ids)
+    padded = torch.zeros(len(ids), length, dtype=torch.long, device=target.device)
+    mask = torch.zeros(len(ids), length, dtype=torch.long, device=target.device)
+    for row, seq in enumerate(ids):
+        padded[row, :len(seq)] = torch.tensor(seq, device=target.device)
+        mask[row, :len(seq)] = 1
+    states = target.model(input_ids=padded, attention_mask=mask, output_hidden_states=True).hidden_states
+    picked = torch.stack([states[i] for i in layers] + [states[-1]], 1).to(torch.bfloat16).cpu()
+    return [DistillSequence(padded[row, :len(seq)].cpu(), start, picked[row, :, :len(seq)].clone())
+            for row, (seq, start) in enumerate(zip(ids, answer_starts))]
 
 
 def pick_layers(sequences: list[DistillSequence], collected: tuple[int, ...],

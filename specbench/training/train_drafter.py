@@ -5,7 +5,6 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -15,10 +14,9 @@ from specbench.models import fingerprint, load_target, resolve_device, resolve_d
 from specbench.strategies.knobs import make_options
 from specbench.strategies.registry import definitions
 from specbench.training.distill import collect
+from specbench.training.reporter import Reporter
 from specbench.training.settings import TrainSettings, partial_dir
 from specbench.training.trainer import train
-
-Progress = Callable[[str, int, int, float | None], None]  # phase, done, total, loss
 
 
 @dataclass
@@ -35,7 +33,7 @@ def trainable_strategies() -> list[str]:
     return [name for name, d in definitions().items() if d.trainable is not None]
 
 
-def train_drafter(settings: TrainSettings, progress: Progress | None = None) -> TrainResult:
+def train_drafter(settings: TrainSettings, report: Reporter = Reporter()) -> TrainResult:
     """Check the settings, regenerate the target's answers (cached), train, and save the drafter.
 
     An interrupted training resumes from OUT.partial when run again with the same settings; on
@@ -66,8 +64,7 @@ def train_drafter(settings: TrainSettings, progress: Progress | None = None) -> 
         def tick() -> None:
             nonlocal done
             done += 1
-            if progress:
-                progress("distil", done, len(suite.items), None)
+            report.progress("distil", done, len(suite.items), "")
 
         sequences = collect(target, key["prompts"], drafter.hidden_layers, settings.max_new_tokens, tick)
         settings.record()
@@ -77,7 +74,7 @@ def train_drafter(settings: TrainSettings, progress: Progress | None = None) -> 
     try:
         losses = train(drafter, sequences, settings.out_dir, strategy, key["target"], steps, settings.batch_size,
                        settings.lr, seed=settings.seed,
-                       on_step=(lambda s, loss: progress("train", s, steps, loss)) if progress else None)
+                       on_step=lambda s, loss: report.progress("train", s, steps, f"loss {loss:.3f}"))
     except Interrupted as exc:
         raise Interrupted(work, f"kept in {work}: the target's answers to {len(sequences)} prompts and "
                                 f"{exc.kept}") from exc

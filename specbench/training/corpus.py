@@ -1,0 +1,182 @@
+"""The drafters' training data at scale without a data set: instructions the target writes itself and
+its own greedy answers to them, kept as token ids.
+
+Instructions come from Magpie (Xu et al., arXiv 2406.08464): an aligned model given its chat template
+up to the start of a user turn writes a plausible user request. They are sampled at temperature 1,
+kept only when the model closed the turn itself, deduplicated, filtered by length and refused where
+they share a word sequence with a suite specbench measures on; a share of the written request forms
+of training/chat_prompts.py is mixed in for the kinds (code, arithmetic, extraction) a small model
+rarely asks for. The target then answers every instruction greedily, as decoding it later will
+(engine/batch.py: each the answer it gets alone), so a drafter learns the very text it must predict.
+
+The work is done in chunks, each saved as it is finished (renamed into place), so a build that is
+stopped resumes at its first missing chunk; `write_corpus` then keeps the whole as one compressed
+file of token ids, small enough to ship with the package.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from specbench.core.errors import SpecbenchError
+from specbench.core.files import atomic_path
+from specbench.engine.batch import generate_batch
+from specbench.engine.sampling import Sampling, seeded
+from specbench.models import Target, encode_turns
+from specbench.suites import builtin_suite_names, load_suite
+from specbench.training.chat_prompts import chat_prompts, overlapping
+
+Progress = Callable[[int, int], None]  # samples done, total
+
+
+@dataclass(frozen=True)
+class CorpusSettings:
+    samples: int = 4096  # made in whole chunks
+    written_share: float = 0.25  # the rest synthesised by the target (Magpie)
+    instruction_tokens: int = 64  # an instruction still open after this many tokens is dropped
+    min_words: int = 4
+    answer_tokens: int = 128
+    chunk: int = 64  # instructions synthesised and answered together, and saved as one file
+    temperature: float = 1.0  # Magpie's setting for instructions
+    top_p: float = 0.95
+    seed: int = 0
+
+
+@dataclass
+class Corpus:
+    """Prompt ids (the chat template around one user turn) and the target's greedy answer ids."""
+
+    prompts: list[list[int]]
+    answers: list[list[int]]
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+    def extend(self, other: Corpus) -> None:
+        self.prompts += other.prompts
+        self.answers += other.answers
+
+
+def save_corpus(path: Path, corpus: Corpus, meta: dict) -> None:
+    """One compressed .npz of uint16 token ids (int32 past 65,535 ids) and the lengths that split them."""
+    top = max((max(s, default=0) for s in corpus.prompts + corpus.answers), default=0)
+    dtype = np.uint16 if top < 2**16 else np.int32
+    tokens = np.fromiter((t for p, a in zip(corpus.prompts, corpus.answers) for t in p + a), dtype=dtype)
+    with atomic_path(path) as tmp, open(tmp, "wb") as handle:
+        np.savez_compressed(handle, tokens=tokens, prompt_lengths=np.array([len(p) for p in corpus.prompts]),
+                            answer_lengths=np.array([len(a) for a in corpus.answers]),
+                            meta=np.array(json.dumps(meta, sort_keys=True)))
+
+
+def load_corpus(path: Path) -> tuple[Corpus, dict]:
+    """A corpus written by `save_corpus` and its metadata; one line where the file is not one."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            tokens = data["tokens"].astype(np.int64)
+            prompt_lengths, answer_lengths = data["prompt_lengths"], data["answer_lengths"]
+            meta = json.loads(str(data["meta"]))
+    except (OSError, ValueError, KeyError) as exc:
+        raise SpecbenchError(f"{path} is not a specbench training corpus ({exc})") from None
+    if int(prompt_lengths.sum() + answer_lengths.sum()) != len(tokens):
+        raise SpecbenchError(f"{path} is damaged: its lengths do not add up to its tokens")
+    corpus, at = Corpus([], []), 0
+    for p, a in zip(prompt_lengths.tolist(), answer_lengths.tolist()):
+        corpus.prompts.append(tokens[at:at + p].tolist())
+        corpus.answers.append(tokens[at + p:at + p + a].tolist())
+        at += p + a
+    return corpus, meta
+
+
+def user_turn_prefix(tokenizer) -> list[int]:
+    """The chat template up to where a user's words begin (Magpie's pre-query template)."""
+    marker = "\u2063specbench\u2063"
+    text = tokenizer.apply_chat_template([{"role": "user", "content": marker}], tokenize=False)
+    return tokenizer(text[:text.index(marker)], add_special_tokens=False)["input_ids"]
+
+
+def _normal(text: str) -> str:
+    return " ".join(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+def synthesise(target: Target, count: int, settings: CorpusSettings, seed: int, seen: set[str],
+               suite_texts: list[str]) -> list[str]:
+    """`count` new instructions written by the target after its user-turn prefix (fewer where too many
+    candidates fail the filters; none without a chat template), each closed by the model itself, of
+    `min_words` words at least, not in `seen` (which is updated) and sharing no 6-word sequence with
+    `suite_texts`."""
+    if not getattr(target.tokenizer, "chat_template", None):
+        return []
+    prefix = user_turn_prefix(target.tokenizer)
+    sampling = Sampling(temperature=settings.temperature, top_p=settings.top_p)
+    found: list[str] = []
+    for attempt in range(8):
+        want = 2 * (count - len(found))
+        rngs = [seeded(seed * 1_000_003 + attempt * 10_007 + i, target.device) for i in range(want)]
+        out = generate_batch(target.model, [prefix] * want, settings.instruction_tokens, sampling,
+                             eos_ids=target.eos_ids, rngs=rngs)
+        for generation in out.sequences:
+            if not generation.tokens or generation.tokens[-1] not in target.eos_ids:
+                continue  # still open at the token limit, or empty
+            text = target.tokenizer.decode(generation.tokens[:-1], skip_special_tokens=True).strip()
+            key = _normal(text)
+            if len(key.split()) < settings.min_words or key in seen or overlapping([[text]], suite_texts, n=6):
+                continue
+            seen.add(key)
+            found.append(text)
+            if len(found) == count:
+                return found
+    return found
+
+
+def suite_turns() -> list[str]:
+    """Every turn of every suite specbench ships: none may be trained on."""
+    return [turn for name in builtin_suite_names() for item in load_suite(name).items for turn in item.turns]
+
+
+def build_corpus(target: Target, work: Path, settings: CorpusSettings, mark: str,
+                 progress: Progress | None = None, shipped: Path | None = None) -> Corpus:
+    """The corpus of `settings`, built chunk by chunk into work/corpus-NNNN.npz; chunks saved there or
+    shipped in `shipped` (the same names) are read back."""
+    size, chunks = settings.chunk, -(-settings.samples // settings.chunk)
+    written_here = round(size * settings.written_share)
+    written = [turns[0] for turns in chat_prompts(chunks * size, settings.seed)]
+    suites = suite_turns()
+    seen: set[str] = set()
+    corpus = Corpus([], [])
+    # what a chunk's content depends on: everything but the total, so that a corpus grows by more chunks
+    key = {**asdict(settings), "target": mark, "samples": None}
+    for index in range(chunks):
+        name = f"corpus-{index:04d}.npz"
+        chunk, meta = _saved_chunk([d / name for d in (shipped, work) if d is not None], key)
+        if chunk is None:
+            made = synthesise(target, size - written_here, settings, settings.seed + index, seen, suites)
+            # written forms fill the chunk where the target wrote fewer instructions than asked (a model
+            # without a chat template, or one that rarely closes a user turn)
+            instructions = written[index * size:(index + 1) * size - len(made)] + made
+            prompts = [encode_turns(target.tokenizer, [text], []) for text in instructions]
+            answers = generate_batch(target.model, prompts, settings.answer_tokens, eos_ids=target.eos_ids)
+            chunk = Corpus(prompts, [g.tokens for g in answers.sequences])
+            work.mkdir(parents=True, exist_ok=True)
+            save_corpus(work / name, chunk, {"key": key, "instructions": instructions})
+        else:
+            seen.update(_normal(text) for text in meta["instructions"])
+        corpus.extend(chunk)
+        if progress:
+            progress(len(corpus), settings.samples)
+    return corpus
+
+
+def _saved_chunk(paths: list[Path], key: dict) -> tuple[Corpus | None, dict]:
+    """The first of `paths` that holds a chunk made with `key`."""
+    for path in paths:
+        if path.is_file():
+            chunk, meta = load_corpus(path)
+            if meta.get("key") == key:
+                return chunk, meta
+    return None, {}

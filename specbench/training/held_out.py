@@ -1,0 +1,44 @@
+"""Whether a drafter learns, before any benchmark runs: its acceptance on prompts it never trained on.
+
+The drafter is loaded from its directory the way `run` loads it and drafts through the real decode
+loop (greedy, its method's default controller), so a figure here is the benchmark's tau and
+per-position acceptance on held-out prompts, without the timing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specbench.engine.decode import generate
+from specbench.strategies.controllers import CONTROLLERS
+from specbench.strategies.registry import definition
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    tau: float  # tokens per target forward, the bonus token included
+    acceptance: tuple[float, ...]  # [k]: share of drafting steps that accepted more than k drafts
+
+    def line(self) -> str:
+        shown = " ".join(f"{a:.2f}" for a in self.acceptance[:6])
+        return f"held-out tau {self.tau:.2f}, acceptance by position {shown}"
+
+
+def held_out(target, strategy: str, options: Any, drafter_dir: Path, prompts: list[list[int]],
+             max_new_tokens: int) -> HeldOut:
+    """The `strategy` drafter in `drafter_dir` decoding `prompts` greedily, `max_new_tokens` each."""
+    method = definition(strategy)
+    drafter = method.build(target, options, drafter_dir)
+    budget = drafter.max_depth or method.budget(options)
+    tokens = steps = drafts = 0
+    accepted: list[int] = []
+    for prompt in prompts:
+        out = generate(target.model, prompt, max_new_tokens, eos_ids=target.eos_ids, drafter=drafter,
+                       controller=CONTROLLERS[method.default_controller](budget, options))
+        tokens, steps, drafts = tokens + len(out.tokens), steps + out.steps, drafts + out.drafts
+        accepted += [0] * (len(out.accept_by_position) - len(accepted))
+        for k, count in enumerate(out.accept_by_position):
+            accepted[k] += count
+    return HeldOut(tokens / max(steps, 1), tuple(a / max(drafts, 1) for a in accepted))
