@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
@@ -81,7 +82,7 @@ def load_corpus(path: Path) -> tuple[Corpus, dict]:
             tokens = data["tokens"].astype(np.int64)
             prompt_lengths, answer_lengths = data["prompt_lengths"], data["answer_lengths"]
             meta = json.loads(str(data["meta"]))
-    except (OSError, ValueError, KeyError) as exc:
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
         raise SpecbenchError(f"{path} is not a specbench training corpus ({exc})") from None
     if int(prompt_lengths.sum() + answer_lengths.sum()) != len(tokens):
         raise SpecbenchError(f"{path} is damaged: its lengths do not add up to its tokens")

@@ -1,0 +1,44 @@
+"""The drafters' training corpus: token ids kept compactly and read back whole, a damaged file refused in one
+line, and the corpus shipped for SmolLM2 distinct and apart from every suite specbench measures on."""
+
+from __future__ import annotations
+
+import pytest
+
+from specbench.core.errors import SpecbenchError
+from specbench.model_source import KNOWN_MODELS
+from specbench.training.chat_prompts import overlapping
+from specbench.training.corpus import Corpus, load_corpus, save_corpus, suite_turns
+
+SHIPPED = sorted((KNOWN_MODELS["smollm2-135m"].shipped / "corpus").glob("corpus-*.npz"))
+
+
+def test_a_corpus_round_trips_as_token_ids(tmp_path):
+    corpus = Corpus([[1, 2, 3], [60000]], [[4, 5], []])
+    save_corpus(tmp_path / "c.npz", corpus, {"what": "test"})
+    loaded, meta = load_corpus(tmp_path / "c.npz")
+    assert (loaded.prompts, loaded.answers, meta) == (corpus.prompts, corpus.answers, {"what": "test"})
+    wide = Corpus([[70000]], [[1]])  # past 16 bits the ids are kept as int32
+    save_corpus(tmp_path / "w.npz", wide, {})
+    assert load_corpus(tmp_path / "w.npz")[0].prompts == [[70000]]
+
+
+def test_a_damaged_corpus_is_one_line(tmp_path):
+    save_corpus(tmp_path / "c.npz", Corpus([[1, 2]], [[3]]), {})
+    (tmp_path / "c.npz").write_bytes((tmp_path / "c.npz").read_bytes()[:40])
+    with pytest.raises(SpecbenchError, match="not a specbench training corpus") as error:
+        load_corpus(tmp_path / "c.npz")
+    assert "\n" not in str(error.value)
+
+
+@pytest.mark.skipif(not SHIPPED, reason="no corpus shipped for SmolLM2")
+def test_the_shipped_corpus_is_distinct_and_apart_from_every_suite():
+    instructions, answers = [], 0
+    for path in SHIPPED:
+        chunk, meta = load_corpus(path)
+        assert len(chunk) == len(meta["instructions"]) == meta["key"]["chunk"]
+        assert all(max(p + a) < 49152 for p, a in zip(chunk.prompts, chunk.answers))
+        instructions += meta["instructions"]
+        answers += sum(1 for a in chunk.answers if a)
+    assert len(set(instructions)) == len(instructions) and answers == len(instructions)
+    assert overlapping([[text] for text in instructions], suite_turns(), n=6) == []
