@@ -281,6 +281,19 @@ def test_unreadable_studies_are_skipped_and_named(tmp_path):
                for s in skipped)
 
 
+@pytest.mark.parametrize("bug", [KeyError("speedup"), TypeError("'NoneType' object is not subscriptable")])
+def test_a_bug_in_the_reading_surfaces(tmp_path, monkeypatch, bug):
+    """Only a damaged file is skipped: an error of the reading code itself would silently drop evidence."""
+    write_run(tmp_path, "good", {"ngram": 1.7})
+
+    def broken(path):
+        raise bug
+
+    monkeypatch.setattr("specbench.recommend.evidence._run_record", broken)
+    with pytest.raises(type(bug)):
+        load_evidence(tmp_path)
+
+
 # -- the learned tree ------------------------------------------------------------------------
 
 

@@ -131,8 +131,9 @@ class Evidence:
 
 # -- reading ---------------------------------------------------------------------------------
 
-UNREADABLE = (SpecbenchError, OSError, ValueError, KeyError, TypeError)
-"""What a damaged file raises through json, tomllib, pandas and pyarrow: the item is skipped."""
+UNREADABLE = (SpecbenchError, OSError, ValueError)
+"""What a damaged file raises through json, tomllib, pandas and pyarrow (the records name a missing or
+mistyped entry as a SpecbenchError): the item is skipped. Anything else is a bug in the reading and surfaces."""
 
 
 def run_dirs(results: Path) -> list[Path]:
