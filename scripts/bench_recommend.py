@@ -72,7 +72,7 @@ def measure(workload: RunConfig, suite: Path, out: Path, batch: int) -> Path:
     strategies = strategies_at(batch)
     drafters = drafters_used_by(workload.drafters, parse_strategies(strategies))
     report = run_benchmark(replace(workload, strategies=strategies, drafters=drafters, suite=str(suite), out=str(out),
-                                   batch_sizes=[batch]))
+                                   batch_sizes=[batch]).plan())
     return report.path
 
 

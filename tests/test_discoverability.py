@@ -101,7 +101,7 @@ def test_two_runs_started_in_the_same_second_get_two_directories(tmp_path, monke
 def test_resume_accepts_the_flags_it_was_started_with():
     saved = RunConfig(strategies=["ngram", "draft"], max_new_tokens=8, knobs={"draft": {"k": 4}})
     flags = {"strategies": ["ngram,draft"], "max_new_tokens": 8, "knobs": {"draft": {"k": "4"}}, "limit": None}
-    assert resolve({}, flags, saved) == saved.validate()
+    assert resolve({}, flags, saved).config == saved.validate()
 
 
 def dev_install() -> set[str]:

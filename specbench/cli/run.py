@@ -90,7 +90,8 @@ def run(
                      batch_sizes=list(sizes) if sizes else None, engine=engine,
                      engine_args=parse_engine_args(engine_args), knobs=parse_sets(set_ or []))
         saved = RunDir.resume(resume)[1] if resume else None
-        cfg = resolve(load_config_file(config) if config else {}, flags, saved)
+        plan = resolve(load_config_file(config) if config else {}, flags, saved)
+        cfg = plan.config
 
         from specbench.benchmark.pipeline import run_benchmark
         from specbench.core.strict_json import dumps
@@ -121,7 +122,7 @@ def run(
                     err.print(f"warning: the machine is busy before the run (load {plan['load']:.1f} on "
                               f"{plan['cpus']} CPUs): timings will be noisy", style="yellow", highlight=False, soft_wrap=True)
 
-            result = run_benchmark(cfg, advance, resume, estimate)
+            result = run_benchmark(plan, advance, resume, estimate)
         for report in result.engines:
             for name, seconds in report.start_s.items():
                 compiled = (f" ({compiling(report.details['compile_s'].get(name))})"
