@@ -38,11 +38,11 @@ def recommend(
     from specbench.core.errors import SpecbenchError
     from specbench.core.strict_json import dumps
     from specbench.measure.hardware import load_profiles
-    from specbench.recommend import learn as fit_tree
-    from specbench.recommend import make_workload
-    from specbench.recommend import recommend as choose
-    from specbench.recommend.evidence import load_evidence
-    from specbench.recommend.render import (
+    from specbench.recommender import learn as fit_tree
+    from specbench.recommender import make_workload
+    from specbench.recommender import recommend as choose
+    from specbench.recommender.evidence import load_evidence
+    from specbench.recommender.render import (
         alternatives_table,
         explain_nodes,
         learn_lines,
@@ -57,7 +57,7 @@ def recommend(
         results_dir = results or Path("results")
         if concurrency is not None:
             from specbench.core.ranges import check_range
-            from specbench.recommend.under_load import lines, recommend_for_load
+            from specbench.recommender.under_load import lines, recommend_for_load
 
             check_range("--concurrency", concurrency)
             rec = recommend_for_load(results_dir, concurrency, model)

@@ -33,8 +33,8 @@ from specbench.core.records import Projection, RunResult, TunedStudy
 from specbench.measure.hardware import match_profile
 from specbench.measure.stats import paired_speedups, summarise_strategy
 from specbench.output.run_dir import read_run
-from specbench.recommend.prior import members
-from specbench.recommend.workload import Workload
+from specbench.recommender.prior import members
+from specbench.recommender.workload import Workload
 from specbench.strategies.names import BASELINE
 
 SOURCES = ("measured", "modelled", "projected", "prior")
