@@ -169,8 +169,12 @@ def checked_types(config: RunConfig, where: str, keys: dict[str, str] | None = N
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
     """Read a TOML run config: top-level keys are RunConfig fields; [knobs.STRATEGY] tables hold knobs."""
-    where = f"config file {path}"
-    raw = read_toml(Path(path), "config file")
+    return checked_settings(read_toml(Path(path), "config file"), f"config file {path}")
+
+
+def checked_settings(raw: dict[str, Any], where: str) -> dict[str, Any]:
+    """RunConfig's fields from settings written as a TOML config writes them (`strategy` for `strategies`, `-`
+    for `_`, one string for a list of one), type-checked; `where` names their source."""
     values, keys = {}, {}
     for key, value in raw.items():
         name = ALIASES.get(key.replace("-", "_"), key.replace("-", "_"))
