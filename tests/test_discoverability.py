@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import sys
 import tomllib
-from dataclasses import replace
+from dataclasses import FrozenInstanceError, replace
 from importlib import metadata
 from pathlib import Path
 
@@ -128,6 +128,19 @@ def dev_install() -> set[str]:
             if not sub.marker or any(sub.marker.evaluate({"extra": e}) for e in req.extras or {""}):
                 pending.append(sub)
     return found
+
+
+def test_a_plan_is_frozen_and_leaves_its_configuration_as_it_was():
+    """Resolving reads each input once into the plan; the configuration planned is not changed (0 for the whole
+    suite and a draft schedule's spelling are normalised in the plan's checked copy only)."""
+    schedule = {"batch_sizes": [1, 4], "draft_tokens": [3, 0]}
+    config = RunConfig(strategies=["ngram"], limit=0, draft_schedule={"NGRAM": schedule})
+    plan = config.plan()
+    assert (config.limit, list(config.draft_schedule)) == (0, ["NGRAM"])
+    assert (plan.config.limit, list(plan.config.draft_schedule)) == (None, ["ngram"])
+    assert [s.name for s in plan.strategies] == ["ar", "ngram"] and plan.engines == ("specbench",)
+    with pytest.raises(FrozenInstanceError):
+        plan.suite = None
 
 
 def test_the_dev_extra_installs_every_package_the_tests_import():
