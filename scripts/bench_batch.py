@@ -65,7 +65,7 @@ def main() -> None:
     config = RunConfig(model=args.model, drafters=args.drafter, strategies=strategies, limit=args.limit,
                        max_new_tokens=args.max_new_tokens, batch_sizes=batch_sizes, device="cpu",
                        out=str(results_dir))
-    report = run_benchmark(config)
+    report = run_benchmark(config.plan())
     load = report.load
     figures = {
         "command": f"python scripts/bench_batch.py --limit {args.limit} --max-new-tokens {args.max_new_tokens} "
@@ -90,7 +90,7 @@ def main() -> None:
 
 def gpu_crossovers(config: RunConfig, report) -> dict[str, dict]:
     """Per strategy and GPU profile: the projected speedup by batch size and where it falls below 1."""
-    bench = prepare(config)
+    bench = prepare(config.plan())
     rows = pd.read_parquet(report.path / "rows.parquet")
     smallest = int(rows.batch_size.min())
     rows = rows[rows.batch_size == smallest]

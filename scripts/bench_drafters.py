@@ -46,7 +46,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     workload = RunConfig(model=args.model, drafters=args.drafter, limit=args.limit, max_new_tokens=args.max_new_tokens,
                          device="cpu", out=str(out.parent))
-    report = run_benchmark(replace(workload, strategies=["all"]))
+    report = run_benchmark(replace(workload, strategies=["all"]).plan())
     results = {r.strategy: r.as_dict() for r in report.summary}
     code = {s.strategy: s.as_dict() for s in report.by_category if s.category == "code"}
     fastest = max(("eagle", "dflash", "dspark"), key=lambda s: results[s]["speedup"])
@@ -71,7 +71,7 @@ def main() -> None:
     sampled_drafters = drafters_used_by(args.drafter, parse_strategies(SAMPLED))
     for temperature in (1.0, 0.0):
         run = run_benchmark(replace(workload, strategies=SAMPLED, drafters=sampled_drafters, limit=args.sampled_limit,
-                                    temperature=temperature))
+                                    temperature=temperature).plan())
         sampled[f"temperature {temperature:g}"] = {
             "run_dir": str(run.path),
             "results": {r.strategy: {k: getattr(r, k) for k in ("speedup", "speedup_ci", "tau",

@@ -72,7 +72,7 @@ def main() -> None:
     strategies = args.strategies.split(",")
     report = run_benchmark(RunConfig(strategies=strategies, engine="both", limit=args.limit, model=args.model,
                                      max_new_tokens=args.max_new_tokens, device="cpu", out=str(out.parent),
-                                     engine_args=json.loads(args.engine_args or "{}")))
+                                     engine_args=json.loads(args.engine_args or "{}")).plan())
     by = {(r.engine, r.strategy): r.as_dict() for r in report.summary}
     (vllm,) = [r for r in report.engines if r.engine == "vllm"]
     own_ar, vllm_ar = by[("specbench", BASELINE)], by[("vllm", BASELINE)]

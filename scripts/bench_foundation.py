@@ -64,7 +64,7 @@ def main() -> None:
     config = RunConfig(model=args.model, drafters=args.drafter, strategies=["ngram", "draft"], limit=args.limit,
                        max_new_tokens=args.max_new_tokens, device="cpu", out=str(out.parent),
                        engine=f"{SPECBENCH},{TRANSFORMERS}")
-    report = run_benchmark(config)
+    report = run_benchmark(config.plan())
     result = {"a_draft_vs_transformers": versus_transformers(report, "draft"),
               "b_ngram_vs_transformers": versus_transformers(report, "ngram")}
     ar = next(r for r in report.summary if r.strategy == BASELINE and r.engine == SPECBENCH)

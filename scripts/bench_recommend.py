@@ -34,8 +34,8 @@ from specbench.core.files import write_atomic, write_json
 from specbench.measure.hardware import load_profiles
 from specbench.measure.stats import summarise_strategies
 from specbench.output.comparison import load_runs
-from specbench.recommend import evaluate, learn, make_workload, recommend
-from specbench.recommend.evidence import Evidence, load_evidence
+from specbench.recommender import evaluate, learn, make_workload, recommend
+from specbench.recommender.evidence import Evidence, load_evidence
 from specbench.strategies.build import verifies_trees
 from specbench.strategies.names import parse_strategies
 from specbench.strategies.published.formats import drafters_used_by
@@ -72,7 +72,7 @@ def measure(workload: RunConfig, suite: Path, out: Path, batch: int) -> Path:
     strategies = strategies_at(batch)
     drafters = drafters_used_by(workload.drafters, parse_strategies(strategies))
     report = run_benchmark(replace(workload, strategies=strategies, drafters=drafters, suite=str(suite), out=str(out),
-                                   batch_sizes=[batch]))
+                                   batch_sizes=[batch]).plan())
     return report.path
 
 

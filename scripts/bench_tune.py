@@ -182,7 +182,7 @@ def main() -> None:
     started = time.perf_counter()
     workload = RunConfig(model=args.model, drafters=[args.drafter] if args.drafter else [], strategies=["dspark"],
                          limit=args.limit, max_new_tokens=args.max_new_tokens, device="cpu", gpu=args.gpu)
-    bench = prepare(workload)
+    bench = prepare(workload.plan())
     tuning, _ = split_items(bench.suite.items, 0.25, workload.seed)
     evaluator = Evaluator(bench, tuning, None)
     table = measure_grid(evaluator, bench.profile)

@@ -1,8 +1,96 @@
-"""specbench: benchmark and autotune lossless speculative-decoding strategies."""
+"""specbench: benchmark and autotune lossless speculative-decoding strategies.
 
-from importlib.metadata import PackageNotFoundError, version
+The library behind each command, one call each, returning the record the command prints (docs/api.md):
 
-try:
-    __version__ = version("specbench")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0.0.0+local"
+    import specbench
+    result = specbench.run(strategies="ngram,draft", limit=2)       # a RunResult, its run directory written
+    report = specbench.tune(strategies="dspark", trials=20)          # a TuneReport of Optuna studies
+    levels = specbench.serve(strategies="ngram", concurrency=[1, 4])  # a ServeResult, measured on vLLM servers
+    choice = specbench.recommend(gpu="rtx4090", task="code")         # a Recommendation
+
+Importing specbench loads no model library: each call imports what it runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from specbench.core.version import __version__
+
+if TYPE_CHECKING:
+    from specbench.core.records import RunResult
+    from specbench.recommender import Recommendation
+    from specbench.serving.sweep import ServeResult
+    from specbench.tuning.study_runner import TuneReport
+
+__all__ = ["__version__", "recommend", "run", "serve", "tune"]
+
+
+def run(**settings: Any) -> RunResult:
+    """`specbench run`: every strategy against plain decoding (`ar`) on a prompt suite, its run directory
+    written under `out`. `settings` are a run configuration's, named as in a `--config` TOML file
+    (docs/configuration.md): strategies, model, drafters, limit, max_new_tokens, engine, ..."""
+    from specbench.benchmark.pipeline import run_benchmark
+
+    return run_benchmark(_run_config(settings, "specbench.run").plan("specbench.run"))
+
+
+def tune(strategies: str | list[str] = (), **settings: Any) -> TuneReport:
+    """`specbench tune`: one Optuna study of each strategy's knobs, its best checked on held-out prompts. The
+    study's settings are TuneConfig's (trials, workers, storage, objectives, ...); the others the workload's,
+    as `run` takes them."""
+    from specbench.tuning.config import TuneConfig
+    from specbench.tuning.study_runner import tune as tune_studies
+
+    study, workload = _split(settings, TuneConfig, "workload")
+    names = [strategies] if isinstance(strategies, str) else list(strategies)
+    return tune_studies(TuneConfig(_run_config(workload, "specbench.tune"), tuple(names), **study))
+
+
+def serve(**settings: Any) -> ServeResult:
+    """`specbench serve`: each strategy on its own `vllm serve` (or the running `endpoints`) at each load level
+    (`concurrency`, `request_rates`), against plain decoding at the same load. The load's settings are
+    ServeConfig's; the others the run's, as `run` takes them, with vLLM as the engine."""
+    from specbench.serving.config import SERVE_STRATEGIES, ServeConfig
+    from specbench.serving.run_dir import ServeRun
+    from specbench.serving.sweep import plan, serve_sweep, strategy_names
+
+    load, run_settings = _split(settings, ServeConfig, "run")
+    defaults = {"engine": "specbench", "strategies": ["ar"]} if load.get("endpoints") else \
+        {"engine": "vllm", "strategies": SERVE_STRATEGIES}
+    config = ServeConfig(_run_config({**defaults, **run_settings}, "specbench.serve"), **load).validate()
+    prepared = plan(config)
+    run_dir = ServeRun.create(config, strategy_names(config), config.run.model or "the embedded model",
+                              config.run.suite)
+    return serve_sweep(run_dir, prepared)
+
+
+def recommend(results: str | Path = "results", **workload: Any) -> Recommendation:
+    """`specbench recommend`: the strategy and its settings for a workload (gpu, task, batch_size,
+    context_len, ...: recommend.make_workload's arguments), from the runs and studies under `results`
+    where they match it, else from the published rules."""
+    from specbench.recommender import make_workload
+    from specbench.recommender import recommend as recommend_for
+
+    return recommend_for(make_workload(**workload), Path(results))
+
+
+def _run_config(settings: dict[str, Any], where: str):
+    """A RunConfig from settings named as a TOML config names them, paths given as Path objects too."""
+    from specbench.config import RunConfig, checked_settings
+
+    def text(value: Any) -> Any:
+        if isinstance(value, os.PathLike):
+            return os.fspath(value)
+        return [text(v) for v in value] if isinstance(value, (list, tuple)) else value
+
+    return RunConfig(**checked_settings({key: text(value) for key, value in settings.items()}, where))
+
+
+def _split(settings: dict[str, Any], kind: type, inner: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`settings` split into the fields of `kind` (but its `inner` configuration) and the rest."""
+    own = {f.name for f in dataclasses.fields(kind)} - {inner}
+    return ({k: v for k, v in settings.items() if k in own}, {k: v for k, v in settings.items() if k not in own})

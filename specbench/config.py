@@ -6,9 +6,9 @@ refused, not compared with an int later), ranges and choices, strategy names, kn
 strategies that are run, the controller, the suite and its categories, where the model is, the
 GPU profile and the output directory. Knob values are checked next, by the method modules.
 
-Checking resolves: what a check reads (the strategies, the drafters' formats, the selected prompts,
-the model's directory, the GPU profile) is kept as the run's `RunPlan`, which every later step takes
-as it is.
+Checking resolves: `RunConfig.plan()` reads each input once (the strategies, the drafters' formats, the
+selected prompts, the model's directory, the GPU profile, the engines) into the run's frozen `RunPlan`,
+which every later step takes as it is; the configuration itself is never changed.
 """
 
 from __future__ import annotations
@@ -76,53 +76,49 @@ class RunConfig(DecodeSettings):
     engine_args: dict[str, Any] = field(default_factory=dict)  # the engine's own arguments (--engine-args JSON)
 
     def validate(self, where: str = "configuration") -> RunConfig:
-        """This configuration, type-checked, after every check that needs no torch; `where` names its source.
-
-        The checked copy carries its plan (`plan()`) and is returned as it is when validated again (the CLI
-        validates, then benchmark.prepare plans): the suite and the drafters' formats are read once."""
-        if vars(self).get("_plan"):
-            return self
-        config = checked_types(self, where)
-        config._plan = config._resolve()  # not a field: asdict, == and dataclasses.replace leave it out
-        return config
+        """This configuration, checked as `plan` checks it, for a caller that keeps the configuration itself
+        (a run directory read back, a server's); `where` names its source."""
+        return self.plan(where).config
 
     def plan(self, where: str = "configuration") -> RunPlan:
-        """What this configuration resolves to, checked (once per configuration)."""
-        return self.validate(where)._plan
+        """What this configuration resolves to, after every check that needs no torch; `where` names its source.
 
-    def _resolve(self) -> RunPlan:
-        check_ranges({"--max-new-tokens": self.max_new_tokens, "--temperature": self.temperature,
-                      "--top-p": self.top_p, "--top-k": self.top_k, "--limit": self.limit, "--seed": self.seed,
-                      "--warmup": self.warmup, "--repeats": self.repeats})
-        if self.limit == 0:
-            self.limit = None
-        check_dtype(self.dtype)
-        check_device(self.device)
-        if self.controller is not None and self.controller not in CONTROLLERS:
-            raise SpecbenchError(f"unknown controller {self.controller!r}; known: {', '.join(CONTROLLERS)}")
-        specs = parse_strategies(self.strategies)
-        check_knobs_apply(self.knobs, specs)
-        sources = drafter_dirs_by_strategy(self.drafters, specs)  # formats: read, not loaded
-        suite = select(load_suite(self.suite), self.categories or None, self.limit)
-        model = model_path(self.model)
-        profiles = load_profiles(Path(self.profiles) if self.profiles else None)
-        profile = get_profile(self.gpu, profiles) if self.gpu else None
-        check_output_dir(self.out, "--out")
-        check_sizes(self.batch_sizes, "--batch-sizes")
-        for strategy, entry in self.draft_schedule.items():
+        Each input is read here once (the suite, the drafters' formats, the model's directory, the GPU
+        profiles) and every later step takes the plan as it is. The configuration is left as it was: the
+        plan holds its checked copy."""
+        config = checked_types(self, where)
+        check_ranges({"--max-new-tokens": config.max_new_tokens, "--temperature": config.temperature,
+                      "--top-p": config.top_p, "--top-k": config.top_k, "--limit": config.limit,
+                      "--seed": config.seed, "--warmup": config.warmup, "--repeats": config.repeats})
+        limit = config.limit or None  # 0: the whole suite
+        check_dtype(config.dtype)
+        check_device(config.device)
+        if config.controller is not None and config.controller not in CONTROLLERS:
+            raise SpecbenchError(f"unknown controller {config.controller!r}; known: {', '.join(CONTROLLERS)}")
+        specs = parse_strategies(config.strategies)
+        check_knobs_apply(config.knobs, specs)
+        sources = drafter_dirs_by_strategy(config.drafters, specs)  # formats: read, not loaded
+        suite = select(load_suite(config.suite), config.categories or None, limit)
+        model = model_path(config.model)
+        profiles = load_profiles(Path(config.profiles) if config.profiles else None)
+        profile = get_profile(config.gpu, profiles) if config.gpu else None
+        check_output_dir(config.out, "--out")
+        check_sizes(config.batch_sizes, "--batch-sizes")
+        for strategy, entry in config.draft_schedule.items():
             check_draft_schedule(strategy, entry)
-        self.draft_schedule = {parse_strategy(name).name: entry for name, entry in self.draft_schedule.items()}
-        engines = check_engines(self.engine, EnginePlan(specs, self.knobs, self.controller, self.batch_sizes,
-                                                        self.temperature, self.engine_args))
-        return RunPlan(self, specs, sources, suite, model, engines, profile)
+        schedule = {parse_strategy(name).name: entry for name, entry in config.draft_schedule.items()}
+        engines = check_engines(config.engine, EnginePlan(specs, config.knobs, config.controller, config.batch_sizes,
+                                                          config.temperature, config.engine_args))
+        config = dataclasses.replace(config, limit=limit, draft_schedule=schedule)
+        return RunPlan(config, tuple(specs), sources, suite, model, engines, profile)
 
 
 @dataclass(frozen=True)
 class RunPlan:
     """A run's configuration resolved: what every step after the checks takes as it is."""
 
-    config: RunConfig
-    strategies: list[StrategyName]  # `ar` first
+    config: RunConfig  # checked: 0 for the whole suite read as no limit, the draft schedule's strategies by name
+    strategies: tuple[StrategyName, ...]  # `ar` first
     drafter_sources: dict[str, DrafterSource]  # method -> its drafter's checkpoint and format
     suite: Suite  # the selected prompts (--categories, --limit)
     model: str  # the target's directory, or the hub id it is cached under
@@ -173,8 +169,12 @@ def checked_types(config: RunConfig, where: str, keys: dict[str, str] | None = N
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
     """Read a TOML run config: top-level keys are RunConfig fields; [knobs.STRATEGY] tables hold knobs."""
-    where = f"config file {path}"
-    raw = read_toml(Path(path), "config file")
+    return checked_settings(read_toml(Path(path), "config file"), f"config file {path}")
+
+
+def checked_settings(raw: dict[str, Any], where: str) -> dict[str, Any]:
+    """RunConfig's fields from settings written as a TOML config writes them (`strategy` for `strategies`, `-`
+    for `_`, one string for a list of one), type-checked; `where` names their source."""
     values, keys = {}, {}
     for key, value in raw.items():
         name = ALIASES.get(key.replace("-", "_"), key.replace("-", "_"))
@@ -187,17 +187,17 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     return values
 
 
-def resolve(file_values: dict[str, Any], flags: dict[str, Any], saved: RunConfig | None = None) -> RunConfig:
-    """Defaults, then the config file, then every flag that was given (None means not given), validated.
+def resolve(file_values: dict[str, Any], flags: dict[str, Any], saved: RunConfig | None = None) -> RunPlan:
+    """Defaults, then the config file, then every flag that was given (None means not given), planned.
 
     With `saved`, the configuration of a run being resumed, that configuration is the result: a
     file value or flag may repeat it, and one that differs is refused (it would change what the
     run measures).
     """
     if saved is None:
-        return layered(file_values, flags).validate()
+        return layered(file_values, flags).plan()
     _refuse_changes(saved, _settings(file_values, flags), _knobs(asdict(saved)["knobs"], file_values, flags))
-    return saved.validate()
+    return saved.plan()
 
 
 def layered(file_values: dict[str, Any], flags: dict[str, Any]) -> RunConfig:

@@ -9,8 +9,8 @@ import os
 import pytest
 import torch
 
-from specbench.models import Target
-from tests.helpers import TINY_SHAPES, tiny_target, write_tiny_model_dir
+from specbench.models import Target, load_target
+from tests.helpers import TINY_SHAPES, tiny_lm, tiny_target, write_tiny_model_dir
 
 # tiny models: one thread is faster than two, and the suite stays fast on a loaded 2-core machine
 torch.set_num_threads(1)
@@ -25,6 +25,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(params=list(TINY_SHAPES))
 def target(request) -> Target:
     return tiny_target(request.param)
+
+
+@pytest.fixture(scope="session")
+def deep_target() -> Target:
+    """A deeper tiny target, for drafters that read features of several layers (published layouts)."""
+    return Target(tiny_lm("qwen3-gqa", layers=6), None, "tiny-qwen3-6", frozenset())
+
+
+@pytest.fixture(scope="session")
+def default_target() -> Target:
+    """The embedded default model, which ships with the package (never skipped: its absence is a broken checkout)."""
+    return load_target(None, torch.device("cpu"), torch.float32)
 
 
 @pytest.fixture(scope="session")

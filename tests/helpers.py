@@ -6,7 +6,6 @@ from each other; tests/conftest.py turns the models into fixtures."""
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import random
 import zlib
@@ -434,7 +433,7 @@ def cut_steps_with_eos_and_length_inside_drafts(target: Target, drafter, sequenc
 # `EnumeratingRng` stands in for the engine's `Rng`: it follows a script of choices and records the probability of
 # the path it took. `enumerate_outcomes` runs a step once per leaf of the tree of random choices (drafters' draws
 # and the verifier's coins), so the distribution it returns is exact up to float rounding, unlike a chi-square
-# test, which misses errors below a few percent. The chi-square helpers below test whole generations against the
+# test, which misses errors below a few percent. `chi_square_pvalue` below tests whole generations against the
 # target's exact distribution at a fixed seed.
 
 
@@ -534,109 +533,39 @@ CHI_SQUARE_PROMPT = [1, 2, 1, 2, 1]  # the prompt and sample count of the chi-sq
 CHI_SQUARE_RUNS = 1500
 
 
-def exact_pair_distribution(model, prompt: list[int], sampling: Sampling) -> dict[tuple[int, int], float]:
-    """P(first two generated tokens) under plain sampling from the target, computed exactly."""
-    vocab = model.config.vocab_size
-    with torch.no_grad():
-        first = sampling.probs(model(input_ids=torch.tensor([prompt])).logits[0, -1])
-        batch = torch.tensor([prompt + [t] for t in range(vocab)])
-        second = sampling.probs(model(input_ids=batch).logits[:, -1])
-    joint = first[:, None] * second
-    return {(a, b): float(joint[a, b]) for a, b in itertools.product(range(vocab), repeat=2)}
-
-
-def chi_square_pvalue(model, prompt: list[int], sampling: Sampling, runs: int, make_strategy) -> float:
-    """Sample `runs` two-token continuations with `make_strategy()` -> (drafter, controller)."""
-    exact = exact_pair_distribution(model, prompt, sampling)
-    counts = dict.fromkeys(exact, 0)
-    for seed in range(runs):
-        drafter, controller = make_strategy()
-        tokens = generate(model, prompt, 2, sampling, drafter=drafter, controller=controller, seed=seed).tokens
-        counts[tuple(tokens)] += 1
-    # pool rare cells so every expected count is >= 5, as the test requires
-    keys = sorted(exact, key=exact.get, reverse=True)
-    observed, expected, pool_o, pool_e = [], [], 0, 0.0
-    for k in keys:
-        if exact[k] * runs >= 5:
-            observed.append(counts[k])
-            expected.append(exact[k] * runs)
-        else:
-            pool_o += counts[k]
-            pool_e += exact[k] * runs
-    if pool_e > 0:
-        observed.append(pool_o)
-        expected.append(pool_e)
-    elif pool_o:  # a continuation the target gives probability 0 (top-k / top-p) was generated
-        return 0.0
-    expected = np.array(expected) * runs / sum(expected)
-    return float(chisquare(observed, expected).pvalue)
-
-
-def first_two_token_distributions(target: Target, prompt: list[int], sampling: Sampling) -> torch.Tensor:
-    """(2, V) float64: the exact distributions of the first and the second generated token."""
-    vocab = target.model.config.vocab_size
-    with torch.inference_mode():
-        first = sampling.probs(target.model(input_ids=torch.tensor([prompt])).logits[0, -1])
-        ids = torch.cat([torch.tensor(prompt).repeat(vocab, 1), torch.arange(vocab)[:, None]], 1)
-        second = sampling.probs(target.model(input_ids=ids).logits[:, -1])
-    exact = torch.stack([first, (first[:, None] * second).sum(0)]).double()
-    return exact / exact.sum(-1, keepdim=True)
-
-
-def check_distribution(target: Target, prompt: list[int], drafter, controller, runs: int) -> None:
-    """Chi-square tests of the first and second sampled tokens against the exact distributions."""
-    sampling = Sampling(temperature=0.9)
-    exact = first_two_token_distributions(target, prompt, sampling)
-    counts = torch.zeros_like(exact)
-    accepted = 0
-    for seed in range(runs):
-        got = generate(target.model, prompt, 2, sampling=sampling, drafter=drafter, controller=controller(), seed=seed)
-        counts[0, got.tokens[0]] += 1
-        counts[1, got.tokens[1]] += 1
-        accepted += got.accepted
-    assert accepted > runs // 4  # drafts were accepted often: acceptance is tested, not plain sampling
-    for observed, expected in zip(counts, exact * runs):
-        big = expected >= 5  # chi-square needs expected counts of at least 5: pool the rest
-        if not big.all():
-            observed = torch.cat([observed[big], observed[~big].sum()[None]])
-            expected = torch.cat([expected[big], expected[~big].sum()[None]])
-        assert chisquare(observed.numpy(), expected.numpy()).pvalue > 0.001
-
-
 @torch.inference_mode()
-def exact_first_two(model, prompt: list[int], sampling: Sampling) -> tuple[torch.Tensor, torch.Tensor]:
-    """The target's exact distributions of the first and the second generated token."""
+def exact_first_two(model, prompt: list[int], sampling: Sampling) -> torch.Tensor:
+    """(V, V) float64: the target's exact joint distribution of the first two generated tokens."""
     ids = torch.tensor(prompt)
-    p1 = sampling.probs(model(input_ids=ids[None]).logits[0, -1])
-    vocab = len(p1)
+    first = sampling.probs(model(input_ids=ids[None]).logits[0, -1]).double()
+    vocab = len(first)
     both = torch.cat([ids.expand(vocab, -1), torch.arange(vocab)[:, None]], 1)
-    p2 = p1 @ sampling.probs(model(input_ids=both).logits[:, -1])
-    return p1, p2
+    return first[:, None] * sampling.probs(model(input_ids=both).logits[:, -1]).double()
 
 
-def assert_matches(counts: np.ndarray, probs: torch.Tensor) -> None:
-    """Chi-square goodness of fit, cells with an expected count under 5 pooled."""
-    expected = probs.double().numpy()
-    expected *= counts.sum() / expected.sum()
-    small = expected < 5
-    observed = np.append(counts[~small], counts[small].sum())
-    expected = np.append(expected[~small], expected[small].sum())
-    if expected[-1] == 0:
-        observed, expected = observed[:-1], expected[:-1]
-    assert chisquare(observed, expected).pvalue > 0.001, (observed, expected)
-
-
-def sampled_first_two(target: Target, drafter, sampling: Sampling, prompt: list[int], runs: int, budget: int):
-    vocab = target.model.config.vocab_size
-    counts = np.zeros((2, vocab))
+def chi_square_pvalue(model, prompt: list[int], sampling: Sampling, runs: int,
+                      make_strategy) -> tuple[float, list[int]]:
+    """The chi-square p-value of the first two tokens of `runs` generations, one seed each, with
+    `make_strategy()` -> (drafter, controller), against `exact_first_two`; and the drafts each accepted."""
+    vocab = model.config.vocab_size
+    counts = np.zeros((vocab, vocab))
     accepted = []
     for seed in range(runs):
-        got = generate(target.model, prompt, 2, sampling=sampling, drafter=drafter,
-                       controller=FixedController(budget), seed=seed)
-        counts[0, got.tokens[0]] += 1
-        counts[1, got.tokens[1]] += 1
+        drafter, controller = make_strategy()
+        got = generate(model, prompt, 2, sampling, drafter=drafter, controller=controller, seed=seed)
+        counts[got.tokens[0], got.tokens[1]] += 1
         accepted.append(got.accepted)
-    return counts, accepted
+    expected = exact_first_two(model, prompt, sampling).numpy().ravel()
+    expected *= runs / expected.sum()
+    observed = counts.ravel()
+    if observed[expected == 0].any():  # a continuation the target gives probability 0 (top-k, top-p)
+        return 0.0, accepted
+    small = expected < 5  # chi-square needs expected counts of at least 5: pool the rest
+    observed = np.append(observed[~small], observed[small].sum())
+    expected = np.append(expected[~small], expected[small].sum())
+    if expected[-1] == 0:  # nothing to pool
+        observed, expected = observed[:-1], expected[:-1]
+    return float(chisquare(observed, expected).pvalue), accepted
 
 
 # -- a fake NVML and the CLI -----------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import random
 from collections import Counter
 from dataclasses import dataclass, field
 
+import numpy as np
 import pytest
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
@@ -17,7 +18,7 @@ from specbench.engine.decode import generate
 from specbench.engine.sampling import Sampling, seeded
 from specbench.engine.tree import DraftTree
 from specbench.measure.batch_model import drain
-from specbench.models import DEFAULT_DIR, encode_turns, load_target
+from specbench.models import encode_turns
 from specbench.strategies.build import build_strategy
 from specbench.strategies.controllers import FixedController, HeuristicController
 from specbench.strategies.draft_model import DraftModelDrafter, DraftOptions
@@ -28,7 +29,7 @@ from tests.helpers import (
     TINY_SHAPES,
     ScriptedDrafter,
     enumerate_outcomes,
-    exact_pair_distribution,
+    exact_first_two,
     random_prompt,
     small_vocab_lm,
     tiny_target,
@@ -164,13 +165,6 @@ def test_sliding_window_target():
             assert_same(together(model, prompts, [12] * 3, make=drafter), alone(model, prompts, [12] * 3, make=drafter))
 
 
-@pytest.fixture(scope="module")
-def default_target():
-    if not (DEFAULT_DIR / "drafters" / "dspark" / "config.json").is_file():
-        pytest.skip("the embedded default model is not built")
-    return load_target(None, torch.device("cpu"), torch.float32)
-
-
 @pytest.mark.parametrize("name", CHAIN_STRATEGIES)
 def test_every_chain_strategy_on_the_default_model(default_target, name):
     """The shipped drafters on real prompts of different lengths: batched greedy equals batch 1."""
@@ -215,11 +209,6 @@ def batched_distribution(target, prompts, which: int, limit: int, make) -> dict[
     return enumerate_outcomes(run)
 
 
-def exact_first(target, prompt: list[int]) -> torch.Tensor:
-    with torch.no_grad():
-        return target(input_ids=torch.tensor([prompt])).logits[0, -1].double().softmax(-1)
-
-
 PROMPTS = [[1, 2, 1, 2, 1], [3], [4, 0, 4, 0]]
 
 
@@ -231,12 +220,12 @@ def test_batched_sampling_is_exact_per_sequence(which):
     prompt = PROMPTS[which]
     lookup = batched_distribution(target, PROMPTS, which, 2, lambda: (
         NgramDrafter(NgramOptions(max_ngram=2, num_pred_tokens=3)), FixedController(3)))
-    exact = exact_pair_distribution(target, prompt, Sampling(temperature=1.0))
-    assert max(abs(lookup.get(k, 0.0) - p) for k, p in exact.items()) < 1e-6
+    exact = exact_first_two(target, prompt, Sampling(temperature=1.0))
+    assert max(abs(lookup.get(pair, 0.0) - p) for pair, p in np.ndenumerate(exact.numpy())) < 1e-6
     drafted = batched_distribution(target, PROMPTS, which, 1,
                                    lambda: (DraftModelDrafter(draft, DraftOptions(k=1)), FixedController(1)))
     first = torch.tensor([drafted.get((t,), 0.0) for t in range(6)], dtype=torch.float64)
-    assert torch.allclose(first, exact_first(target, prompt), atol=1e-6)
+    assert torch.allclose(first, exact_first_two(target, prompt, Sampling(temperature=1.0)).sum(1), atol=1e-6)
 
 
 def test_a_wrong_batched_verifier_fails_the_same_test(monkeypatch):
@@ -248,7 +237,7 @@ def test_a_wrong_batched_verifier_fails_the_same_test(monkeypatch):
     drafted = batched_distribution(target, PROMPTS, 0, 1,
                                    lambda: (DraftModelDrafter(draft, DraftOptions(k=1)), FixedController(1)))
     first = torch.tensor([drafted.get((t,), 0.0) for t in range(6)], dtype=torch.float64)
-    assert (first - exact_first(target, PROMPTS[0])).abs().max() > 1e-3
+    assert (first - exact_first_two(target, PROMPTS[0], Sampling(temperature=1.0)).sum(1)).abs().max() > 1e-3
 
 
 def test_trees_are_refused():

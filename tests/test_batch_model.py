@@ -125,7 +125,7 @@ def test_schedule_round_trips_through_a_run_config(tmp_path):
     text = schedule_toml({"dflash": entry, "eagle+dflash": entry}, "a hand-made table")
     path = tmp_path / "schedule.toml"
     path.write_text(text)
-    config = resolve(load_config_file(path), {})
+    config = resolve(load_config_file(path), {}).config
     assert config.draft_schedule["dflash"] == entry and tomllib.loads(text)["draft_schedule"]["eagle+dflash"] == entry
     assert [cap_at(entry, b) for b in (1, 3, 4, 15, 16, 64)] == [2, 2, 2, 2, 0, 0]
     capped = CappedController(FixedController(5), cap_at(entry, 16))

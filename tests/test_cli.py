@@ -205,6 +205,6 @@ def test_library_run_config_limit_zero_is_the_whole_suite(tiny_model_dir):
     from specbench.benchmark.prepare import prepare
     from specbench.config import RunConfig
     from specbench.suites import load_suite
-    bench = prepare(RunConfig(strategies=["ngram"], model=str(tiny_model_dir), limit=0, device="cpu"))
+    bench = prepare(RunConfig(strategies=["ngram"], model=str(tiny_model_dir), limit=0, device="cpu").plan())
     assert bench.config.limit is None
     assert len(bench.suite.items) + len(bench.skipped) == len(load_suite("default").items)

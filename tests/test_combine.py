@@ -80,6 +80,6 @@ def test_combination_accepts_at_least_its_best_member():
 
 def test_combination_sampling_is_exact():
     target, draft = small_vocab_lm(0), small_vocab_lm(1)
-    p = chi_square_pvalue(target, CHI_SQUARE_PROMPT, Sampling(temperature=1.0), CHI_SQUARE_RUNS,
-                          lambda: (combined(draft), FixedController(16)))
+    p, _ = chi_square_pvalue(target, CHI_SQUARE_PROMPT, Sampling(temperature=1.0), CHI_SQUARE_RUNS,
+                             lambda: (combined(draft), FixedController(16)))
     assert p > 0.001

@@ -24,11 +24,6 @@ MASK = 7
 PROMPTS = [[5, 6, 7, 8, 9], [1, 2], [40, 41, 3, 3, 90, 12, 6, 60, 2]]
 
 
-@pytest.fixture(scope="module")
-def target() -> Target:
-    return Target(tiny_lm("qwen3-gqa", layers=6), None, "tiny-qwen3-6", frozenset())
-
-
 def drafts(target, path, strategy: str, **knobs) -> list[list[int]]:
     drafter = build_strategy(parse_strategy(strategy), target, {strategy: knobs},
                              {strategy: open_source(path)}).drafter
@@ -47,44 +42,45 @@ def deepspec_of_target(target, path, **kwargs):
     return path
 
 
-def test_zlab_dflash_to_specbench(target, tmp_path):
-    zlab = dflash_checkpoint(tmp_path / "zlab", target.model, [0, 2, 4], MASK, block_size=5)
-    done = convert(open_source(zlab), target, tmp_path / "ours")
+def test_zlab_dflash_to_specbench(deep_target, tmp_path):
+    zlab = dflash_checkpoint(tmp_path / "zlab", deep_target.model, [0, 2, 4], MASK, block_size=5)
+    done = convert(open_source(zlab), deep_target, tmp_path / "ours")
     assert (open_source(done.out).format, done.out_format) == ("specbench", "specbench dflash")
-    assert drafts(target, done.out, "dflash", block_size=5) == drafts(target, zlab, "dflash")
+    assert drafts(deep_target, done.out, "dflash", block_size=5) == drafts(deep_target, zlab, "dflash")
 
 
-def test_deepspec_dspark_to_specbench_and_back(target, tmp_path):
-    deepspec = deepspec_of_target(target, tmp_path / "deepspec")
+def test_deepspec_dspark_to_specbench_and_back(deep_target, tmp_path):
+    deepspec = deepspec_of_target(deep_target, tmp_path / "deepspec")
     knobs = {"confidence_threshold": 0.3, "confidence_rule": "token"}
-    ours = convert(open_source(deepspec), target, tmp_path / "ours").out
-    assert drafts(target, ours, "dspark", block_size=5, **knobs) == drafts(target, deepspec, "dspark", **knobs)
-    back = convert(open_source(ours), target, tmp_path / "back", mask_token_id=MASK)
+    ours = convert(open_source(deepspec), deep_target, tmp_path / "ours").out
+    assert drafts(deep_target, ours, "dspark", block_size=5, **knobs) == \
+        drafts(deep_target, deepspec, "dspark", **knobs)
+    back = convert(open_source(ours), deep_target, tmp_path / "back", mask_token_id=MASK)
     assert open_source(back.out).format == "deepspec-dspark"
-    assert drafts(target, back.out, "dspark", **knobs) == drafts(target, deepspec, "dspark", **knobs)
+    assert drafts(deep_target, back.out, "dspark", **knobs) == drafts(deep_target, deepspec, "dspark", **knobs)
     original = load_file(str(deepspec / "model.safetensors"))
     round_trip = load_file(str(back.out / "model.safetensors"))
     assert original.keys() == round_trip.keys() and all(torch.equal(original[k], round_trip[k]) for k in original)
 
 
-def test_what_cannot_be_converted_exactly_is_refused(target, tmp_path):
+def test_what_cannot_be_converted_exactly_is_refused(deep_target, tmp_path):
     cases = [
         (eagle3_checkpoint(tmp_path / "eagle3", tiny_lm("llama-mha", layers=8), 64), tiny_lm("llama-mha", layers=8),
          "EAGLE-3's q/k/v read the 2H concatenation"),
-        (dflash_checkpoint(tmp_path / "window", target.model, [1, 3], MASK, sliding_window=3), target.model,
+        (dflash_checkpoint(tmp_path / "window", deep_target.model, [1, 3], MASK, sliding_window=3), deep_target.model,
          "sliding-window"),
-        (deepspec_of_target(target, tmp_path / "gated", markov_head_type="gated"), target.model,
+        (deepspec_of_target(deep_target, tmp_path / "gated", markov_head_type="gated"), deep_target.model,
          "Markov head is gated"),
-        (deepspec_checkpoint(tmp_path / "own-embedding", target.model, [0, 2, 4], MASK), target.model,
+        (deepspec_checkpoint(tmp_path / "own-embedding", deep_target.model, [0, 2, 4], MASK), deep_target.model,
          "embedding differs from the target's"),
     ]
     for path, model, message in cases:
         with pytest.raises(SpecbenchError, match=message):
             convert(open_source(path), Target(model, None, "t", frozenset()), tmp_path / "out")
-    ours = convert(open_source(dflash_checkpoint(tmp_path / "zlab", target.model, [0, 2, 4], MASK)), target,
+    ours = convert(open_source(dflash_checkpoint(tmp_path / "zlab", deep_target.model, [0, 2, 4], MASK)), deep_target,
                    tmp_path / "ours").out
     with pytest.raises(SpecbenchError, match="no row for specbench's learned mask vector"):
-        convert(open_source(ours), target, tmp_path / "zlab-again")
+        convert(open_source(ours), deep_target, tmp_path / "zlab-again")
 
 
 def test_convert_command(tiny_model_dir, tmp_path):
@@ -126,13 +122,6 @@ def test_the_embedded_dspark_drafter_in_deepspec_layout_drafts_the_same(tmp_path
         assert propose(published, target.model, prompt, 7).tokens == tokens
         drafted += len(tokens)
     assert drafted > 3
-
-
-@pytest.fixture(scope="module")
-def default_target() -> Target:
-    from specbench.models import load_target
-
-    return load_target(None, torch.device("cpu"), torch.float32)
 
 
 @pytest.mark.parametrize("strategy,knobs", [

@@ -5,19 +5,14 @@ from __future__ import annotations
 import itertools
 import json
 
-import pytest
-import torch
 from typer.testing import CliRunner
 
 from specbench.cli import app
 from specbench.engine.decode import generate
-from specbench.models import DEFAULT_DIR, encode_turns, load_target
+from specbench.models import DEFAULT_DIR, encode_turns
 from specbench.strategies.names import COMBINATIONS
 from specbench.strategies.registry import DRAFTER_NAMES
 from specbench.suites import load_suite
-
-pytestmark = pytest.mark.skipif(not (DEFAULT_DIR / "drafters" / "dspark" / "config.json").is_file(),
-                                reason="the embedded default model is not built")
 
 
 def test_all_strategies_on_the_shipped_drafters_are_lossless(tmp_path):
@@ -39,9 +34,9 @@ def test_default_model_size_and_real_architecture():
     assert build["draft"]["parameters"] < build["target"]["parameters"] / 4
 
 
-def test_default_models_greedy_answers_are_not_degenerate():
+def test_default_models_greedy_answers_are_not_degenerate(default_target):
     """One prompt per category: the answer is text or code, not a token repeated (issue 2's bar)."""
-    target = load_target(None, torch.device("cpu"), torch.float32)
+    target = default_target
     suite = load_suite("specbench")
     for category in suite.categories():
         item = next(i for i in suite.items if i.category == category)

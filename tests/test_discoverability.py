@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import sys
 import tomllib
-from dataclasses import replace
+from dataclasses import FrozenInstanceError, replace
 from importlib import metadata
 from pathlib import Path
 
@@ -101,7 +101,7 @@ def test_two_runs_started_in_the_same_second_get_two_directories(tmp_path, monke
 def test_resume_accepts_the_flags_it_was_started_with():
     saved = RunConfig(strategies=["ngram", "draft"], max_new_tokens=8, knobs={"draft": {"k": 4}})
     flags = {"strategies": ["ngram,draft"], "max_new_tokens": 8, "knobs": {"draft": {"k": "4"}}, "limit": None}
-    assert resolve({}, flags, saved) == saved.validate()
+    assert resolve({}, flags, saved).config == saved.validate()
 
 
 def dev_install() -> set[str]:
@@ -128,6 +128,19 @@ def dev_install() -> set[str]:
             if not sub.marker or any(sub.marker.evaluate({"extra": e}) for e in req.extras or {""}):
                 pending.append(sub)
     return found
+
+
+def test_a_plan_is_frozen_and_leaves_its_configuration_as_it_was():
+    """Resolving reads each input once into the plan; the configuration planned is not changed (0 for the whole
+    suite and a draft schedule's spelling are normalised in the plan's checked copy only)."""
+    schedule = {"batch_sizes": [1, 4], "draft_tokens": [3, 0]}
+    config = RunConfig(strategies=["ngram"], limit=0, draft_schedule={"NGRAM": schedule})
+    plan = config.plan()
+    assert (config.limit, list(config.draft_schedule)) == (0, ["NGRAM"])
+    assert (plan.config.limit, list(plan.config.draft_schedule)) == (None, ["ngram"])
+    assert [s.name for s in plan.strategies] == ["ar", "ngram"] and plan.engines == ("specbench",)
+    with pytest.raises(FrozenInstanceError):
+        plan.suite = None
 
 
 def test_the_dev_extra_installs_every_package_the_tests_import():

@@ -31,85 +31,85 @@ def llama(layers: int = 8, hidden: int = 32, seed: int = 0, vocab: int = VOCAB) 
 
 
 @pytest.fixture(scope="module")
-def target() -> Target:
+def llama_target() -> Target:
     return llama()
 
 
 @pytest.fixture(scope="module")
-def checkpoint(target, tmp_path_factory):
-    return eagle3_checkpoint(tmp_path_factory.mktemp("eagle3") / "EAGLE3-tiny", target.model, DRAFT_VOCAB)
+def checkpoint(llama_target, tmp_path_factory):
+    return eagle3_checkpoint(tmp_path_factory.mktemp("eagle3") / "EAGLE3-tiny", llama_target.model, DRAFT_VOCAB)
 
 
 def build(target, path, **knobs):
     return build_strategy(parse_strategy("eagle"), target, {"eagle": knobs}, {"eagle": open_source(path)})
 
 
-def test_detected_and_described(target, checkpoint):
+def test_detected_and_described(llama_target, checkpoint):
     source = open_source(checkpoint)
     assert (source.format, source.strategy) == ("eagle3", "eagle")
-    strategy = build(target, checkpoint, depth=3)
+    strategy = build(llama_target, checkpoint, depth=3)
     described = strategy.drafter_sources["eagle"]
     assert described["format"] == "eagle3" and described["knobs"]["depth"] == 3
     assert strategy.drafter.options.depth == 3  # --set eagle.depth reaches the published drafter
     assert strategy.drafter.hidden_layers == (2, 4, 5)  # the inputs of layers 2, L//2, L-3 of an 8-layer target
 
 
-def test_proposals_equal_a_direct_evaluation(target, checkpoint):
+def test_proposals_equal_a_direct_evaluation(llama_target, checkpoint):
     """The tree's first level and the best node's children are the reference's top-k (as target ids)."""
-    drafter = build(target, checkpoint, depth=2, top_k=4, total_tokens=64).drafter
-    reference = Eagle3Reference(target.model, checkpoint)
+    drafter = build(llama_target, checkpoint, depth=2, top_k=4, total_tokens=64).drafter
+    reference = Eagle3Reference(llama_target.model, checkpoint)
     rng = random.Random(0)
     for _ in range(3):
         prompt = [rng.randrange(VOCAB) for _ in range(rng.randint(2, 12))]
-        tree = propose(drafter, target.model, prompt, 2)
+        tree = propose(drafter, llama_target.model, prompt, 2)
         first = [t for t, p in zip(tree.tokens, tree.parents) if p == -1]
         second = [t for t, p in zip(tree.tokens, tree.parents) if p == tree.parents.index(-1)]
         assert (first, second) == reference.first_two_levels(prompt, 4)
 
 
-def test_drafts_stay_in_the_draft_vocabulary(target, checkpoint):
+def test_drafts_stay_in_the_draft_vocabulary(llama_target, checkpoint):
     state = load_file(str(checkpoint / "model.safetensors"))
     allowed = set((torch.arange(DRAFT_VOCAB) + state["d2t"]).tolist())
-    drafter = build(target, checkpoint, depth=3, top_k=8, total_tokens=60).drafter
-    tree = propose(drafter, target.model, [3, 1, 4, 1, 5, 9, 2, 6], 3)
+    drafter = build(llama_target, checkpoint, depth=3, top_k=8, total_tokens=60).drafter
+    tree = propose(drafter, llama_target.model, [3, 1, 4, 1, 5, 9, 2, 6], 3)
     assert len(tree) == 60 and set(tree.tokens) <= allowed
 
 
-def test_greedy_output_identical_to_ar(target, checkpoint):
-    strategy = build(target, checkpoint, depth=4, top_k=4, total_tokens=16)
+def test_greedy_output_identical_to_ar(llama_target, checkpoint):
+    strategy = build(llama_target, checkpoint, depth=4, top_k=4, total_tokens=16)
     rng = random.Random(1)
     for i in range(6):
         prompt = [rng.randrange(VOCAB) for _ in range(rng.randint(1, 14))]
         n, eos = rng.randint(1, 24), frozenset({rng.randrange(VOCAB)})
-        expected = generate(target.model, prompt, n, eos_ids=eos)
+        expected = generate(llama_target.model, prompt, n, eos_ids=eos)
         controller = strategy.new_controller() if i % 2 else EntropyController(4, threshold=3.0)
-        got = generate(target.model, prompt, n, eos_ids=eos, drafter=strategy.drafter, controller=controller)
+        got = generate(llama_target.model, prompt, n, eos_ids=eos, drafter=strategy.drafter, controller=controller)
         assert (got.tokens, got.stop_reason) == (expected.tokens, expected.stop_reason)
 
 
-def test_pytorch_bin_and_a_full_draft_vocabulary(target, tmp_path):
+def test_pytorch_bin_and_a_full_draft_vocabulary(llama_target, tmp_path):
     """pytorch_model.bin is read as well; with draft_vocab_size == vocab_size d2t/t2d are the identity."""
-    path = eagle3_checkpoint(tmp_path / "bin", target.model, VOCAB, bin_format=True)
-    drafter = build(target, path, depth=2, top_k=4, total_tokens=64).drafter
+    path = eagle3_checkpoint(tmp_path / "bin", llama_target.model, VOCAB, bin_format=True)
+    drafter = build(llama_target, path, depth=2, top_k=4, total_tokens=64).drafter
     prompt = [7, 8, 9, 10, 11]
-    tree = propose(drafter, target.model, prompt, 2)
+    tree = propose(drafter, llama_target.model, prompt, 2)
     first = [t for t, p in zip(tree.tokens, tree.parents) if p == -1]
-    assert first == Eagle3Reference(target.model, path).first_two_levels(prompt, 4)[0]
+    assert first == Eagle3Reference(llama_target.model, path).first_two_levels(prompt, 4)[0]
 
 
-def test_a_drafter_of_another_width_brings_its_own_embedding(target, tmp_path):
+def test_a_drafter_of_another_width_brings_its_own_embedding(llama_target, tmp_path):
     """target_hidden_size: fc maps the target's 3 x 32 features to the drafter's 48, and the drafter embeds
     tokens with its own table."""
-    path = eagle3_checkpoint(tmp_path / "wide", target.model, DRAFT_VOCAB, hidden=48)
-    drafter = build(target, path, depth=2, top_k=4, total_tokens=64).drafter
+    path = eagle3_checkpoint(tmp_path / "wide", llama_target.model, DRAFT_VOCAB, hidden=48)
+    drafter = build(llama_target, path, depth=2, top_k=4, total_tokens=64).drafter
     for prompt in ([9, 8, 7, 6, 5, 4], [100, 3]):
-        tree = propose(drafter, target.model, prompt, 2)
+        tree = propose(drafter, llama_target.model, prompt, 2)
         first = [t for t, p in zip(tree.tokens, tree.parents) if p == -1]
         second = [t for t, p in zip(tree.tokens, tree.parents) if p == tree.parents.index(-1)]
-        assert (first, second) == Eagle3Reference(target.model, path).first_two_levels(prompt, 4)
+        assert (first, second) == Eagle3Reference(llama_target.model, path).first_two_levels(prompt, 4)
     no_embedding = broken(path, tmp_path / "no-embedding", lambda s: s.pop("embed_tokens.weight"))
     with pytest.raises(SpecbenchError, match="embed_tokens.weight"):
-        build(target, no_embedding)
+        build(llama_target, no_embedding)
 
 
 def broken(source, out, change):
@@ -122,13 +122,13 @@ def broken(source, out, change):
     return out
 
 
-def test_a_missing_or_misshapen_weight_is_one_line(target, checkpoint, tmp_path):
+def test_a_missing_or_misshapen_weight_is_one_line(llama_target, checkpoint, tmp_path):
     missing = broken(checkpoint, tmp_path / "a", lambda s: s.pop("midlayer.hidden_norm.weight"))
     with pytest.raises(SpecbenchError, match="weight midlayer.hidden_norm.weight is missing"):
-        build(target, missing)
+        build(llama_target, missing)
     wrong = broken(checkpoint, tmp_path / "b", lambda s: s.update({"fc.weight": torch.zeros(32, 64)}))
     with pytest.raises(SpecbenchError, match=r"fc.weight has shape \(32, 64\)"):
-        build(target, wrong)
+        build(llama_target, wrong)
 
 
 def test_a_drafter_for_another_target_is_refused(checkpoint):

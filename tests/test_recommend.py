@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 from specbench.cli import app
 from specbench.core.errors import SpecbenchError
 from specbench.measure.hardware import load_profiles
-from specbench.recommend import PRIOR, evaluate, learn, make_workload, prior_markdown, recommend
-from specbench.recommend.evidence import load_evidence
-from specbench.recommend.prior import members, short_draft_knobs
+from specbench.recommender import PRIOR, evaluate, learn, make_workload, prior_markdown, recommend
+from specbench.recommender.evidence import load_evidence
+from specbench.recommender.prior import members, short_draft_knobs
 from specbench.strategies.knobs import make_options, validate_knobs
 from specbench.strategies.registry import DRAFTER_NAMES, definition
 from tests.helpers import write_run
@@ -213,7 +213,7 @@ def _study(root, name, strategy, speedup, **meta):
 
 
 def test_a_tuned_study_brings_its_configuration_and_held_out_speedup(tmp_path, monkeypatch):
-    monkeypatch.setattr("specbench.recommend.workload.detect_local_gpu", lambda: None)
+    monkeypatch.setattr("specbench.recommender.workload.detect_local_gpu", lambda: None)
     write_run(tmp_path, "a", {"dspark": 1.8, "dflash": 1.6})
     toml = _study(tmp_path, "dspark-cpu", "dspark", 2.2)
     rec = recommend(make_workload(), tmp_path)  # detected, not named: a study tuned without --gpu speaks for it
@@ -279,6 +279,19 @@ def test_unreadable_studies_are_skipped_and_named(tmp_path):
     assert any("list.json must hold a JSON object" in s for s in skipped)
     assert any(s.startswith(f"the entries of tuned study {tuned / 'bare.json'} lack key(s): storage, model")
                for s in skipped)
+
+
+@pytest.mark.parametrize("bug", [KeyError("speedup"), TypeError("'NoneType' object is not subscriptable")])
+def test_a_bug_in_the_reading_surfaces(tmp_path, monkeypatch, bug):
+    """Only a damaged file is skipped: an error of the reading code itself would silently drop evidence."""
+    write_run(tmp_path, "good", {"ngram": 1.7})
+
+    def broken(path):
+        raise bug
+
+    monkeypatch.setattr("specbench.recommender.evidence._run_record", broken)
+    with pytest.raises(type(bug)):
+        load_evidence(tmp_path)
 
 
 # -- the learned tree ------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from tests.helpers import write_run
 @pytest.mark.parametrize("batch_sizes", [[1], [1, 2]])
 def test_a_run_read_back_is_the_run_measured(tiny_model_dir, tmp_path, batch_sizes):
     result = run_benchmark(RunConfig(model=str(tiny_model_dir), strategies=["ngram"], limit=3, max_new_tokens=6,
-                                     warmup=0, device="cpu", out=str(tmp_path), batch_sizes=batch_sizes))
+                                     warmup=0, device="cpu", out=str(tmp_path), batch_sizes=batch_sizes).plan())
     assert result.complete and result.rows and result.summary
     assert {s.batch_size for s in result.summary} == set(batch_sizes)
     assert all(r.speedup is not None for r in result.rows)  # paired with ar's before they were written
@@ -28,7 +28,7 @@ def test_a_run_read_back_is_the_run_measured(tiny_model_dir, tmp_path, batch_siz
 
 def test_rows_keep_the_files_schema(tiny_model_dir, tmp_path):
     result = run_benchmark(RunConfig(model=str(tiny_model_dir), strategies=["ngram"], limit=2, max_new_tokens=4,
-                                     warmup=0, device="cpu", out=str(tmp_path)))
+                                     warmup=0, device="cpu", out=str(tmp_path)).plan())
     written = [json.loads(line) for line in (result.path / "rows.jsonl").read_text().splitlines()]
     assert written == [r.as_dict() for r in result.rows]
     assert "batch_rows" not in written[0] and "engines_agree" not in written[0]  # batched and vLLM rows only

@@ -17,10 +17,13 @@ from PIL import Image
 from rich.console import Console
 
 from specbench.cli.app import print_report
+from specbench.config import RunConfig
 from specbench.core.errors import SpecbenchError
+from specbench.core.records import EnginePair, EngineReport, RunResult
 from specbench.measure.stats import summarise_strategies
 from specbench.output.comparison import comparison, load_runs, render
 from specbench.output.plots import style, write_plots
+from specbench.output.run_report import lossless_checks, start_and_notes
 
 STRATEGIES = ("ar", "eagle", "dflash+eagle")
 CATEGORIES = ("code", "creative writing", "math")
@@ -277,3 +280,14 @@ def test_plots_of_several_runs(tmp_path):
     assert "nvml_bandwidth.png" not in {p.name for p in write_plots(load_runs([b])[0], tmp_path / "pb")}
     runs, _ = load_runs([a, b])
     assert len(write_plots(runs, tmp_path / "both")) == 6
+
+
+def test_the_run_reports_start_up_notes_and_engine_agreement():
+    result = RunResult(Path("run"), {"status": "complete"}, {}, {}, [], [], notes=["batch size 8 is measured as 4"],
+                       engines=[EngineReport("vllm", {"ngram": 41.6}, {"compile_s": {"ngram": 0.0}})],
+                       engine_pairs=[EnginePair("specbench", "vllm", 3, 2, [5], {})])
+    assert [line.text for line in start_and_notes(result)] == [
+        "vllm engine for ngram started in 42 s (eager: nothing compiled)", "note: batch size 8 is measured as 4"]
+    assert [line.text for line in lossless_checks(result, RunConfig())] == [
+        "engines: vllm's ar and specbench's agree on 2 of 3 greedy outputs; earliest divergence at token 5"]
+    assert lossless_checks(result, RunConfig(temperature=0.7)) == []  # sampled outputs are not compared

@@ -12,15 +12,16 @@ from tests.helpers import CHI_SQUARE_PROMPT, CHI_SQUARE_RUNS, chi_square_pvalue,
 
 def test_draft_model_sampling_is_exact():
     target, draft = small_vocab_lm(0), small_vocab_lm(1)
-    p = chi_square_pvalue(target, CHI_SQUARE_PROMPT, Sampling(temperature=1.0), CHI_SQUARE_RUNS,
-                          lambda: (DraftModelDrafter(draft, DraftOptions(k=2)), FixedController(2)))
+    p, _ = chi_square_pvalue(target, CHI_SQUARE_PROMPT, Sampling(temperature=1.0), CHI_SQUARE_RUNS,
+                             lambda: (DraftModelDrafter(draft, DraftOptions(k=2)), FixedController(2)))
     assert p > 0.001
 
 
 def test_ngram_sampling_is_exact_with_top_k_and_top_p():
     target = small_vocab_lm(2)
-    p = chi_square_pvalue(target, CHI_SQUARE_PROMPT, Sampling(temperature=0.8, top_k=4, top_p=0.9), CHI_SQUARE_RUNS,
-                          lambda: (NgramDrafter(NgramOptions(max_ngram=2, num_pred_tokens=3)), FixedController(3)))
+    p, _ = chi_square_pvalue(target, CHI_SQUARE_PROMPT, Sampling(temperature=0.8, top_k=4, top_p=0.9),
+                             CHI_SQUARE_RUNS, lambda: (NgramDrafter(NgramOptions(max_ngram=2, num_pred_tokens=3)),
+                                                       FixedController(3)))
     assert p > 0.001
 
 
@@ -33,6 +34,6 @@ def test_a_wrong_verifier_fails_the_same_test(monkeypatch):
         return path, rng.draw(sampling.probs(logits[len(path)]))
 
     monkeypatch.setattr("specbench.engine.decode.accept_sampling", accept_everything)
-    p = chi_square_pvalue(target, CHI_SQUARE_PROMPT, Sampling(temperature=1.0), CHI_SQUARE_RUNS,
-                          lambda: (DraftModelDrafter(draft, DraftOptions(k=2)), FixedController(2)))
+    p, _ = chi_square_pvalue(target, CHI_SQUARE_PROMPT, Sampling(temperature=1.0), CHI_SQUARE_RUNS,
+                             lambda: (DraftModelDrafter(draft, DraftOptions(k=2)), FixedController(2)))
     assert p < 1e-6

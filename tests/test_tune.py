@@ -254,7 +254,7 @@ def test_pareto_front_of_speedup_and_memory_while_sampling(tiny_model_dir, tmp_p
 
 
 def test_recommend_reads_the_tuned_study(projected):
-    from specbench.recommend import make_workload, recommend
+    from specbench.recommender import make_workload, recommend
 
     out, record = projected
     rec = recommend(make_workload("rtx4090"), out)
@@ -269,7 +269,7 @@ def test_recommend_after_an_interrupted_tune_names_what_it_did_not_measure(tiny_
     its first study stopped short of its trials (--timeout) with 2 held-out prompts. The answer is the one
     strategy measured, but it says which candidates the evidence cannot rank and how to measure them."""
     from specbench.config import RunConfig
-    from specbench.recommend import make_workload, recommend
+    from specbench.recommender import make_workload, recommend
     from specbench.tuning.config import TuneConfig
     from specbench.tuning.study_runner import tune as run_tune
 

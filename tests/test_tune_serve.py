@@ -70,7 +70,7 @@ def test_bad_input_at_a_load_is_one_line(flags, message, tmp_path):
 def test_a_load_makes_vllm_the_engine_and_takes_its_engine_args():
     """The load alone picks the engine: --engine-args need no --engine vllm beside --concurrency."""
     workload = layered({}, {"engine_args": {"enforce_eager": True}})
-    measured = TuneConfig(workload, ("ngram",), concurrency=2).validate().measured_workload
+    measured = TuneConfig(workload, ("ngram",), concurrency=2).validate().measured_plan.config
     assert (measured.engine, measured.engine_args) == ("vllm", {"enforce_eager": True})
     with pytest.raises(SpecbenchError, match="need --engine vllm"):  # one request at a time: specbench's engine
         TuneConfig(workload, ("ngram",)).validate()

@@ -59,7 +59,7 @@ def both(drafter_cache, tmp_path_factory):
     out = tmp_path_factory.mktemp("both")
     config = RunConfig(strategies=STRATEGIES, engine="both", limit=2, max_new_tokens=24, warmup=0,
                        out=str(out), engine_args=ENGINE_ARGS)
-    bench = prepare(config.validate())
+    bench = prepare(config.plan())
     try:
         run = RunDir.create(config.out, bench.config, bench.target.name, bench.suite.name,
                             [s.label for s in bench.runs])

@@ -66,7 +66,7 @@ class Backend(Protocol):
     def check(plan: EnginePlan) -> None:
         """Refuse, in one SpecbenchError line, what the engine cannot run; torch-free, nothing loaded."""
 
-    def __init__(self, plan: RunPlan, specs: list[StrategyName]) -> None: ...
+    def __init__(self, plan: RunPlan, specs: tuple[StrategyName, ...]) -> None: ...
 
     def start(self, target: Target) -> list[Strategy]:
         """The run's strategies in this engine, their runners ready (an engine may start a process each)."""

@@ -67,7 +67,7 @@ class SpecbenchBackend:
     def check(plan: EnginePlan) -> None:
         """Every method, combination and controller runs here: nothing to refuse."""
 
-    def __init__(self, plan: RunPlan, specs: list[StrategyName]):
+    def __init__(self, plan: RunPlan, specs: tuple[StrategyName, ...]):
         self.config = plan.config
         self.specs = specs
         self.sources = plan.drafter_sources

@@ -143,7 +143,7 @@ class TransformersBackend:
             raise SpecbenchError(f"--engine {TRANSFORMERS} measures batch size 1 only (generate's batches pad "
                                  "and run in lockstep, which is not how it is timed here)")
 
-    def __init__(self, plan: RunPlan, specs: list[StrategyName]):
+    def __init__(self, plan: RunPlan, specs: tuple[StrategyName, ...]):
         self.config = plan.config
         self.specs = specs
         self.sources = plan.drafter_sources

@@ -447,7 +447,7 @@ class VllmBackend:
         if importlib.util.find_spec("vllm") is None:
             raise SpecbenchError(INSTALL_VLLM)
 
-    def __init__(self, plan: RunPlan, specs: list[StrategyName]):
+    def __init__(self, plan: RunPlan, specs: tuple[StrategyName, ...]):
         """Every strategy's vLLM form and the engine arguments, refused before any model loads."""
         from specbench.models import resolve_device, resolve_dtype
 

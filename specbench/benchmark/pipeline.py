@@ -13,13 +13,12 @@ from functools import cache, partial
 from pathlib import Path
 from typing import Any, Callable
 
-from specbench.backends.registry import parse_engines
 from specbench.benchmark.decoding import warm_up
 from specbench.benchmark.measuring import measure_group
 from specbench.benchmark.modelled_speedup import time_proposals
 from specbench.benchmark.prepare import PreparedRun, prepare
 from specbench.benchmark.summarise import finish
-from specbench.config import RunConfig
+from specbench.config import RunPlan
 from specbench.core.engine_names import SPECBENCH
 from specbench.core.errors import Interrupted, SpecbenchError
 from specbench.core.records import Row, RunResult
@@ -64,9 +63,9 @@ def cost_inputs(bench: PreparedRun) -> CostInputs:
     return CostInputs(tables, {s.name: drafter_key(s) for s in bench.strategies if s.drafter is not None})
 
 
-def run_benchmark(config: RunConfig, progress: Progress | None = None, resume: str | Path | None = None,
+def run_benchmark(plan: RunPlan, progress: Progress | None = None, resume: str | Path | None = None,
                   on_estimate: Estimate | None = None) -> RunResult:
-    """Measure every configured strategy against `ar` and write a run directory.
+    """Measure every strategy of the plan against `ar` and write a run directory.
 
     With `resume`, reopen an interrupted run directory (its saved configuration wins) and measure
     only the prompts it lacks; a complete run is refused and left untouched. On KeyboardInterrupt
@@ -77,13 +76,14 @@ def run_benchmark(config: RunConfig, progress: Progress | None = None, resume: s
     started = time.perf_counter()  # the start-up a user waits for: loading and the warm-up (nothing is compiled)
     if resume is not None:
         run, config = RunDir.resume(resume)
-        bench = prepare(config)
+        bench = prepare(config.plan())
         if run.meta.get("strategies") != [s.label for s in bench.runs]:
             bench.close()
             raise SpecbenchError(f"{resume}: the strategies no longer match the saved run")
     else:
-        bench = prepare(config)
-        run = RunDir.create(config.out, config, bench.target.name, bench.suite.name, [s.label for s in bench.runs],
+        bench = prepare(plan)
+        run = RunDir.create(plan.config.out, plan.config, bench.target.name, bench.suite.name,
+                            [s.label for s in bench.runs],
                             drafters={s.label: s.drafter_sources for s in bench.runs if s.drafter_sources})
     try:
         return measure_run(bench, run, progress, on_estimate, started)
@@ -125,7 +125,7 @@ def measure_run(bench: PreparedRun, run: RunDir, progress: Progress | None = Non
                      "startup_s": time.perf_counter() - started})
     # the cost model prices proposals as specbench's engine times them, whose strategies run only where it is
     # listed (else `ar` alone)
-    costs = cost_inputs(bench) if config.cost_model and SPECBENCH in parse_engines(config.engine) else None
+    costs = cost_inputs(bench) if config.cost_model and SPECBENCH in bench.plan.engines else None
     priced = time_proposals(bench.target, bench.strategies, config.out)  # the load axis's, timed before measuring
     noise.restart()
     complete = False

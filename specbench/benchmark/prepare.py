@@ -28,18 +28,26 @@ VERIFY_MARGIN = 64  # positions a verified draft may add beyond prompt + answer
 class PreparedRun:
     """Everything a run needs, loaded once: the target, its strategies, the prompts."""
 
-    config: RunConfig
+    plan: RunPlan
     target: Target
     strategies: list[Strategy]
     suite: Suite
     sampling: Sampling
     metrics: RunMetrics
-    profile: GpuProfile | None  # the --gpu profile to project onto
     skipped: list[str] = field(default_factory=list)  # prompts that would not fit in the model's context
     batch_sizes: list[int] = field(default_factory=lambda: [1])  # what runs: none above the suite's size
     notes: list[str] = field(default_factory=list)  # what the run changed from its configuration
     backends: dict[str, Backend] = field(default_factory=dict)  # every engine, started, specbench's first
     engine_strategies: list[Strategy] = field(default_factory=list)  # the other engines' strategies
+
+    @property
+    def config(self) -> RunConfig:
+        return self.plan.config
+
+    @property
+    def profile(self) -> GpuProfile | None:
+        """The --gpu profile to project onto."""
+        return self.plan.profile
 
     @property
     def runs(self) -> list[Strategy]:
@@ -52,10 +60,9 @@ class PreparedRun:
             started.close()
 
 
-def prepare(config: RunConfig) -> PreparedRun:
-    """Load the models of the configuration's plan, checked before anything loads."""
-    plan = config.plan()
-    config = plan.config  # its checked copy, 0 for the whole suite read as no limit
+def prepare(plan: RunPlan) -> PreparedRun:
+    """Load the models of a run's plan, checked before anything loads."""
+    config = plan.config
     validate_knobs(config.knobs)
     trees = [s.name for s in plan.strategies if verifies_trees(s)]
     if trees and config.batch_sizes[-1] > 1:
@@ -68,7 +75,7 @@ def prepare(config: RunConfig) -> PreparedRun:
     sampling = Sampling(config.temperature, config.top_p, config.top_k)
     suite, skipped = fitting_prompts(plan.suite, target, config.max_new_tokens)
     batch_sizes, notes = fit_batch_sizes(config.batch_sizes, len(suite.items))
-    bench = PreparedRun(config, target, [], suite, sampling, RunMetrics(device), plan.profile, skipped, batch_sizes,
+    bench = PreparedRun(plan, target, [], suite, sampling, RunMetrics(device), skipped, batch_sizes,
                         notes, backends)
     try:
         for name, engine in backends.items():

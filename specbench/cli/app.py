@@ -13,8 +13,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from typer.core import TyperGroup
 
-from specbench import __version__
 from specbench.core.errors import Interrupted, SpecbenchError
+from specbench.core.version import __version__
 from specbench.training.reporter import Reporter
 
 # specbench downloads nothing (model_source.py); this keeps every library it loads offline too

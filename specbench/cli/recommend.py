@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from specbench.backends.registry import ENGINE_NAMES
 from specbench.cli import options
 from specbench.cli.app import app, err, out, print_table, user_errors
+
+if TYPE_CHECKING:
+    from specbench.recommender import LearnReport, Recommendation
 
 
 @app.command()
@@ -38,18 +41,10 @@ def recommend(
     from specbench.core.errors import SpecbenchError
     from specbench.core.strict_json import dumps
     from specbench.measure.hardware import load_profiles
-    from specbench.recommend import learn as fit_tree
-    from specbench.recommend import make_workload
-    from specbench.recommend import recommend as choose
-    from specbench.recommend.evidence import load_evidence
-    from specbench.recommend.render import (
-        alternatives_table,
-        explain_nodes,
-        learn_lines,
-        plain_tree,
-        rich_tree,
-        summary_lines,
-    )
+    from specbench.recommender import learn as fit_tree
+    from specbench.recommender import make_workload
+    from specbench.recommender import recommend as choose
+    from specbench.recommender.evidence import load_evidence
 
     with user_errors():
         if results is not None and not results.is_dir():
@@ -57,7 +52,7 @@ def recommend(
         results_dir = results or Path("results")
         if concurrency is not None:
             from specbench.core.ranges import check_range
-            from specbench.recommend.under_load import lines, recommend_for_load
+            from specbench.recommender.under_load import lines, recommend_for_load
 
             check_range("--concurrency", concurrency)
             rec = recommend_for_load(results_dir, concurrency, model)
@@ -75,7 +70,22 @@ def recommend(
     if as_json:
         data = rec.as_json() | ({"learned": report.as_json()} if report else {})
         sys.stdout.write(dumps(data, indent=2) + "\n")
-        return
+    else:
+        print_recommendation(rec, report, explain)
+
+
+def print_recommendation(rec: Recommendation, report: LearnReport | None, explain: bool) -> None:
+    """The choice and why, the alternatives, the path through the evidence and the prior (`explain`), the
+    learned tree beside the prior, and the results that could not be read."""
+    from specbench.recommender.render import (
+        alternatives_table,
+        explain_nodes,
+        learn_lines,
+        plain_tree,
+        rich_tree,
+        summary_lines,
+    )
+
     terminal = out.is_terminal
     for line in summary_lines(rec):
         out.print(line, highlight=False, markup=False, soft_wrap=True)

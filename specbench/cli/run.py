@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
@@ -25,20 +25,17 @@ from specbench.cli.app import (
 )
 from specbench.cli.options import default
 from specbench.config import load_config_file, resolve
-from specbench.core.engine_names import SPECBENCH
 from specbench.core.errors import SpecbenchError
 from specbench.core.ranges import check_range, check_sizes
 from specbench.output.run_dir import RunDir
 from specbench.strategies.controllers import CONTROLLERS
 from specbench.strategies.knobs import parse_sets
-from specbench.strategies.names import BASELINE, COMBINATIONS, DEFAULT_STRATEGIES
+from specbench.strategies.names import COMBINATIONS, DEFAULT_STRATEGIES
 
-
-def compiling(seconds: float | None) -> str:
-    """What part of an engine's start-up was compiling (vLLM reports it)."""
-    if seconds is None:
-        return "compiled; vLLM times its compilation on a GPU only"
-    return f"compiling {seconds:.0f} s" if seconds else "eager: nothing compiled"
+if TYPE_CHECKING:
+    from specbench.config import RunPlan
+    from specbench.core.records import RunResult
+    from specbench.output.run_report import Line
 
 
 @app.command()
@@ -75,89 +72,76 @@ def run(
 ) -> None:
     """Run strategies against plain autoregressive decoding on a prompt suite."""
     with user_errors():
-        # every check that needs no torch comes first: a bad input is refused in well under a second
-        if batch_size is not None and batch_sizes is not None:
-            raise SpecbenchError("give --batch-size or --batch-sizes, not both")
-        check_range("--batch-size", batch_size)
-        sizes = (batch_size,) if batch_size is not None else size_list(batch_sizes, "--batch-sizes")
-        if sizes is not None:
-            check_sizes(sizes, "--batch-sizes")
-        flags = dict(model=model, drafters=[str(d) for d in drafter or []], strategies=strategy or None,
-                     suite=suite, categories=split_list(categories), limit=limit, max_new_tokens=max_new_tokens,
-                     temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, dtype=dtype, device=device,
-                     warmup=warmup, repeats=repeats, controller=controller, gpu=gpu, out=out_dir,
-                     profiles=str(profiles) if profiles else None, cost_model=cost_model,
-                     batch_sizes=list(sizes) if sizes else None, engine=engine,
-                     engine_args=parse_engine_args(engine_args), knobs=parse_sets(set_ or []))
-        saved = RunDir.resume(resume)[1] if resume else None
-        cfg = resolve(load_config_file(config) if config else {}, flags, saved)
+        plan = checked_plan(batch_size, batch_sizes, config, resume, dict(
+            model=model, drafters=[str(d) for d in drafter or []], strategies=strategy or None, suite=suite,
+            categories=split_list(categories), limit=limit, max_new_tokens=max_new_tokens, temperature=temperature,
+            top_p=top_p, top_k=top_k, seed=seed, dtype=dtype, device=device, warmup=warmup, repeats=repeats,
+            controller=controller, gpu=gpu, out=out_dir, profiles=str(profiles) if profiles else None,
+            cost_model=cost_model, engine=engine, engine_args=parse_engine_args(engine_args),
+            knobs=parse_sets(set_ or [])))
+        from specbench.output.run_report import lossless_checks, start_and_notes, stops_paying
 
-        from specbench.benchmark.pipeline import run_benchmark
-        from specbench.core.strict_json import dumps
-        from specbench.measure.lossless import mismatch_detail
-        from specbench.output.batch_tables import batch_frames, render_frame
-
-        def how_to_resume(run_dir: Path) -> str:
-            return f"resume it with: specbench run --resume {shlex.quote(str(run_dir))}"
-
-        before = (f"interrupted before anything new was measured; {how_to_resume(resume)}" if resume else
-                  "interrupted before anything was measured")
-        with interruptible(lambda stop: how_to_resume(stop.path), before), \
-                progress_bar() as bar:
-            task = bar.add_task("prompts", total=None, detail="loading models")
-
-            def advance(prompt_id: str, done: int, total: int) -> None:
-                bar.update(task, completed=done, total=total, detail=prompt_id)
-
-            def estimate(plan: dict) -> None:
-                bar.update(task, total=plan["prompts"], detail="timing forwards for the cost model" if cfg.cost_model else "")
-                err.print(f"started in {plan['startup_s']:.1f} s (models loaded, warm-up; nothing is compiled); "
-                          f"measuring {plan['prompts']} prompts x {plan['strategies']} strategies (ar included): "
-                          f"about {plan['seconds']:.0f} s, estimated from the warm-up", highlight=False, soft_wrap=True)
-                if plan["skipped"]:
-                    err.print(f"warning: {len(plan['skipped'])} prompt(s) skipped: with the answer they would not fit "
-                              f"the model's context of {plan['context']} tokens", style="yellow", highlight=False, soft_wrap=True)
-                if plan["busy"]:
-                    err.print(f"warning: the machine is busy before the run (load {plan['load']:.1f} on "
-                              f"{plan['cpus']} CPUs): timings will be noisy", style="yellow", highlight=False, soft_wrap=True)
-
-            result = run_benchmark(cfg, advance, resume, estimate)
-        for report in result.engines:
-            for name, seconds in report.start_s.items():
-                compiled = (f" ({compiling(report.details['compile_s'].get(name))})"
-                            if "compile_s" in report.details else "")
-                err.print(f"{report.engine} engine for {name} started in {seconds:.0f} s{compiled}", highlight=False)
-        for note in result.notes:
-            err.print(f"note: {note}", highlight=False, soft_wrap=True)
+        result = measure(plan, resume)
+        print_lines(start_and_notes(result))
         if as_json:
+            from specbench.core.strict_json import dumps
+
             sys.stdout.write(dumps(result.as_json(), indent=2) + "\n")
             return
-        print_report([result], table_format("table"), wide)
-        for title, frame in batch_frames(result.summary, result.load).items():
-            print_table(render_frame(frame, title, markdown=table_format("table") == "markdown"))
-        for r in result.summary:
-            stops = r.projection.by_batch if r.projection else None
-            if stops and r.strategy != BASELINE:
-                where = (f"stops paying at batch size {stops['stops_paying_at']}" if stops["stops_paying_at"]
-                         else f"still pays at batch size {stops['points'][-1]['batch_size']}")
-                err.print(f"projected on {stops['gpu']}: {r.strategy} {where}", highlight=False)
-        if result.load and not result.load.modelled and cfg.batch_sizes != [1]:
-            err.print(f"note: {result.load.note}", highlight=False)
-        if cfg.temperature == 0:
-            for r in result.summary:
-                if r.mismatches:
-                    at = f" at batch size {r.batch_size}" if r.batch_size > 1 else ""
-                    where = "" if r.engine == SPECBENCH else f" in {r.engine}"
-                    err.print(f"LOSSLESS CHECK FAILED: {r.strategy}{where}{at}: {r.mismatches} of {r.prompts} "
-                              f"greedy outputs differ from ar{where}"
-                              + mismatch_detail(r.first_divergence, r.divergence_margin),
-                              style="bold red", highlight=False, soft_wrap=True)
-            margins = {r.engine: r.engine_agreement["divergence_margin"] for r in result.summary if r.engine_agreement}
-            for pair in result.engine_pairs:
-                if pair.prompts:  # specbench's forward gives the margins where specbench is one of the two
-                    margin = margins.get(pair.engine, []) if pair.reference == SPECBENCH else []
-                    err.print(f"engines: {pair.engine}'s ar and {pair.reference}'s agree on {pair.agreeing} of "
-                              f"{pair.prompts} greedy outputs"
-                              + (mismatch_detail(pair.first_divergence, margin) if pair.first_divergence else ""),
-                              highlight=False, soft_wrap=True)
+        print_tables(result, wide)
+        print_lines(stops_paying(result, plan.config) + lossless_checks(result, plan.config))
         err.print(f"results: {result.path}", highlight=False)
+
+
+def checked_plan(batch_size: int | None, batch_sizes: str | None, config: Path | None, resume: Path | None,
+                 flags: dict[str, Any]) -> RunPlan:
+    """The run's plan from the flags, the config file and a resumed run's configuration. Every check that
+    needs no torch comes first: a bad input is refused in well under a second."""
+    if batch_size is not None and batch_sizes is not None:
+        raise SpecbenchError("give --batch-size or --batch-sizes, not both")
+    check_range("--batch-size", batch_size)
+    sizes = (batch_size,) if batch_size is not None else size_list(batch_sizes, "--batch-sizes")
+    if sizes is not None:
+        check_sizes(sizes, "--batch-sizes")
+    flags = {**flags, "batch_sizes": list(sizes) if sizes else None}
+    saved = RunDir.resume(resume)[1] if resume else None
+    return resolve(load_config_file(config) if config else {}, flags, saved)
+
+
+def measure(plan: RunPlan, resume: Path | None) -> RunResult:
+    """The run, with a progress bar, the start-up and the estimate from the warm-up on stderr; an interruption
+    says how to resume."""
+    from specbench.benchmark.pipeline import run_benchmark
+    from specbench.output.run_report import estimate_lines
+
+    def how_to_resume(run_dir: Path) -> str:
+        return f"resume it with: specbench run --resume {shlex.quote(str(run_dir))}"
+
+    before = (f"interrupted before anything new was measured; {how_to_resume(resume)}" if resume else
+              "interrupted before anything was measured")
+    with interruptible(lambda stop: how_to_resume(stop.path), before), progress_bar() as bar:
+        task = bar.add_task("prompts", total=None, detail="loading models")
+
+        def advance(prompt_id: str, done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total, detail=prompt_id)
+
+        def estimate(figures: dict) -> None:
+            bar.update(task, total=figures["prompts"],
+                       detail="timing forwards for the cost model" if plan.config.cost_model else "")
+            print_lines(estimate_lines(figures))
+
+        return run_benchmark(plan, advance, resume, estimate)
+
+
+def print_tables(result: RunResult, wide: bool) -> None:
+    """The comparison table, then one table per batch-size axis."""
+    from specbench.output.batch_tables import batch_frames, render_frame
+
+    print_report([result], table_format("table"), wide)
+    for title, frame in batch_frames(result.summary, result.load).items():
+        print_table(render_frame(frame, title, markdown=table_format("table") == "markdown"))
+
+
+def print_lines(lines: list[Line]) -> None:
+    for line in lines:
+        err.print(line.text, style=line.style, highlight=False, soft_wrap=True)

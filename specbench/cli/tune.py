@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from optuna.trial import FrozenTrial
@@ -17,6 +17,9 @@ from specbench.serving.config import parse_slo
 from specbench.strategies.names import DEFAULT_STRATEGIES
 from specbench.tuning.config import OBJECTIVES, TuneConfig
 from specbench.tuning.study import open_checked
+
+if TYPE_CHECKING:
+    from specbench.tuning.study_runner import TuneReport
 
 
 @app.command()
@@ -62,41 +65,47 @@ def tune(
         # every check that needs no model comes first (storage, named studies): refused before torch loads
         file_values = load_config_file(config) if config else {}
         strategies = (strategy,) if strategy else tuple(file_values.get("strategies", ()))
-        flags = dict(strategies=list(strategies) or None, model=model, drafters=[str(d) for d in drafter or []], suite=suite,
-                     categories=split_list(categories), limit=limit, max_new_tokens=max_new_tokens,
+        flags = dict(strategies=list(strategies) or None, model=model, drafters=[str(d) for d in drafter or []],
+                     suite=suite, categories=split_list(categories), limit=limit, max_new_tokens=max_new_tokens,
                      temperature=temperature, seed=seed, dtype=dtype, device=device, gpu=gpu, out=out_dir,
-                     profiles=str(profiles) if profiles else None,
-                     engine=engine,
+                     profiles=str(profiles) if profiles else None, engine=engine,
                      engine_args=parse_engine_args(engine_args))
         cfg = TuneConfig(layered(file_values, flags), strategies, trials, timeout, study, storage, workers,
                          objectives, holdout, heartbeat, concurrency, request_rate, parse_slo(slo)).validate()
         open_checked(cfg)
+        report = run_studies(cfg)
 
-        from specbench.tuning.study_runner import tune as run_tune
-        from specbench.tuning.summary import render_markdown, render_rich
+    from specbench.tuning.summary import render_markdown, render_rich
 
-        with interruptible(lambda stop: "run the same command to resume it", "interrupted: the trials finished so far are kept in the study; "
-                                            "run the same command to resume it"), progress_bar() as bar:
-            tasks: dict[str, int] = {}
-            loading = bar.add_task("tune", total=None, detail="loading the model and measuring ar")
-
-            def advance(name: str, done: int, total: int, best: float | None, trial: FrozenTrial) -> None:
-                bar.update(loading, visible=False)
-                if name not in tasks:
-                    tasks[name] = bar.add_task(name, total=total, detail="")
-                bar.update(tasks[name], completed=done, detail=f"best {best:.3f}" if best is not None else "")
-                if not err.is_terminal:  # no bar there (CI logs, `| tee`): one line per finished trial
-                    value = f"{trial.values[0]:.3f}" if trial.values else "-"
-                    so_far = f"{best:.3f}" if best is not None else "none yet"
-                    err.print(f"{name}: trial {trial.number} {trial.state.name.lower()}, value {value}, "
-                              f"best {so_far} ({done} of {total} trials)", highlight=False, soft_wrap=True)
-
-            if not err.is_terminal:
-                err.print("tune: loading the model and measuring ar", highlight=False)
-            report = run_tune(cfg, advance)
     if as_json:
         sys.stdout.write(dumps(report.as_json(), indent=2) + "\n")
     elif out.is_terminal:
         out.print(render_rich(report))
     else:
         sys.stdout.write(render_markdown(report))
+
+
+def run_studies(cfg: TuneConfig) -> TuneReport:
+    """The studies, with a progress bar per study (a line per finished trial where stderr is no terminal); an
+    interruption says how to resume."""
+    from specbench.tuning.study_runner import tune as run_tune
+
+    with interruptible(lambda stop: "run the same command to resume it", "interrupted: the trials finished so far are kept in the study; "
+                                        "run the same command to resume it"), progress_bar() as bar:
+        tasks: dict[str, int] = {}
+        loading = bar.add_task("tune", total=None, detail="loading the model and measuring ar")
+
+        def advance(name: str, done: int, total: int, best: float | None, trial: FrozenTrial) -> None:
+            bar.update(loading, visible=False)
+            if name not in tasks:
+                tasks[name] = bar.add_task(name, total=total, detail="")
+            bar.update(tasks[name], completed=done, detail=f"best {best:.3f}" if best is not None else "")
+            if not err.is_terminal:  # no bar there (CI logs, `| tee`): one line per finished trial
+                value = f"{trial.values[0]:.3f}" if trial.values else "-"
+                so_far = f"{best:.3f}" if best is not None else "none yet"
+                err.print(f"{name}: trial {trial.number} {trial.state.name.lower()}, value {value}, "
+                          f"best {so_far} ({done} of {total} trials)", highlight=False, soft_wrap=True)
+
+        if not err.is_terminal:
+            err.print("tune: loading the model and measuring ar", highlight=False)
+        return run_tune(cfg, advance)

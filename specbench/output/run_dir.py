@@ -22,13 +22,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from specbench import __version__
 from specbench.config import FIELDS, RunConfig
 from specbench.core.engine_names import label
 from specbench.core.errors import SpecbenchError
 from specbench.core.files import atomic_path, read_json, read_json_object, read_jsonl, write_atomic, write_json
 from specbench.core.records import EnginePair, Row, RunResult, StrategySummary, engine_reports, rows_frame
 from specbench.core.strict_json import dumps
+from specbench.core.version import __version__
 from specbench.paths import check_output_dir
 from specbench.strategies.names import BASELINE
 

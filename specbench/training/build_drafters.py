@@ -124,7 +124,8 @@ def prepare_model(name: str, settings: BuildSettings = BuildSettings(), only: tu
                            known.drafter_dir(strategy), strategy, mark, settings.steps, settings.batch_size,
                            settings.draft_lr if strategy == DRAFT else settings.lr, settings.max_len, settings.seed,
                            on_step=_loss(report, f"train {strategy}", settings.steps), decay=True,
-                           evaluate=evaluate if settings.held_out and evaluation else None, evaluate_every=settings.evaluate_every)
+                           evaluate=evaluate if settings.held_out and evaluation else None,
+                           evaluate_every=settings.evaluate_every)
             done.seconds[strategy] = round(time.time() - started)
             _record(known, strategy, settings, losses, model, done.seconds[strategy], len(sequences), evaluations)
             done.built.append(strategy)

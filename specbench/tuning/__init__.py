@@ -3,5 +3,6 @@
 `specbench.tuning.study_runner.tune(TuneConfig(...))` is what the command calls; the parts: config (what is
 asked), study_space (a study's search space from the methods' own), storage and study (Optuna engines,
 identity, resumption), objective (a trial's measurement), holdout (the check on unseen prompts),
-outputs and engines (what a study leaves behind), summary (what the command prints).
+outputs (what a study leaves behind), serve_study (a study whose trials are `vllm serve` at a load), summary
+(what the command prints).
 """

@@ -7,8 +7,8 @@ import functools
 import re
 from dataclasses import dataclass, field
 
-from specbench.backends.registry import ENGINE_NAMES, parse_engines
-from specbench.config import RunConfig
+from specbench.backends.registry import ENGINE_NAMES
+from specbench.config import RunConfig, RunPlan
 from specbench.core.engine_names import SPECBENCH
 from specbench.core.errors import SpecbenchError
 from specbench.core.ranges import check_ranges
@@ -54,14 +54,14 @@ class TuneConfig:
         if self.load is not None:
             self.check_served()
         validate_knobs(self.workload.knobs)
-        check_splittable(len(self.measured_workload.plan().suite.items))
+        check_splittable(len(self.measured_plan.suite.items))
         check_ranges({"--trials": self.trials, "--workers": self.workers, "--holdout": self.holdout,
                       "--timeout": self.timeout, "--heartbeat": self.heartbeat_s})
         if self.objectives not in OBJECTIVES:
             raise SpecbenchError(f"unknown --objectives {self.objectives!r}; known: {' or '.join(OBJECTIVES)}")
         if self.study is not None and not STUDY_NAME.fullmatch(self.study):
             raise SpecbenchError(f"--study {self.study!r}: use letters, digits and . _ + - (it names files too)")
-        if len(parse_engines(self.workload.engine)) > 1:
+        if len(self.measured_plan.engines) > 1:
             raise SpecbenchError(f"--engine {self.workload.engine}: a study measures one engine; tune with --engine "
                                  f"{' or '.join(ENGINE_NAMES)}")
         if self.load is None and self.slo:
@@ -72,11 +72,11 @@ class TuneConfig:
         return self
 
     @functools.cached_property
-    def measured_workload(self) -> RunConfig:
-        """The workload as a run of the strategies tuned (its knobs and drafters must be for them), validated
+    def measured_plan(self) -> RunPlan:
+        """The workload as a run of the strategies tuned (its knobs and drafters must be for them), planned
         once: the CLI's check, tune's and benchmark.prepare's share it. At a load, vLLM runs it."""
         served = {"engine": "vllm"} if self.load is not None else {}
-        return dataclasses.replace(self.workload, strategies=[spec.name for spec in self.specs()], **served).validate()
+        return dataclasses.replace(self.workload, strategies=[spec.name for spec in self.specs()], **served).plan()
 
     def specs(self) -> list[StrategyName]:
         """The strategies to tune, each in its own study; `ar` is refused (it is what they are compared with)."""

@@ -96,7 +96,7 @@ class ServedPlan:
 def plan_served(config: TuneConfig, spec: StrategyName) -> ServedPlan:
     """The study's load, prompts, space and identity; a strategy vLLM cannot run is refused here."""
     load = config.load
-    run = dataclasses.replace(config.measured_workload, strategies=[spec.name])
+    run = dataclasses.replace(config.measured_plan.config, strategies=[spec.name])
     serve = ServeConfig(run=run, concurrency=[load.concurrency] if load.concurrency is not None else [],
                         request_rates=[load.request_rate] if load.request_rate is not None else [],
                         slo=config.slo).validate()

@@ -26,7 +26,6 @@ import optuna
 import torch
 from optuna.trial import TrialState
 
-from specbench.backends.registry import parse_engines
 from specbench.benchmark.prepare import PreparedRun, prepare
 from specbench.core.engine_names import SPECBENCH
 from specbench.core.errors import SpecbenchError
@@ -101,7 +100,7 @@ class StudyPlan:
 
 def plan_study(config: TuneConfig, spec: StrategyName, bench: PreparedRun) -> StudyPlan:
     workload = config.workload
-    (engine,) = parse_engines(workload.engine)
+    (engine,) = bench.plan.engines
     space = study_space(spec, bench.strategies[1], workload.knobs, workload.controller, engine)
     tuning, holdout = split_items(bench.suite.items, config.holdout, workload.seed)
     identity = {
@@ -134,7 +133,7 @@ def tune(config: TuneConfig, progress: Progress | None = None) -> TuneReport:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     specs = config.specs()
     url = open_checked(config)
-    bench = measured_engine(prepare(config.measured_workload))
+    bench = measured_engine(prepare(config.measured_plan))
     records = []
     try:
         for index, spec in enumerate(specs):
@@ -149,7 +148,7 @@ def tune(config: TuneConfig, progress: Progress | None = None) -> TuneReport:
 
 def measured_engine(bench: PreparedRun) -> PreparedRun:
     """The bench a study measures on: the one engine tuned, its `ar` and strategies in place of specbench's."""
-    if parse_engines(bench.config.engine) == (SPECBENCH,):
+    if bench.plan.engines == (SPECBENCH,):
         return bench
     return dataclasses.replace(bench, strategies=bench.engine_strategies, engine_strategies=[])
 
@@ -227,7 +226,7 @@ def _spawned_worker(config: TuneConfig, spec_name: str, identity: dict[str, Any]
         # this strategy's drafters only: a run's --drafter values must all be used by its strategies
         drafters = [d for d in config.workload.drafters if open_source(d).strategy in spec.members]
         bench = measured_engine(prepare(dataclasses.replace(config.workload, strategies=[spec_name],
-                                                            drafters=drafters)))
+                                                            drafters=drafters).plan()))
         plan = plan_study(config, spec, bench)
         study = optuna.load_study(study_name=name, storage=open_storage(url, config.heartbeat_s),
                                   sampler=make_sampler(config.workload.seed + index, trials),
@@ -295,7 +294,7 @@ def _engines(plan: StudyPlan, knobs: dict[str, dict[str, Any]], controller: str 
         return None
     name = plan.spec.members[0]
     options = make_options(name, knobs.get(name, {}))
-    dirs = plan.bench.config.plan().drafter_sources
+    dirs = plan.bench.plan.drafter_sources
     drafter = dirs[name].checkpoint.name if name in dirs else None
     serving = definition(name).serving
     return serving(options, controller or definition(name).default_controller, drafter).as_json() if serving else None

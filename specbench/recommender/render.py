@@ -8,10 +8,10 @@ from rich.tree import Tree
 
 from specbench.core.engine_names import SPECBENCH, label
 from specbench.core.markdown import markdown_table
-from specbench.recommend.learn import LearnReport
-from specbench.recommend.prior import Step
-from specbench.recommend.rank import speedup_text
-from specbench.recommend.recommendation import Recommendation
+from specbench.recommender.learn import LearnReport
+from specbench.recommender.prior import Step
+from specbench.recommender.rank import speedup_text
+from specbench.recommender.recommendation import Recommendation
 
 Node = tuple[str, list["Node"]]
 

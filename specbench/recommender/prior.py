@@ -23,7 +23,7 @@ import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
-from specbench.recommend.workload import (
+from specbench.recommender.workload import (
     CREATIVE_TASKS,
     DEFAULT_VERIFY_TOKENS,
     HIGH_PRECISION_TASKS,

@@ -33,8 +33,8 @@ from specbench.core.records import Projection, RunResult, TunedStudy
 from specbench.measure.hardware import match_profile
 from specbench.measure.stats import paired_speedups, summarise_strategy
 from specbench.output.run_dir import read_run
-from specbench.recommend.prior import members
-from specbench.recommend.workload import Workload
+from specbench.recommender.prior import members
+from specbench.recommender.workload import Workload
 from specbench.strategies.names import BASELINE
 
 SOURCES = ("measured", "modelled", "projected", "prior")
@@ -131,8 +131,9 @@ class Evidence:
 
 # -- reading ---------------------------------------------------------------------------------
 
-UNREADABLE = (SpecbenchError, OSError, ValueError, KeyError, TypeError)
-"""What a damaged file raises through json, tomllib, pandas and pyarrow: the item is skipped."""
+UNREADABLE = (SpecbenchError, OSError, ValueError)
+"""What a damaged file raises through json, tomllib, pandas and pyarrow (the records name a missing or
+mistyped entry as a SpecbenchError): the item is skipped. Anything else is a bug in the reading and surfaces."""
 
 
 def run_dirs(results: Path) -> list[Path]:

@@ -15,7 +15,7 @@ from typing import Any
 
 from specbench.core.engine_names import SPECBENCH
 from specbench.core.errors import SpecbenchError
-from specbench.recommend.evidence import (
+from specbench.recommender.evidence import (
     SOURCES,
     Candidate,
     Evidence,
@@ -24,9 +24,9 @@ from specbench.recommend.evidence import (
     load_evidence,
     planned_strategies,
 )
-from specbench.recommend.prior import PriorOutcome, Step, evaluate
-from specbench.recommend.rank import Assessed, rank, speedup_text, why_lost
-from specbench.recommend.workload import CREATIVE_TASKS, HIGH_PRECISION_TASKS, Workload, check_task
+from specbench.recommender.prior import PriorOutcome, Step, evaluate
+from specbench.recommender.rank import Assessed, rank, speedup_text, why_lost
+from specbench.recommender.workload import CREATIVE_TASKS, HIGH_PRECISION_TASKS, Workload, check_task
 from specbench.strategies.names import BASELINE
 from specbench.suites import SPEED_BENCH_CATEGORIES, load_suite
 

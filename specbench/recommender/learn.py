@@ -28,9 +28,9 @@ from scipy.stats import binomtest
 from specbench.core.files import atomic_path, write_atomic
 from specbench.core.markdown import markdown_table
 from specbench.measure.hardware import GpuProfile
-from specbench.recommend.evidence import Evidence
-from specbench.recommend.prior import PRIOR, Branch, PriorOutcome, evaluate, members, prior_markdown
-from specbench.recommend.workload import Workload
+from specbench.recommender.evidence import Evidence
+from specbench.recommender.prior import PRIOR, Branch, PriorOutcome, evaluate, members, prior_markdown
+from specbench.recommender.workload import Workload
 from specbench.strategies.names import BASELINE
 
 NUMERIC_FEATURES = ("gpu_bandwidth_gbs", "gpu_memory_gb", "pcie_gen", "temperature", "batch_size",

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specbench.recommend.evidence import SOURCES, Candidate
-from specbench.recommend.prior import members
-from specbench.recommend.workload import Workload
+from specbench.recommender.evidence import SOURCES, Candidate
+from specbench.recommender.prior import members
+from specbench.recommender.workload import Workload
 
 
 @dataclass(frozen=True)
