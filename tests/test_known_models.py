@@ -213,3 +213,33 @@ def test_smollm2_answers_from_its_gguf():
     prompt = encode_turns(target.tokenizer, ["Explain why the sky is blue in two sentences."], [])
     answer = target.tokenizer.decode(generate(target.model, prompt, 40, eos_ids=target.eos_ids).tokens)
     assert "scatter" in answer.lower()
+
+
+def test_shipped_drafters_are_installed_not_trained_and_rebuilt_on_request(known, tmp_path, monkeypatch):
+    import shutil
+
+    import specbench.model_source
+    from specbench.training.build_drafters import BuildSettings, prepare_model
+
+    settings = BuildSettings(**TINY_BUILD)
+    prepare_model(NAME, settings, ("mtp", "dflash"))
+    monkeypatch.setattr(specbench.model_source, "ASSETS", tmp_path / "assets")
+    shutil.copytree(known.home / "drafters", known.shipped / "drafters")
+    shutil.rmtree(known.home / "drafters")
+    done = prepare_model(NAME, settings, ("mtp", "dflash"))
+    assert done.installed == ["mtp", "dflash"] and done.built == [] and "features" not in done.seconds
+    record = json.loads((known.home / "drafters" / "BUILD.json").read_text())
+    assert record["mtp"]["installed_from"] == str(known.shipped / "drafters" / "mtp")
+    assert record["mtp"]["knobs"] == {"draft_vocab": 40}  # the recipe it was trained with, as shipped
+    result = invoke("run", "--model", NAME, "--strategy", "mtp,dflash", "--limit", 1, "--max-new-tokens", 6,
+                    "--out", tmp_path / "results", "--json", "--warmup", 0)
+    assert result.exit_code == 0 and [r["mismatches"] for r in json.loads(result.stdout)["results"]] == [0] * 3
+    rebuilt = prepare_model(NAME, BuildSettings(**TINY_BUILD, rebuild=True), ("mtp",))
+    assert rebuilt.built == ["mtp"] and rebuilt.installed == []
+    assert "installed_from" not in json.loads((known.home / "drafters" / "BUILD.json").read_text())["mtp"]
+
+    shutil.rmtree(known.home / "drafters")
+    config_file = known.shipped / "drafters" / "dflash" / "config.json"
+    config_file.write_text(json.dumps({**json.loads(config_file.read_text()), "target_fingerprint": "0" * 16}))
+    result = invoke("prepare", NAME, "--only", "dflash")
+    assert result.exit_code == 2 and "--rebuild" in result.output and len(result.output.strip().splitlines()) == 1

@@ -42,6 +42,7 @@ def prepare(
     answer_tokens: Annotated[Optional[int], typer.Option(help="Length of the target's answers.", show_default="128")] = None,
     steps: Annotated[Optional[int], typer.Option(help="Optimizer steps per drafter.", show_default="2000")] = None,
     draft_vocab: Annotated[Optional[int], typer.Option(help="Tokens the feature drafters score: the target's most frequent answer tokens.", show_default="8192")] = None,
+    rebuild: Annotated[bool, typer.Option("--rebuild", help="Train the drafters from the corpus and recipe even where specbench ships them.")] = False,
 ) -> None:
     """Convert a known model into the user's cache and build its drafters by self-distillation, once
     (interrupted, run it again: it resumes)."""
@@ -59,11 +60,14 @@ def prepare(
             raise SpecbenchError(f"--only {', '.join(unknown)}: not a trained drafter; trained: {', '.join(DRAFTERS)}")
         from specbench.training.build_drafters import BuildSettings, prepare_model
 
-        given = {"prompts": prompts, "answer_tokens": answer_tokens, "steps": steps, "draft_vocab": draft_vocab}
+        given = {"prompts": prompts, "answer_tokens": answer_tokens, "steps": steps, "draft_vocab": draft_vocab,
+                 "rebuild": rebuild or None}
         settings = dataclasses.replace(BuildSettings(), **{k: v for k, v in given.items() if v is not None})
         with interruptible(lambda stop: f"run `specbench prepare {name}` again to resume"), progress_bar() as bar:
             done = prepare_model(name, settings, tuple(only or DRAFTERS), reporter(bar))
     built = f"built {' '.join(done.built)}" if done.built else "nothing to build"
+    if done.installed:
+        built = f"installed {' '.join(done.installed)} as specbench ships them; {built}"
     kept = f"; already there: {' '.join(done.kept)}" if done.kept else ""
     timing = ", ".join(f"{stage} {seconds:.0f}s" for stage, seconds in done.seconds.items())
     out.print(f"{done.model.name}: {built}{kept} ({timing}); files in {done.model.home}", highlight=False)

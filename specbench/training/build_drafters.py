@@ -16,6 +16,7 @@ finished, and BUILD.json records how each was made. Drafters found there for ano
 
 from __future__ import annotations
 
+import shutil
 import time
 import zlib
 from dataclasses import asdict, dataclass, field
@@ -57,6 +58,7 @@ class BuildSettings:
     held_out: int = 16  # held-out prompts decoded
     held_out_tokens: int = 64
     seed: int = 0
+    rebuild: bool = False  # train every drafter from the corpus even where specbench ships one
 
     @property
     def corpus(self) -> CorpusSettings:
@@ -78,6 +80,7 @@ class Prepared:
     model: KnownModel
     built: list[str]  # the drafters built by this call
     kept: list[str]  # the drafters that were already there
+    installed: list[str] = field(default_factory=list)  # the drafters specbench ships, installed by this call
     seconds: dict[str, float] = field(default_factory=dict)  # per stage: corpus, hidden states, each drafter
 
 
@@ -90,10 +93,13 @@ def prepare_model(name: str, settings: BuildSettings = BuildSettings(), only: tu
         raise SpecbenchError(f"--only {', '.join(unknown)}: not a trained drafter; trained: {', '.join(DRAFTERS)}")
     started = time.time()
     target = load_target(name, resolve_device("auto"), torch.float32)
-    done = Prepared(known, [], [], {"load": round(time.time() - started)})
+    done = Prepared(known, [], [], seconds={"load": round(time.time() - started)})
     mark = fingerprint(target.model)
-    done.kept = [s for s in only if _finished(known, s, mark)]
+    done.kept = [s for s in only if _finished(known, s, mark) and not (settings.rebuild and _installed(known, s))]
     todo = [s for s in only if s not in done.kept]
+    if not settings.rebuild:
+        done.installed = [s for s in todo if install_shipped(known, s, mark)]
+        todo = [s for s in todo if s not in done.installed]
     if not todo:
         return done
     torch.manual_seed(settings.seed)
@@ -134,6 +140,33 @@ def prepare_model(name: str, settings: BuildSettings = BuildSettings(), only: tu
         raise Interrupted(known.home, f"kept in {known.home}: the drafters finished, the corpus and hidden states "
                                       f"saved so far{training_kept}") from exc
     return done
+
+
+def install_shipped(known: KnownModel, strategy: str, mark: str) -> bool:
+    """Copy the drafter specbench ships for `strategy` into the model's home, after checking it was trained
+    for this very target; False where none is shipped."""
+    shipped = known.shipped / "drafters" / strategy
+    if not (shipped / "config.json").is_file():
+        return False
+    found = read_json(shipped / "config.json", "drafter config").get("target_fingerprint")
+    if found != mark:
+        raise SpecbenchError(f"the {strategy} drafter specbench ships for {known.name} was trained for another "
+                             f"conversion of it (fingerprint {found}, this one is {mark}); rebuild it with "
+                             f"`specbench prepare {known.name} --rebuild`")
+    destination = known.drafter_dir(strategy)
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(destination) as tmp:
+        shutil.copytree(shipped, tmp)
+    build = known.shipped / "drafters" / BUILD
+    recipe = read_json(build, "build record").get(strategy, {}) if build.is_file() else {}
+    _write_record(known, strategy, {**recipe, "installed_from": str(shipped)})
+    return True
+
+
+def _installed(known: KnownModel, strategy: str) -> bool:
+    """The drafter in the model's home was installed from what specbench ships, not built there."""
+    path = known.home / "drafters" / BUILD
+    return path.is_file() and "installed_from" in read_json(path, "build record").get(strategy, {})
 
 
 def split(corpus: Corpus) -> tuple[Corpus, list[list[int]]]:
@@ -192,11 +225,16 @@ def _finished(known: KnownModel, strategy: str, mark: str) -> bool:
 
 def _record(known: KnownModel, strategy: str, settings: BuildSettings, losses: list[float], model, seconds: float,
             sequences: int, evaluations: list[dict]) -> None:
+    _write_record(known, strategy, {
+        **asdict(settings), "knobs": settings.knobs(strategy), "training_sequences": sequences,
+        "first_loss": losses[0], "final_loss": sum(losses[-10:]) / len(losses[-10:]),
+        "parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
+        "train_seconds": round(seconds), "held_out": evaluations})
+
+
+def _write_record(known: KnownModel, strategy: str, entry: dict) -> None:
     path = known.home / "drafters" / BUILD
     record = read_json(path, "build record") if path.is_file() else {}
-    record[strategy] = {**asdict(settings), "knobs": settings.knobs(strategy), "training_sequences": sequences,
-                        "first_loss": losses[0], "final_loss": sum(losses[-10:]) / len(losses[-10:]),
-                        "parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
-                        "train_seconds": round(seconds), "held_out": evaluations}
+    record[strategy] = entry
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json(path, record)
