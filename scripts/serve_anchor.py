@@ -87,8 +87,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         dataset = Path(tmp) / "prompts.jsonl"
         # the prompts as text, chat template applied: vLLM tokenizes them back to specbench's token ids
-        dataset.write_text("".join(json.dumps({"prompt": tokenizer.decode(ids)}) + "\n"
-                                   for _, ids in workload(config).prompts))
+        dataset.write_text("".join(json.dumps({"prompt": tokenizer.decode(prompt.token_ids)}) + "\n"
+                                   for prompt in workload(config).prompts))
         server = None
         if args.url is None:
             arguments = server_arguments(config.run, lambda: None)["ar"]

@@ -164,6 +164,10 @@ def test_a_failed_start_quotes_the_servers_last_error(tmp_path):
     (["--endpoint", "ar"], "--endpoint ar: expected NAME=URL"),
     (["--endpoint", "ar=http://127.0.0.1:9"], "does not answer"),
     (["--endpoint", "ar=http://127.0.0.1:9", "--strategy", "ngram"], "drop them"),
+    (["--endpoint", "ar=http://127.0.0.1:9", "--header", "no-colon"], "--header no-colon: expected NAME:VALUE"),
+    (["--header", "X-Team:bench"], "--header is sent to --endpoint servers"),
+    (["--tokenizer", "/tmp"], "--tokenizer names an --endpoint server's tokenizer"),
+    (["--endpoint", "ar=http://127.0.0.1:9", "--endpoint-type", "embeddings"], "--endpoint-type embeddings: expected"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, message):
     result = runner.invoke(app, ["serve", *args, "--out", str(tmp_path / "out")])

@@ -32,6 +32,10 @@ def serve(
     level_seconds: Annotated[Optional[float], typer.Option("--level-seconds", help="A level sends no new request after this many seconds.", show_default="600")] = None,
     slo: Annotated[Optional[str], typer.Option("--slo", help="Latency targets in ms, e.g. ttft=500,tpot=50,e2e=5000: goodput counts the requests meeting all; capacity is the highest concurrency whose p99s meet them.", show_default="none")] = None,
     endpoint: Annotated[Optional[list[str]], typer.Option("--endpoint", help="NAME=URL of a running OpenAI-compatible server to measure instead of starting one (repeatable; name one `ar` for the ratios).", show_default="none")] = None,
+    tokenizer: Annotated[Optional[str], typer.Option("--tokenizer", help="--endpoint: the served model's tokenizer (a local directory or a cached hub id); checked against the server's /tokenize.", show_default="--model's, else the model the server lists when found locally")] = None,
+    endpoint_type: Annotated[Optional[str], typer.Option("--endpoint-type", help="completions (prompts as token ids) or chat (the user's turn as text; the server applies its template).", show_default="completions")] = None,
+    api_key: Annotated[Optional[str], typer.Option("--api-key", envvar="OPENAI_API_KEY", show_envvar=True, help="--endpoint: the servers' API key, sent as a bearer token on every request.", show_default="none")] = None,
+    header: Annotated[Optional[list[str]], typer.Option("--header", help="--endpoint: NAME:VALUE sent on every request (repeatable).", show_default="none")] = None,
     model: options.Model = None,
     drafter: options.Drafters = None,
     suite: options.Suite = None,
@@ -56,7 +60,8 @@ def serve(
                      max_concurrency=max_concurrency, burstiness=burstiness, requests=requests, warmup=warmup,
                      level_seconds=level_seconds, slo=slo, endpoint=endpoint, model=model, drafter=drafter, suite=suite,
                      categories=categories, limit=limit, max_new_tokens=max_new_tokens, temperature=temperature,
-                     seed=seed, dtype=dtype, device=device, set=set_, engine_args=engine_args, out=out_dir)
+                     seed=seed, dtype=dtype, device=device, set=set_, engine_args=engine_args, out=out_dir,
+                     tokenizer=tokenizer, endpoint_type=endpoint_type)
         if resume is not None:
             given = sorted(name for name, value in flags.items() if value is not None)
             if given:
@@ -67,6 +72,7 @@ def serve(
         else:
             run = None
             config = serve_config(**flags)
+        config.headers = endpoint_headers(config, api_key, header)
 
         from specbench.serving.sweep import plan, serve_sweep, strategy_names
 
@@ -80,6 +86,8 @@ def serve(
             if run is None:
                 run = ServeRun.create(config, strategy_names(config), config.run.model or "the embedded model",
                                       config.run.suite)
+                for note in prepared.notes:
+                    run.note(note)
             prompts = len(prepared.work.prompts)
             todo = sum(config.requests_at(level, prompts) for name in run.strategies for level in config.levels
                        if run.measured(name, level) is None)
@@ -96,9 +104,20 @@ def serve(
         print_result(result, as_json)
 
 
+def endpoint_headers(config: ServeConfig, api_key: str | None, header: list[str] | None) -> dict[str, str]:
+    """The headers of every request to the --endpoint servers (none for the servers specbench starts)."""
+    from specbench.serving.endpoint import parse_headers, request_headers
+
+    if not config.endpoints:
+        if header:
+            raise SpecbenchError("--header is sent to --endpoint servers; the servers specbench starts need none")
+        return {}
+    return request_headers(api_key, parse_headers(header))
+
+
 def serve_config(strategy, concurrency, request_rate, max_concurrency, burstiness, requests, warmup, level_seconds,
                  slo, endpoint, model, drafter, suite, categories, limit, max_new_tokens, temperature, seed, dtype,
-                 device, set, engine_args, out) -> ServeConfig:
+                 device, set, engine_args, out, tokenizer, endpoint_type) -> ServeConfig:
     """The command line as a checked ServeConfig: every bad input refused here, before anything is written."""
     endpoints = parse_endpoints(endpoint)
     if endpoints and (strategy or drafter or set):
@@ -114,7 +133,7 @@ def serve_config(strategy, concurrency, request_rate, max_concurrency, burstines
                       engine=SPECBENCH if endpoints else VLLM)
     run = RunConfig(**{k: v for k, v in run_values.items() if v is not None and v != []})
     serve_values = dict(max_concurrency=max_concurrency, burstiness=burstiness, requests=requests, warmup=warmup,
-                        level_seconds=level_seconds)
+                        level_seconds=level_seconds, tokenizer=tokenizer, endpoint_type=endpoint_type)
     return ServeConfig(run=run, concurrency=list(levels) if levels is not None else ([] if rates else [1, 4, 16]),
                        request_rates=rates, slo=parse_slo(slo), endpoints=endpoints,
                        **{k: v for k, v in serve_values.items() if v is not None}).validate()

@@ -18,6 +18,7 @@ from specbench.core.ranges import check_ranges, check_sizes
 
 SLO_KEYS = ("ttft", "tpot", "e2e")  # milliseconds each
 SERVE_STRATEGIES = ["ngram", "eagle", "dflash"]
+ENDPOINT_TYPES = ("completions", "chat")  # /v1/completions with token ids, /v1/chat/completions with the turn's text
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,10 @@ class ServeConfig:
     start_timeout: float = 900.0  # seconds a server may take to become healthy
     slo: dict[str, float] = field(default_factory=dict)  # ttft, tpot, e2e -> milliseconds
     endpoints: dict[str, str] = field(default_factory=dict)  # name -> base URL of a running server
+    tokenizer: str | None = None  # --endpoint: the served model's tokenizer (a directory or a cached hub id)
+    endpoint_type: str = "completions"  # one of ENDPOINT_TYPES
+    # every request's headers (the API key's among them): credentials, never written to the run directory
+    headers: dict[str, str] = field(default_factory=dict)
 
     @property
     def levels(self) -> list[Level]:
@@ -67,7 +72,9 @@ class ServeConfig:
         return max(prompts, 4 * clients)
 
     def as_json(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        del data["headers"]
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ServeConfig:
@@ -85,6 +92,11 @@ class ServeConfig:
         if self.endpoints and self.run.engine_args:
             raise SpecbenchError("--engine-args configure the servers specbench starts; --endpoint servers are "
                                  "already running")
+        if self.tokenizer is not None and not self.endpoints:
+            raise SpecbenchError("--tokenizer names an --endpoint server's tokenizer; the servers specbench starts "
+                                 "use --model's")
+        if self.endpoint_type not in ENDPOINT_TYPES:
+            raise SpecbenchError(f"--endpoint-type {self.endpoint_type}: expected one of {', '.join(ENDPOINT_TYPES)}")
         self.run = self.run.validate("serve configuration")
         return self
 

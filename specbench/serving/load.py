@@ -20,19 +20,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specbench.serving.client import RequestRecord, served_model, session, stream_completion
+from specbench.serving.client import Prompt, RequestRecord, request_body, served_model, session, stream_completion
 from specbench.serving.config import Level
 
 
 @dataclass(frozen=True)
 class Workload:
-    """The prompts (id, token ids) in their order and how each is answered."""
+    """The prompts in their order and how each is answered."""
 
-    prompts: list[tuple[str, list[int]]]
+    prompts: list[Prompt]
     max_tokens: int
     temperature: float
     seed: int
     ignore_eos: bool = False  # every answer max_tokens long (vLLM's and SGLang's extension of the API)
+    endpoint_type: str = "completions"  # or "chat": the server applies its own chat template to the text
 
 
 @dataclass
@@ -88,19 +89,20 @@ async def open_loop(send: Callable, arrivals: np.ndarray, max_concurrency: int |
 
 async def drive(base_url: str, level: Level, workload: Workload, requests: int, warmup: int, seconds: float,
                 max_concurrency: int | None = None, burstiness: float = 1.0, model: str | None = None,
-                on_answer: Callable[[], None] | None = None) -> LevelLog:
+                on_answer: Callable[[], None] | None = None, headers: dict[str, str] | None = None) -> LevelLog:
     """Warm the server up, then measure one level: every request's record, the level's duration;
     `on_answer` is called as each measured request ends."""
     # a request may take as long as the level: the time bound stops new requests, not ones in flight
-    async with session(timeout_s=seconds + 600) as client:
+    async with session(seconds + 600, headers or {}) as client:
         model = model or await served_model(client, base_url)
         origin, measuring = 0.0, False
 
         async def send(index: int) -> RequestRecord:
-            prompt_id, prompt = workload.prompts[index % len(workload.prompts)]
-            record = RequestRecord(index, prompt_id, sent=time.perf_counter() - origin)
-            await stream_completion(client, base_url, model, prompt, workload.max_tokens, workload.temperature,
-                                    workload.seed + index, record, workload.ignore_eos)
+            prompt = workload.prompts[index % len(workload.prompts)]
+            record = RequestRecord(index, prompt.id, sent=time.perf_counter() - origin)
+            path, body = request_body(workload.endpoint_type, model, prompt, workload.max_tokens,
+                                      workload.temperature, workload.seed + index, workload.ignore_eos)
+            await stream_completion(client, base_url, path, body, record)
             if measuring and on_answer:
                 on_answer()
             return record

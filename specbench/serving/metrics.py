@@ -45,9 +45,9 @@ def parse(text: str) -> dict[str, Any]:
     return found
 
 
-async def scrape(base_url: str) -> dict[str, Any]:
+async def scrape(base_url: str, headers: dict[str, str]) -> dict[str, Any]:
     """parse() of the server's /metrics; empty when it has none."""
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as client:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30), headers=headers) as client:
         try:
             async with client.get(f"{base_url}/metrics") as response:
                 if response.status != 200:

@@ -22,7 +22,9 @@ import aiohttp
 from specbench.core.errors import Interrupted, SpecbenchError
 from specbench.core.files import read_json, write_json
 from specbench.serving import metrics, schedule
+from specbench.serving.client import Prompt
 from specbench.serving.config import Level, ServeConfig
+from specbench.serving.endpoint import answers, check_tokenizer, endpoint_tokenizer, listed_models
 from specbench.serving.load import LevelLog, Workload, drive
 from specbench.serving.lossless import greedy_agreement
 from specbench.serving.run_dir import ServeRun, records_of
@@ -54,37 +56,32 @@ def strategy_names(config: ServeConfig) -> list[str]:
     return [s.name for s in config.run.plan().strategies]
 
 
-def workload(config: ServeConfig) -> Workload:
-    """The prompts as token ids (the first turn, under the target's chat template), as specbench's engine sees them."""
-    from transformers import AutoTokenizer
-
+def workload(config: ServeConfig, tokenizer=None) -> Workload:
+    """The prompts as token ids (the first turn, under the chat template of `tokenizer`, the target's unless
+    given), as specbench's engine sees them, and as text for a chat endpoint."""
     from specbench.models import encode_turn
 
-    plan = config.run.plan()
-    tokenizer = AutoTokenizer.from_pretrained(plan.model, local_files_only=True)
-    prompts = [(item.id, encode_turn(tokenizer, item)) for item in plan.suite.items]
-    return Workload(prompts, config.run.max_new_tokens, config.run.temperature, config.run.seed)
+    if tokenizer is None:
+        tokenizer = model_tokenizer(config)
+    prompts = [Prompt(item.id, encode_turn(tokenizer, item), item.turns[0]) for item in config.run.plan().suite.items]
+    return Workload(prompts, config.run.max_new_tokens, config.run.temperature, config.run.seed,
+                    endpoint_type=config.endpoint_type)
 
 
-def answers(url: str) -> bool:
-    """Whether the server at `url` answers /v1/models."""
-    import urllib.error
-    import urllib.request
+def model_tokenizer(config: ServeConfig):
+    """The target's tokenizer, for the servers specbench starts."""
+    from transformers import AutoTokenizer
 
-    try:
-        with urllib.request.urlopen(f"{url}/v1/models", timeout=10) as response:
-            response.read()
-        return True
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
+    return AutoTokenizer.from_pretrained(config.run.plan().model, local_files_only=True)
 
 
-def check_endpoints(endpoints: dict[str, str]) -> None:
-    """Every endpoint answers, or the run is refused before anything is written."""
-    for name, url in endpoints.items():
-        if not answers(url):
-            raise SpecbenchError(f"--endpoint {name}={url} does not answer at {url}/v1/models; start the server or "
-                                 "fix the URL")
+def checked_tokenizer(config: ServeConfig) -> tuple[Any, list[str]]:
+    """The endpoints' tokenizer, checked against every endpoint that can tokenize, and a note for each that cannot."""
+    model_dir = config.run.plan().model if config.run.model else None
+    tokenizer = endpoint_tokenizer(config.tokenizer, model_dir, config.endpoints, config.headers)
+    return tokenizer, [f"{name}: {url} has no /tokenize: the prompts' tokenizer was not checked against it"
+                       for name, url in config.endpoints.items()
+                       if not check_tokenizer(name, url, tokenizer, config.headers)]
 
 
 def measure_level(run: ServeRun, strategy: str, url: str, level: Level, work: Workload, config: ServeConfig,
@@ -102,7 +99,7 @@ def measure_level(run: ServeRun, strategy: str, url: str, level: Level, work: Wo
     if progress:
         progress(strategy, level, 0, requests)
     log, speculation = measure(url, level, work, config, requests, tick)
-    died = not server.serving() if server is not None else not answers(url)
+    died = not server.serving() if server is not None else not answers(url, config.headers)
     run.write_level(strategy, level, log.records, complete=not died, duration_s=log.duration_s,
                     stopped_by_time=log.stopped_by_time, speculation=speculation, server=url)
     return not died
@@ -111,13 +108,14 @@ def measure_level(run: ServeRun, strategy: str, url: str, level: Level, work: Wo
 def measure(url: str, level: Level, work: Workload, config: ServeConfig, requests: int,
             on_answer: Callable[[], None] | None = None) -> tuple[LevelLog, dict[str, Any] | None]:
     """One level on the server at `url`: its request log and the server's speculative figures over it."""
-    before = asyncio.run(metrics.scrape(url))
+    before = asyncio.run(metrics.scrape(url, config.headers))
     try:
         log = asyncio.run(drive(url, level, work, requests, config.warmup, config.level_seconds,
-                                config.max_concurrency, config.burstiness, on_answer=on_answer))
+                                config.max_concurrency, config.burstiness, on_answer=on_answer,
+                                headers=config.headers))
     except aiohttp.ClientError:  # gone before the level began: /v1/models did not answer
         log = LevelLog([], 0.0, stopped_by_time=False)
-    after = asyncio.run(metrics.scrape(url))
+    after = asyncio.run(metrics.scrape(url, config.headers))
     return log, metrics.speculation(before, after)
 
 
@@ -127,13 +125,17 @@ class ServePlan:
 
     work: Workload
     arguments: dict[str, dict[str, Any]]  # strategy -> vLLM engine arguments; empty with --endpoint
+    notes: list[str] = field(default_factory=list)  # for the run directory: what could not be checked
 
 
 def plan(config: ServeConfig) -> ServePlan:
-    """The prompts and every strategy's server arguments; a strategy vLLM cannot run is refused here."""
+    """The prompts and every strategy's server arguments; a strategy vLLM cannot run, an endpoint that does not
+    answer or refuses the credentials, and a tokenizer that is not the endpoint's are refused here."""
     if config.endpoints:
-        check_endpoints(config.endpoints)
-        return ServePlan(workload(config), {})
+        for name, url in config.endpoints.items():
+            listed_models(name, url, config.headers)
+        tokenizer, notes = checked_tokenizer(config)
+        return ServePlan(workload(config, tokenizer), {}, notes)
     from specbench.serving.vllm_args import server_arguments
 
     return ServePlan(workload(config), server_arguments(config.run, cache(lambda: load_target_for(config))))

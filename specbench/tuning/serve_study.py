@@ -106,7 +106,7 @@ def plan_served(config: TuneConfig, spec: StrategyName) -> ServedPlan:
     work = workload(serve)
     identity = {**studies.question(config, spec), "space": space.space.fingerprint(),
                 "space_text": space.space.describe(), "model": str(model_path(run.model)),
-                "prompts": [prompt_id for prompt_id, _ in work.prompts]}
+                "prompts": [prompt.id for prompt in work.prompts]}
     return ServedPlan(spec, serve, work, space, identity, target_loader)
 
 
