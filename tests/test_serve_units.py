@@ -72,7 +72,8 @@ def test_open_loop_arrivals_are_seeded_poisson_and_burstier_below_one():
 def test_crossover_capacity_and_the_vllm_schedule():
     assert crossover([(1, 1.8), (4, 1.2), (16, 0.9), (8, 1.0)]) == 8  # the lowest level at or below 1
     assert crossover([(1, 1.3), (4, 1.1)]) is None
-    assert crossover([(1, None), (4, 0.7)]) == 4
+    assert crossover([(1, None), (4, 0.7)]) is None  # no verdict at 1 (errors, or no ar): it may stop there
+    assert crossover([(1, 0.9), (4, None)]) == 1
     assert capacity([(1, True), (4, True), (8, False), (16, True)]) == 4  # up to where every level held
     assert capacity([(1, False), (4, True)]) is None
     spec = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3}
@@ -179,8 +180,9 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, message):
 def test_level_tables_fit_80_columns():
     from specbench.output.serve_tables import level_tables
 
-    entry = {"level": "c16", "concurrency": 16, "request_rate": None, "output_tok_s": 12345.6, "errors": 0,
-             "ttft_ms": {"p50": 1234.5}, "tpot_ms": {"p50": 123.45, "p99": 456.78}, "goodput_req_s": 12.34,
+    entry = {"level": "c16", "concurrency": 16, "request_rate": None, "output_tok_s": 12345.6, "errors": 10,
+             "requests": 999, "ttft_ms": {"p50": 1234.5}, "tpot_ms": {"p50": 123.45, "p99": 456.78},
+             "goodput_req_s": 12.34,
              "speculation": {"tau": 3.21}, "tpot_speedup": 1.234, "tpot_speedup_ci": [1.111, 1.456],
              "lossless": {"mismatches": 12, "compared": 64}}
     console = Console(width=80, record=True)
@@ -188,7 +190,7 @@ def test_level_tables_fit_80_columns():
         console.print(table)
     text = console.export_text()
     assert max(len(line) for line in text.splitlines()) <= 80 and "…" not in text
-    assert "1.23 (1.11-1.46)" in text and "12/64" in text
+    assert "1.23 (1.11-1.46)" in text and "12/64" in text and "1%" in text
 
 
 def test_recommend_for_a_load_reads_serve_runs(tmp_path):
@@ -242,13 +244,46 @@ def test_summary_pairs_levels_and_keeps_an_incomplete_one_visible(tmp_path):
     assert c1["tpot_speedup"] == pytest.approx(2.0) and c1["lossless"]["mismatches"] == 0
     c4 = next(e for e in result.levels if e["strategy"] == "ngram" and e["level"] == "c4")
     assert not c4["complete"] and c4["errors"] == 2 and c4["tpot_speedup"] == pytest.approx(0.5)
-    assert result.strategies["ngram"]["crossover"] == 4
+    assert result.strategies["ngram"]["crossover"] is None  # its failed requests at 4 leave it without a verdict
+    ngram = result.strategies["ngram"]
+    assert ngram["errors"] == {"c4": 2} and "vllm_speculative_config" not in ngram
     assert result.strategies["ngram"]["capacity"] == 1  # its TPOT p99 of 20 ms misses 15 ms at 4 (and it failed)
-    assert result.strategies["ngram"]["vllm_speculative_config"]["num_speculative_tokens_per_batch_size"] == [
-        [1, 3, 4], [4, 4, 0]]
     assert result.strategies["ar"]["capacity"] is None  # ar's TPOT is 20 ms at concurrency 1
     assert any("ngram at c4: incomplete" in line for line in decisions(result.strategies, result.levels))
     assert run.measured("ngram", Level(concurrency=4)) is None  # resume measures it again
+
+
+def test_a_level_with_errors_gives_no_verdict_and_exports_no_setting(tmp_path):
+    """ngram pays at concurrency 1 and loses at 4, but one of ar's requests failed at 1 and one of its own at 4:
+    neither level is a verdict, so it reads "errors", never "pays" or "stops paying", and no setting is exported."""
+    from specbench.config import RunConfig
+    from specbench.output.serve_tables import decisions, level_tables
+    from specbench.serving.config import Level, ServeConfig
+    from specbench.serving.run_dir import ServeRun
+    from specbench.serving.sweep import summarise
+
+    config = ServeConfig(RunConfig(strategies=["ngram"], out=str(tmp_path)), concurrency=[1, 4])
+    run = ServeRun.create(config, ["ar", "ngram"], "m", "s")
+    fast = [record(i, 0.1, 0.1 + 0.01 * 3, 4) for i in range(4)]
+    slow = [record(i, 0.1, 0.1 + 0.02 * 3, 4) for i in range(4)]
+    failed = record(3, 0.1, 0.2, 0, error="HTTP 500: boom")
+    written = {("ar", 1): [*slow[:3], failed], ("ngram", 1): fast, ("ar", 4): fast, ("ngram", 4): [*slow[:3], failed]}
+    for (strategy, concurrency), records in written.items():
+        run.write_level(strategy, Level(concurrency=concurrency), records, complete=True, duration_s=1.0,
+                        stopped_by_time=False, speculation=None)
+    result = summarise(run, {"ngram": {"speculative_config": {"method": "ngram", "num_speculative_tokens": 4}}})
+    ngram = result.strategies["ngram"]
+    assert ngram["errors"] == {"c1": 1, "c4": 1} and ngram["crossover"] is None
+    assert "vllm_speculative_config" not in ngram
+    c4 = next(e for e in result.levels if e["strategy"] == "ngram" and e["level"] == "c4")
+    assert c4["errors"] == 1 and c4["error_rate"] == 0.25
+    said = decisions(result.strategies, result.levels)
+    assert any(line.startswith("ngram: errors (failed requests, its own and ar's: 1 at c1, 1 at c4)") for line in said)
+    assert not any("pays" in line or "paying" in line for line in said)
+    console = Console(width=80, record=True)
+    for table in level_tables(result.levels, slo=False):
+        console.print(table)
+    assert "25%" in console.export_text()
 
 
 def test_resume_takes_no_other_option_and_refuses_a_complete_run(tmp_path):

@@ -30,6 +30,7 @@ def serve(
     requests: Annotated[Optional[int], typer.Option("--requests", help="Measured requests per level.", show_default="every prompt, at least 4 per client")] = None,
     warmup: Annotated[Optional[int], typer.Option("--warmup", help="Unmeasured requests at each level's load before it.", show_default="2")] = None,
     level_seconds: Annotated[Optional[float], typer.Option("--level-seconds", help="A level sends no new request after this many seconds.", show_default="600")] = None,
+    request_timeout: Annotated[Optional[float], typer.Option("--request-timeout", help="Seconds a request may take, its streamed answer included; one past it fails and leaves its level incomplete.", show_default="the level's time and 10 minutes")] = None,
     slo: Annotated[Optional[str], typer.Option("--slo", help="Latency targets in ms, e.g. ttft=500,tpot=50,e2e=5000: goodput counts the requests meeting all; capacity is the highest concurrency whose p99s meet them.", show_default="none")] = None,
     endpoint: Annotated[Optional[list[str]], typer.Option("--endpoint", help="NAME=URL of a running OpenAI-compatible server to measure instead of starting one (repeatable; name one `ar` for the ratios).", show_default="none")] = None,
     tokenizer: Annotated[Optional[str], typer.Option("--tokenizer", help="--endpoint: the served model's tokenizer (a local directory or a cached hub id); checked against the server's /tokenize.", show_default="--model's, else the model the server lists when found locally")] = None,
@@ -58,10 +59,10 @@ def serve(
 
         flags = dict(strategy=strategy, concurrency=concurrency, request_rate=request_rate,
                      max_concurrency=max_concurrency, burstiness=burstiness, requests=requests, warmup=warmup,
-                     level_seconds=level_seconds, slo=slo, endpoint=endpoint, model=model, drafter=drafter, suite=suite,
-                     categories=categories, limit=limit, max_new_tokens=max_new_tokens, temperature=temperature,
-                     seed=seed, dtype=dtype, device=device, set=set_, engine_args=engine_args, out=out_dir,
-                     tokenizer=tokenizer, endpoint_type=endpoint_type)
+                     level_seconds=level_seconds, request_timeout=request_timeout, slo=slo, endpoint=endpoint,
+                     model=model, drafter=drafter, suite=suite, categories=categories, limit=limit,
+                     max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, dtype=dtype, device=device,
+                     set=set_, engine_args=engine_args, out=out_dir, tokenizer=tokenizer, endpoint_type=endpoint_type)
         if resume is not None:
             given = sorted(name for name, value in flags.items() if value is not None)
             if given:
@@ -116,8 +117,8 @@ def endpoint_headers(config: ServeConfig, api_key: str | None, header: list[str]
 
 
 def serve_config(strategy, concurrency, request_rate, max_concurrency, burstiness, requests, warmup, level_seconds,
-                 slo, endpoint, model, drafter, suite, categories, limit, max_new_tokens, temperature, seed, dtype,
-                 device, set, engine_args, out, tokenizer, endpoint_type) -> ServeConfig:
+                 request_timeout, slo, endpoint, model, drafter, suite, categories, limit, max_new_tokens, temperature,
+                 seed, dtype, device, set, engine_args, out, tokenizer, endpoint_type) -> ServeConfig:
     """The command line as a checked ServeConfig: every bad input refused here, before anything is written."""
     endpoints = parse_endpoints(endpoint)
     if endpoints and (strategy or drafter or set):
@@ -133,7 +134,8 @@ def serve_config(strategy, concurrency, request_rate, max_concurrency, burstines
                       engine=SPECBENCH if endpoints else VLLM)
     run = RunConfig(**{k: v for k, v in run_values.items() if v is not None and v != []})
     serve_values = dict(max_concurrency=max_concurrency, burstiness=burstiness, requests=requests, warmup=warmup,
-                        level_seconds=level_seconds, tokenizer=tokenizer, endpoint_type=endpoint_type)
+                        level_seconds=level_seconds, request_timeout=request_timeout, tokenizer=tokenizer,
+                        endpoint_type=endpoint_type)
     return ServeConfig(run=run, concurrency=list(levels) if levels is not None else ([] if rates else [1, 4, 16]),
                        request_rates=rates, slo=parse_slo(slo), endpoints=endpoints,
                        **{k: v for k, v in serve_values.items() if v is not None}).validate()

@@ -44,8 +44,8 @@ def level_tables(levels: list[dict[str, Any]], slo: bool) -> list[Table]:
         for e in sorted(rows, key=lambda e: e["strategy"] != BASELINE):
             spec = e.get("speculation") or {}
             cells = [e["strategy"], _num(e["output_tok_s"]), _num(e["ttft_ms"]["p50"]), _num(e["tpot_ms"]["p50"], 1),
-                     _num(e["tpot_ms"]["p99"], 1), _num(spec.get("tau"), 2), _speedup(e), str(e["errors"]),
-                     _lossless(e)]
+                     _num(e["tpot_ms"]["p99"], 1), _num(spec.get("tau"), 2), _speedup(e),
+                     f"{e['errors'] / e['requests']:.0%}" if e["errors"] else "0", _lossless(e)]
             if slo:
                 cells.append(_num(e.get("goodput_req_s"), 2))
             table.add_row(*cells)
@@ -60,15 +60,23 @@ def decisions(strategies: dict[str, dict[str, Any]], levels: list[dict[str, Any]
     for name, figures in strategies.items():
         if name == BASELINE:
             continue
+        failed = figures.get("errors") or {}
+        if failed:
+            where = ", ".join(f"{count} at {key}" for key, count in failed.items())
+            lines.append(f"{name}: errors (failed requests, its own and ar's: {where}): no verdict there, no vLLM "
+                         "setting exported")
         if highest is not None:
             stops = figures.get("crossover")
-            at = next((e for e in levels if e["strategy"] == name and e["concurrency"] == (stops or highest)), {})
+            own = [e for e in levels if e["strategy"] == name and e["concurrency"] is not None]
+            at = next((e for e in own if e["concurrency"] == (stops or highest)), {})
             there = ""
             if at.get("tpot_speedup") is not None:
                 low, high = at["tpot_speedup_ci"]
                 there = f" (TPOT speedup {at['tpot_speedup']:.2f}, 95% CI {low:.2f}-{high:.2f})"
-            lines.append(f"{name}: stops paying at concurrency {stops}{there}" if stops is not None
-                         else f"{name}: still pays at concurrency {highest}{there}, the highest measured")
+            if stops is not None:
+                lines.append(f"{name}: stops paying at concurrency {stops}{there}")
+            elif not failed and all(e.get("tpot_speedup") is not None for e in own):
+                lines.append(f"{name}: still pays at concurrency {highest}{there}, the highest measured")
     for name, figures in strategies.items():
         if "capacity" in figures:
             held = figures["capacity"]
@@ -76,8 +84,8 @@ def decisions(strategies: dict[str, dict[str, Any]], levels: list[dict[str, Any]
                          else f"{name}: misses the SLO (p99) at the lowest concurrency measured")
     for e in levels:
         if not e.get("complete", True):
-            lines.append(f"{e['strategy']} at {e['level']}: incomplete (its server died during it; {e['errors']} "
-                         "requests failed): --resume measures it again")
+            lines.append(f"{e['strategy']} at {e['level']}: incomplete (its server failed or died during it; "
+                         f"{e['errors']} requests failed): --resume measures it again")
         check = e.get("lossless")
         if check and check["mismatches"]:
             first = min(check["first_divergence"].values())
@@ -88,5 +96,5 @@ def decisions(strategies: dict[str, dict[str, Any]], levels: list[dict[str, Any]
 
 
 LEGEND = ("tok/s: output tokens/s of the server; TTFT, TPOT: ms; tau: tokens per verify step (server's counters); "
-          "TPOT speedup: ar's TPOT over the strategy's, paired by request; err: failed requests; diff: greedy "
-          "answers differing from ar's / compared")
+          "TPOT speedup: ar's TPOT over the strategy's, paired by request; err: share of requests that failed; "
+          "diff: greedy answers differing from ar's / compared")

@@ -40,6 +40,9 @@ class RequestRecord:
     token_ids: list[int] | None = None
     text: str = ""
     error: str | None = None
+    # the server failed (5xx, an error in the stream) or the connection was lost or timed out: the level is
+    # measured again on resume; a refusal (4xx) is the request's own and would fail again
+    server_fault: bool = False
 
     @property
     def tpot(self) -> float | None:
@@ -48,11 +51,10 @@ class RequestRecord:
         return (self.e2e - self.ttft) / (self.output_tokens - 1)
 
 
-def session(timeout_s: float, headers: dict[str, str]) -> aiohttp.ClientSession:
-    """A client session without a pool limit (the load shapes bound what is in flight), with a total timeout
-    and the headers every request carries."""
-    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
-                                 timeout=aiohttp.ClientTimeout(total=timeout_s), headers=headers)
+def session(headers: dict[str, str]) -> aiohttp.ClientSession:
+    """A client session without a pool limit (the load shapes bound what is in flight) and with the headers
+    every request carries."""
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), headers=headers)
 
 
 def request_body(endpoint_type: str, model: str, prompt: Prompt, max_tokens: int, temperature: float, seed: int,
@@ -68,18 +70,22 @@ def request_body(endpoint_type: str, model: str, prompt: Prompt, max_tokens: int
 
 
 async def stream_completion(client: aiohttp.ClientSession, base_url: str, path: str, body: dict,
-                            record: RequestRecord) -> RequestRecord:
-    """Send one request, stream its answer into `record`, and return it; a failure is its error."""
+                            record: RequestRecord, timeout_s: float) -> RequestRecord:
+    """Send one request, stream its answer into `record`, and return it; a failure is its error. `timeout_s`
+    bounds the whole request, the streamed answer included."""
     started = time.perf_counter()
     last = started
     ids: list[int] = []
     counted = 0
     usage_tokens = None
+    done = False
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
     try:
-        async with client.post(f"{base_url}{path}", json=body) as response:
+        async with client.post(f"{base_url}{path}", json=body, timeout=timeout) as response:
             if response.status != 200:
-                body = (await response.text()).strip().splitlines()
-                record.error = f"HTTP {response.status}: {body[0][:200] if body else response.reason}"
+                lines = (await response.text()).strip().splitlines()
+                record.error = f"HTTP {response.status}: {lines[0][:200] if lines else response.reason}"
+                record.server_fault = response.status >= 500
                 return record
             async for raw in response.content:
                 line = raw.decode("utf-8").strip()
@@ -87,8 +93,14 @@ async def stream_completion(client: aiohttp.ClientSession, base_url: str, path: 
                     continue
                 data = line.removeprefix("data:").strip()
                 if data == "[DONE]":
+                    done = True
                     break
                 chunk = json.loads(data)
+                if chunk.get("error"):  # vLLM streams a failure mid-answer as an error object
+                    fault = chunk["error"]
+                    message = fault.get("message", fault) if isinstance(fault, dict) else fault
+                    record.error, record.server_fault = f"error in the stream: {message}"[:200], True
+                    return record
                 if chunk.get("usage"):
                     usage_tokens = chunk["usage"].get("completion_tokens")
                 for choice in chunk.get("choices") or []:
@@ -105,8 +117,14 @@ async def stream_completion(client: aiohttp.ClientSession, base_url: str, path: 
                     ids += new_ids
                     counted += len(new_ids) or 1
                     record.text += text
-    except (aiohttp.ClientError, TimeoutError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-        record.error = f"{type(exc).__name__}: {exc}".strip()[:200]
+    except TimeoutError:
+        record.error, record.server_fault = f"no complete answer within {timeout_s:g} s", True
+        return record
+    except (aiohttp.ClientError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        record.error, record.server_fault = f"{type(exc).__name__}: {exc}".strip()[:200], True
+        return record
+    if not done:
+        record.error, record.server_fault = "the stream ended before [DONE]: the answer is cut short", True
         return record
     record.e2e = last - started
     record.token_ids = ids or None

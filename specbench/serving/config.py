@@ -53,6 +53,7 @@ class ServeConfig:
     warmup: int = 2  # unmeasured requests sent at the level's load before it
     level_seconds: float = 600.0  # a level sends no new request after this long
     start_timeout: float = 900.0  # seconds a server may take to become healthy
+    request_timeout: float | None = None  # seconds a request may take, its stream included; None: the level's
     slo: dict[str, float] = field(default_factory=dict)  # ttft, tpot, e2e -> milliseconds
     endpoints: dict[str, str] = field(default_factory=dict)  # name -> base URL of a running server
     tokenizer: str | None = None  # --endpoint: the served model's tokenizer (a directory or a cached hub id)
@@ -88,7 +89,8 @@ class ServeConfig:
             check_sizes(self.concurrency, "--concurrency")
         parse_rates(",".join(map(str, self.request_rates)) if self.request_rates else None)
         check_ranges({"--max-concurrency": self.max_concurrency, "--burstiness": self.burstiness,
-                      "--requests": self.requests, "--warmup": self.warmup, "--level-seconds": self.level_seconds})
+                      "--requests": self.requests, "--warmup": self.warmup, "--level-seconds": self.level_seconds,
+                      "--request-timeout": self.request_timeout})
         if self.endpoints and self.run.engine_args:
             raise SpecbenchError("--engine-args configure the servers specbench starts; --endpoint servers are "
                                  "already running")

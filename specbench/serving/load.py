@@ -89,11 +89,14 @@ async def open_loop(send: Callable, arrivals: np.ndarray, max_concurrency: int |
 
 async def drive(base_url: str, level: Level, workload: Workload, requests: int, warmup: int, seconds: float,
                 max_concurrency: int | None = None, burstiness: float = 1.0, model: str | None = None,
-                on_answer: Callable[[], None] | None = None, headers: dict[str, str] | None = None) -> LevelLog:
+                on_answer: Callable[[], None] | None = None, headers: dict[str, str] | None = None,
+                request_timeout: float | None = None) -> LevelLog:
     """Warm the server up, then measure one level: every request's record, the level's duration;
-    `on_answer` is called as each measured request ends."""
-    # a request may take as long as the level: the time bound stops new requests, not ones in flight
-    async with session(seconds + 600, headers or {}) as client:
+    `on_answer` is called as each measured request ends. A request not answered within `request_timeout`
+    seconds fails; without one it may take as long as the level and ten minutes more (the time bound stops
+    new requests, not ones in flight)."""
+    timeout_s = request_timeout or seconds + 600
+    async with session(headers or {}) as client:
         model = model or await served_model(client, base_url)
         origin, measuring = 0.0, False
 
@@ -102,7 +105,7 @@ async def drive(base_url: str, level: Level, workload: Workload, requests: int, 
             record = RequestRecord(index, prompt.id, sent=time.perf_counter() - origin)
             path, body = request_body(workload.endpoint_type, model, prompt, workload.max_tokens,
                                       workload.temperature, workload.seed + index, workload.ignore_eos)
-            await stream_completion(client, base_url, path, body, record)
+            await stream_completion(client, base_url, path, body, record, timeout_s)
             if measuring and on_answer:
                 on_answer()
             return record

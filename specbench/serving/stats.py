@@ -45,6 +45,7 @@ def level_summary(records: list[RequestRecord], duration_s: float, slo: dict[str
     summary = {
         "requests": len(records),
         "errors": len(records) - len(ok),
+        "error_rate": (len(records) - len(ok)) / len(records) if records else None,
         "duration_s": duration_s,
         "output_tokens": tokens,
         "output_tok_s": tokens / duration_s if duration_s > 0 else None,

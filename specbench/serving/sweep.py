@@ -86,7 +86,9 @@ def checked_tokenizer(config: ServeConfig) -> tuple[Any, list[str]]:
 
 def measure_level(run: ServeRun, strategy: str, url: str, level: Level, work: Workload, config: ServeConfig,
                   server: Server | None, progress: Progress | None) -> bool:
-    """Measure one level and write it; False when its server died during it (or, an endpoint, stopped answering)."""
+    """Measure one level and write it; False when its server died during it (or, an endpoint, stopped answering).
+    A level whose server failed a request (5xx, an error in the stream) or lost or timed out a connection is
+    written incomplete, with a note: resume measures it again."""
     requests = config.requests_at(level, len(work.prompts))
     answered = 0
 
@@ -100,7 +102,11 @@ def measure_level(run: ServeRun, strategy: str, url: str, level: Level, work: Wo
         progress(strategy, level, 0, requests)
     log, speculation = measure(url, level, work, config, requests, tick)
     died = not server.serving() if server is not None else not answers(url, config.headers)
-    run.write_level(strategy, level, log.records, complete=not died, duration_s=log.duration_s,
+    faults = [r for r in log.records if r.server_fault]
+    if faults and not died:
+        run.note(f"{strategy}: {len(faults)} of {len(log.records)} requests at {level.label} failed on the server "
+                 f"or the connection (first: {faults[0].error}); the level is incomplete: --resume measures it again")
+    run.write_level(strategy, level, log.records, complete=not died and not faults, duration_s=log.duration_s,
                     stopped_by_time=log.stopped_by_time, speculation=speculation, server=url)
     return not died
 
@@ -112,7 +118,7 @@ def measure(url: str, level: Level, work: Workload, config: ServeConfig, request
     try:
         log = asyncio.run(drive(url, level, work, requests, config.warmup, config.level_seconds,
                                 config.max_concurrency, config.burstiness, on_answer=on_answer,
-                                headers=config.headers))
+                                headers=config.headers, request_timeout=config.request_timeout))
     except aiohttp.ClientError:  # gone before the level began: /v1/models did not answer
         log = LevelLog([], 0.0, stopped_by_time=False)
     after = asyncio.run(metrics.scrape(url, config.headers))
@@ -212,6 +218,7 @@ def summarise(run: ServeRun, arguments: dict[str, dict[str, Any]] | None = None)
                      "stopped_by_time": data["stopped_by_time"],
                      **level_summary(records, data["duration_s"], config.slo), "speculation": data["speculation"]}
             if base and strategy != BASELINE:
+                entry["baseline_errors"] = base_summary["errors"]
                 entry.update(against_baseline(records, records_of(base), entry, base_summary, config.run.seed))
                 if temperature == 0:
                     entry["lossless"] = greedy_agreement(records, records_of(base))
@@ -221,12 +228,16 @@ def summarise(run: ServeRun, arguments: dict[str, dict[str, Any]] | None = None)
         if strategy == BASELINE:
             continue
         own = [e for e in levels if e["strategy"] == strategy and e["concurrency"] is not None]
-        stops = schedule.crossover([(e["concurrency"], e.get("tpot_speedup")) for e in own])
-        figures: dict[str, Any] = {"crossover": stops}
+        failed = {e["level"]: e["errors"] + e.get("baseline_errors", 0) for e in levels
+                  if e["strategy"] == strategy and e["errors"] + e.get("baseline_errors", 0)}
+        # a level where a request failed, its own or ar's, gives no verdict
+        stops = schedule.crossover([(e["concurrency"], None if e["level"] in failed else e.get("tpot_speedup"))
+                                    for e in own])
+        figures: dict[str, Any] = {"crossover": stops, "errors": failed}
         if config.slo:
             figures["capacity"] = schedule.capacity([(e["concurrency"], e["slo_p99_met"]) for e in own])
         spec = (arguments or {}).get(strategy, {}).get("speculative_config")
-        if spec and own:
+        if spec and own and not failed:
             figures["vllm_speculative_config"] = schedule.vllm_schedule(spec, None if stops is None else int(stops))
         result.strategies[strategy] = figures
     if config.slo and any(e["strategy"] == BASELINE and e["concurrency"] for e in levels):
