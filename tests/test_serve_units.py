@@ -114,13 +114,16 @@ def test_metrics_deltas_give_the_levels_tau_and_acceptance():
              .replace("} 7.0", "} 87.0").replace("} 4.0", "} 54.0").replace("} 1.0\n", "} 21.0\n"))
     before = parse(METRICS_BEFORE)
     assert before == {"drafts": 10.0, "draft_tokens": 30.0, "accepted": 12.0, "by_position": [7.0, 4.0, 1.0]}
-    level = speculation(before, parse(after))
+    # 400 tokens: 150 accepted drafts and 250 forwards, of which 100 carried a draft (ngram without a match
+    # proposes nothing): 2.5 tokens per drafting step, vLLM's tau; 1.6 per forward, run's
+    level = speculation(before, parse(after), output_tokens=400)
     assert level["drafts"] == 100 and level["accepted"] == 150
     assert level["tau"] == pytest.approx(2.5) and level["draft_efficiency"] == pytest.approx(0.5)
+    assert level["tokens_per_step"] == pytest.approx(1.6)
     assert level["acceptance_by_position"] == pytest.approx([0.8, 0.5, 0.2])
-    assert speculation({}, parse("# TYPE x gauge\nx 1.0\n")) is None  # `ar`, or a server without the counters
+    assert speculation({}, parse("# TYPE x gauge\nx 1.0\n"), 400) is None  # `ar`, or a server without the counters
     sglang = parse("# TYPE sglang:spec_accept_length gauge\nsglang:spec_accept_length{model_name=\"m\"} 3.25\n")
-    assert speculation({}, sglang) == {"source": "sglang", "tau": 3.25}
+    assert speculation({}, sglang, 400) == {"source": "sglang", "tau": 3.25}
 
 
 def test_the_lossless_check_catches_a_planted_mismatch():

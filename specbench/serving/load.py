@@ -8,7 +8,8 @@ most `max_concurrency` in flight. Request i always carries prompt i mod P and th
 from the seed, so every strategy gets the same requests in the same order and the levels pair.
 
 A level is bounded twice: `requests` measured requests, and no new request after `seconds`. Warm-up
-requests go first, at the same load, and are not recorded.
+requests go first, at the same load, and are not recorded; the server's speculative counters are read
+after them, so the level's acceptance is its measured requests' alone.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specbench.serving import metrics
 from specbench.serving.client import Prompt, RequestRecord, request_body, served_model, session, stream_completion
 from specbench.serving.config import Level
 
@@ -41,6 +43,7 @@ class LevelLog:
     records: list[RequestRecord]
     duration_s: float  # from the first measured request sent to the last one answered
     stopped_by_time: bool  # the time bound ended the level before every request was sent
+    speculation: dict | None = None  # the server's speculative counters over the measured requests (metrics.py)
 
 
 def arrival_times(rate: float, burstiness: float, count: int, seed: int) -> np.ndarray:
@@ -119,8 +122,11 @@ async def drive(base_url: str, level: Level, workload: Workload, requests: int, 
         if warmup:
             origin = time.perf_counter()
             await shape(warmup, origin + seconds)
+        before = await metrics.scrape(base_url, headers or {})
         origin, measuring = time.perf_counter(), True
         records = await shape(requests, origin + seconds)
+        after = await metrics.scrape(base_url, headers or {})
         ends = [r.sent + (r.e2e or 0.0) for r in records]
         duration = max(ends, default=0.0) - min((r.sent for r in records), default=0.0)
-        return LevelLog(records, duration, stopped_by_time=len(records) < requests)
+        speculation = metrics.speculation(before, after, sum(r.output_tokens for r in records))
+        return LevelLog(records, duration, len(records) < requests, speculation)

@@ -21,7 +21,7 @@ import aiohttp
 
 from specbench.core.errors import Interrupted, SpecbenchError
 from specbench.core.files import read_json, write_json
-from specbench.serving import metrics, schedule
+from specbench.serving import schedule
 from specbench.serving.client import Prompt
 from specbench.serving.config import Level, ServeConfig
 from specbench.serving.endpoint import answers, check_tokenizer, endpoint_tokenizer, listed_models
@@ -100,29 +100,26 @@ def measure_level(run: ServeRun, strategy: str, url: str, level: Level, work: Wo
 
     if progress:
         progress(strategy, level, 0, requests)
-    log, speculation = measure(url, level, work, config, requests, tick)
+    log = measure(url, level, work, config, requests, tick)
     died = not server.serving() if server is not None else not answers(url, config.headers)
     faults = [r for r in log.records if r.server_fault]
     if faults and not died:
         run.note(f"{strategy}: {len(faults)} of {len(log.records)} requests at {level.label} failed on the server "
                  f"or the connection (first: {faults[0].error}); the level is incomplete: --resume measures it again")
     run.write_level(strategy, level, log.records, complete=not died and not faults, duration_s=log.duration_s,
-                    stopped_by_time=log.stopped_by_time, speculation=speculation, server=url)
+                    stopped_by_time=log.stopped_by_time, speculation=log.speculation, server=url)
     return not died
 
 
 def measure(url: str, level: Level, work: Workload, config: ServeConfig, requests: int,
-            on_answer: Callable[[], None] | None = None) -> tuple[LevelLog, dict[str, Any] | None]:
+            on_answer: Callable[[], None] | None = None) -> LevelLog:
     """One level on the server at `url`: its request log and the server's speculative figures over it."""
-    before = asyncio.run(metrics.scrape(url, config.headers))
     try:
-        log = asyncio.run(drive(url, level, work, requests, config.warmup, config.level_seconds,
-                                config.max_concurrency, config.burstiness, on_answer=on_answer,
-                                headers=config.headers, request_timeout=config.request_timeout))
+        return asyncio.run(drive(url, level, work, requests, config.warmup, config.level_seconds,
+                                 config.max_concurrency, config.burstiness, on_answer=on_answer,
+                                 headers=config.headers, request_timeout=config.request_timeout))
     except aiohttp.ClientError:  # gone before the level began: /v1/models did not answer
-        log = LevelLog([], 0.0, stopped_by_time=False)
-    after = asyncio.run(metrics.scrape(url, config.headers))
-    return log, metrics.speculation(before, after)
+        return LevelLog([], 0.0, stopped_by_time=False)
 
 
 @dataclass(frozen=True)

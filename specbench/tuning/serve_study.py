@@ -89,8 +89,8 @@ class ServedPlan:
                   log: Path) -> tuple[list[RequestRecord], float, dict[str, Any] | None]:
         """One level on a server started for it and stopped after: the records, the duration, the speculation."""
         with Server(name, arguments, log, self.serve.start_timeout) as server:
-            measured, speculation = measure(server.url, self.level, self.work, self.serve, self.requests)
-        return measured.records, measured.duration_s, speculation
+            measured = measure(server.url, self.level, self.work, self.serve, self.requests)
+        return measured.records, measured.duration_s, measured.speculation
 
 
 def plan_served(config: TuneConfig, spec: StrategyName) -> ServedPlan:
