@@ -145,6 +145,53 @@ def test_engine_arguments_become_server_flags():
         "--speculative-config", '{"method": "ngram"}']
 
 
+def test_the_watchdog_stops_the_group_when_its_holder_is_killed():
+    """A process holding a watchdog's pipe, as specbench does, is SIGKILLed: the watched process group goes."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    watched = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, '-m', 'specbench.serving.watchdog', '{watched.pid}', '5'], "
+        "stdin=subprocess.PIPE, start_new_session=True)\n"
+        "print('ready', flush=True)\ntime.sleep(600)\n")], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "ready"
+    time.sleep(0.5)
+    assert watched.poll() is None
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    deadline = time.monotonic() + 20
+    while watched.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert watched.returncode == -signal.SIGTERM
+
+    def watchdogs() -> list[psutil.Process]:
+        return [p for p in psutil.process_iter(["cmdline"])
+                if p.info["cmdline"] and p.info["cmdline"][-2:] == [str(watched.pid), "5"]]
+
+    while watchdogs() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not watchdogs()  # its work done, the watchdog exits too
+
+
+def test_a_cpu_servers_kv_cache_is_sized_for_the_levels():
+    from specbench.config import RunConfig
+    from specbench.serving.vllm_args import server_arguments
+
+    config = RunConfig(strategies=["ngram"], engine="vllm").validate()
+    sized = server_arguments(config, lambda: None, kv_tokens=100_000)
+    assert sized["ar"]["kv_cache_memory_bytes"] == sized["ngram"]["kv_cache_memory_bytes"] > 0
+    small = server_arguments(config, lambda: None, kv_tokens=10)["ar"]["kv_cache_memory_bytes"]
+    assert small < sized["ar"]["kv_cache_memory_bytes"]  # at least max_model_len's tokens, however few in flight
+    given = RunConfig(strategies=["ngram"], engine="vllm", engine_args={"gpu_memory_utilization": 0.5}).validate()
+    assert "kv_cache_memory_bytes" not in server_arguments(given, lambda: None, kv_tokens=100_000)["ar"]
+
+
 def test_a_failed_start_quotes_the_servers_last_error(tmp_path):
     log = tmp_path / "server.log"
     log.write_text("INFO starting\nValueError: num_speculative_tokens must be > 0\nINFO shutting down\n")

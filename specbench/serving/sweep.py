@@ -32,6 +32,7 @@ from specbench.serving.server import Server
 from specbench.serving.stats import against_baseline, level_summary
 from specbench.strategies.names import BASELINE
 
+DRAFT_TOKENS_AT_MOST = 16  # a verify step's draft tokens beyond the answer, at most (the knobs' ranges end below)
 Progress = Callable[[str, Level, int, int], None]  # strategy, level, requests answered, requests of the level
 
 
@@ -126,6 +127,12 @@ def measure(url: str, level: Level, work: Workload, config: ServeConfig, request
         return LevelLog([], 0.0, stopped_by_time=False)
 
 
+def kv_tokens(config: ServeConfig, work: Workload) -> int:
+    """Tokens the levels keep in flight at most: every client's longest prompt, answer and a full draft."""
+    in_flight = max(level.concurrency or config.max_concurrency or config.requests_at(level) for level in config.levels)
+    return in_flight * (max(len(p.token_ids) for p in work.prompts) + work.max_tokens + DRAFT_TOKENS_AT_MOST)
+
+
 @dataclass(frozen=True)
 class ServePlan:
     """What a serve run needs, made before anything is written: the prompts, each strategy's server arguments."""
@@ -150,7 +157,8 @@ def plan(config: ServeConfig) -> ServePlan:
 
     work = workload(config)
     config.check_prompts(len(work.prompts))
-    return ServePlan(work, server_arguments(config.run, cache(lambda: load_target_for(config))))
+    target_loader = cache(lambda: load_target_for(config))
+    return ServePlan(work, server_arguments(config.run, target_loader, kv_tokens(config, work)))
 
 
 def serve_sweep(run: ServeRun, prepared: ServePlan, progress: Progress | None = None) -> ServeResult:
