@@ -73,11 +73,12 @@ def serve(
                 raise SpecbenchError(f"--resume continues a serve run with its saved configuration; drop "
                                      f"{', '.join('--' + name.replace('_', '-') for name in given)}")
             run = ServeRun.resume(resume)
+            run.headers = endpoint_headers(run.config, api_key, header)
             config = run.config.validate()
         else:
             run = None
             config = serve_config(**flags)
-        config.headers = endpoint_headers(config, api_key, header)
+            config.headers = endpoint_headers(config, api_key, header)
 
         from specbench.serving.sweep import plan, serve_sweep, strategy_names
 
