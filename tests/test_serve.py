@@ -187,8 +187,9 @@ def test_a_server_killed_during_a_level_leaves_it_incomplete_and_resume_measures
     assert resumed["complete"] and c2["complete"] and c2["requests"] == 6 and c2["errors"] == 0
 
 
-def test_no_server_process_outlives_an_interrupt(tmp_path):
-    """Ctrl-C while the first server starts: specbench stops its whole process group (engine core included)."""
+def serve_until_an_engine_core_runs(tmp_path) -> tuple[subprocess.Popen, list[psutil.Process]]:
+    """`specbench serve` of ngram in a process of its own, once its server's engine core has started: the process
+    and its descendants then."""
     command = [sys.executable, "-m", "specbench", "serve", "--strategy", "ngram", "--concurrency", "1",
                "--engine-args", SMALL, "--out", str(tmp_path), *LOAD]
     process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -201,6 +202,12 @@ def test_no_server_process_outlives_an_interrupt(tmp_path):
             break
         time.sleep(0.5)
     assert any("EngineCore" in p.name() for p in started), process.communicate()
+    return process, started
+
+
+def test_no_server_process_outlives_an_interrupt(tmp_path):
+    """Ctrl-C while the first server starts: specbench stops its whole process group (engine core included)."""
+    process, started = serve_until_an_engine_core_runs(tmp_path)
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 130, stderr
@@ -208,6 +215,16 @@ def test_no_server_process_outlives_an_interrupt(tmp_path):
     left = [p for p in started if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert not left, [(p.pid, p.name()) for p in left]
     assert not os.path.exists(tmp_path / "serve") or not list(tmp_path.glob("serve/*/levels/*/*.json"))
+
+
+def test_no_server_outlives_a_sigkill_of_specbench(tmp_path):
+    """SIGKILL while the server starts: specbench stops nothing, its watchdog stops the whole group."""
+    process, started = serve_until_an_engine_core_runs(tmp_path)
+    process.send_signal(signal.SIGKILL)
+    process.communicate()
+    _, alive = psutil.wait_procs(started, timeout=60)
+    left = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not left, [(p.pid, p.name()) for p in left]
 
 
 def test_a_server_that_fails_to_start_quotes_its_own_error(tmp_path):
