@@ -101,12 +101,14 @@ async def drive(base_url: str, level: Level, workload: Workload, requests: int, 
     seconds fails; without one it may take as long as the level and ten minutes more (the time bound stops
     new requests, not ones in flight)."""
     timeout_s = request_timeout or seconds + 600
+    # the prompts after the warm-up's; all of them where a caller allowing repeats has no more (tune's few)
+    measured = workload.prompts[warmup:] or workload.prompts
     async with session(headers or {}) as client:
         model = model or await served_model(client, base_url)
         origin, measuring = 0.0, False
 
         async def send(index: int) -> RequestRecord:
-            prompt = workload.prompts[warmup + index % (len(workload.prompts) - warmup) if measuring else index]
+            prompt = measured[index % len(measured)] if measuring else workload.prompts[index % len(workload.prompts)]
             record = RequestRecord(index, prompt.id, sent=time.perf_counter() - origin)
             path, body = request_body(workload.endpoint_type, model, prompt, workload.max_tokens,
                                       workload.temperature, workload.seed + index, workload.ignore_eos)
