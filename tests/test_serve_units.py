@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import csv
+import io
+
 import numpy as np
 import pytest
 from rich.console import Console
@@ -38,6 +41,7 @@ def test_percentiles_and_goodput_of_a_known_log():
     assert summary["tpot_ms"]["p50"] == pytest.approx(10.0) and summary["tpot_ms"]["p99"] == pytest.approx(48.4)
     assert summary["itl_ms"]["p99"] == pytest.approx(50.0)  # 9 of the 45 gaps are 50 ms
     assert summary["e2e_ms"]["p50"] == pytest.approx(390.0)
+    assert summary["ttft_ms"]["n"] == 5 and summary["itl_ms"]["n"] == 45 and summary["few_for_p99"]
     assert summary["tok_s_per_user"] == pytest.approx(100.0)
     # met: requests 0, 1, 2 (TTFT 100, 200, 300 ms, TPOT 10 ms); request 3's TTFT and 4's TPOT miss; 5 failed
     assert summary["goodput_req_s"] == pytest.approx(1.5) and summary["slo_met"] == pytest.approx(0.5)
@@ -335,7 +339,7 @@ def test_a_level_with_errors_gives_no_verdict_and_exports_no_setting(tmp_path):
     """ngram pays at concurrency 1 and loses at 4, but one of ar's requests failed at 1 and one of its own at 4:
     neither level is a verdict, so it reads "errors", never "pays" or "stops paying", and no setting is exported."""
     from specbench.config import RunConfig
-    from specbench.output.serve_tables import decisions, level_tables
+    from specbench.output.serve_tables import decisions, level_tables, levels_csv
     from specbench.serving.config import Level, ServeConfig
     from specbench.serving.run_dir import ServeRun
     from specbench.serving.sweep import summarise
@@ -358,10 +362,15 @@ def test_a_level_with_errors_gives_no_verdict_and_exports_no_setting(tmp_path):
     said = decisions(result.strategies, result.levels)
     assert any(line.startswith("ngram: errors (failed requests, its own and ar's: 1 at c1, 1 at c4)") for line in said)
     assert not any("pays" in line or "paying" in line for line in said)
+    assert any(line.startswith("p99s from too few requests") and "ngram at c4 (3)" in line for line in said)
     console = Console(width=80, record=True)
     for table in level_tables(result.levels, slo=False):
         console.print(table)
     assert "25%" in console.export_text()
+    rows = list(csv.DictReader(io.StringIO(levels_csv(result.levels))))
+    assert len(rows) == 4 and float(rows[-1]["error_rate"]) == 0.25 and rows[-1]["strategy"] == "ngram"
+    assert {"ttft_ms_p50", "tpot_ms_n", "tpot_speedup_ci_low", "tpot_speedup_ci_high", "lossless_mismatches"} <= set(
+        rows[-1])
 
 
 def test_resume_takes_no_other_option_and_refuses_a_complete_run(tmp_path):

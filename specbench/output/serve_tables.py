@@ -53,6 +53,20 @@ def level_tables(levels: list[dict[str, Any]], slo: bool) -> list[Table]:
     return tables
 
 
+def levels_csv(levels: list[dict[str, Any]]) -> str:
+    """Every level's figures as a CSV row: nested ones flattened (ttft_ms_p50, speculation_tau, ...), the
+    intervals as _low and _high; per-position and per-request lists left to summary.json."""
+    import pandas as pd
+
+    flat = pd.json_normalize(levels, sep="_", max_level=1)
+    for interval in ("tpot_speedup_ci", "throughput_ratio_ci"):
+        if interval in flat:
+            bounds = flat.pop(interval).map(lambda v: v if isinstance(v, list) else [None, None])
+            flat[f"{interval}_low"], flat[f"{interval}_high"] = bounds.str[0], bounds.str[1]
+    nested = [c for c in flat if flat[c].map(lambda v: isinstance(v, (list, dict))).any()]
+    return flat.drop(columns=nested).to_csv(index=False)
+
+
 def decisions(strategies: dict[str, dict[str, Any]], levels: list[dict[str, Any]]) -> list[str]:
     """Where each strategy stops paying, what it holds within the SLO, and greedy mismatches, as sentences."""
     lines = []
@@ -82,6 +96,9 @@ def decisions(strategies: dict[str, dict[str, Any]], levels: list[dict[str, Any]
             held = figures["capacity"]
             lines.append(f"{name}: meets the SLO (p99) up to concurrency {held}" if held is not None
                          else f"{name}: misses the SLO (p99) at the lowest concurrency measured")
+    few = [f"{e['strategy']} at {e['level']} ({e['tpot_ms']['n']})" for e in levels if e.get("few_for_p99")]
+    if few:
+        lines.append(f"p99s from too few requests to tell from the maximum (requests): {', '.join(few)}")
     for e in levels:
         if not e.get("complete", True):
             lines.append(f"{e['strategy']} at {e['level']}: incomplete (its server failed or died during it; "

@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 
 from specbench.core.errors import Interrupted, SpecbenchError
-from specbench.core.files import read_json, write_json
+from specbench.core.files import read_json, write_atomic, write_json
 from specbench.serving import schedule
 from specbench.serving.config import Level, ServeConfig
 from specbench.serving.endpoint import answers, check_tokenizer, endpoint_tokenizer, listed_models
@@ -261,10 +261,12 @@ def summarise(run: ServeRun, arguments: dict[str, dict[str, Any]] | None = None)
 
 
 def write_summary(run: ServeRun, result: ServeResult) -> None:
-    """summary.json, schedule.json and the plots; serve.json's status."""
+    """summary.json and summary.csv, schedule.json and the plots; serve.json's status."""
     from specbench.output.serve_plots import write_serve_plots
+    from specbench.output.serve_tables import levels_csv
 
     write_json(run.path / "summary.json", result.as_json())
+    write_atomic(run.path / "summary.csv", levels_csv(result.levels))
     schedules = {name: f["vllm_speculative_config"] for name, f in result.strategies.items()
                  if "vllm_speculative_config" in f}
     if schedules:
