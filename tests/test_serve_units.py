@@ -327,6 +327,7 @@ def test_summary_pairs_levels_and_keeps_an_incomplete_one_visible(tmp_path):
     c4 = next(e for e in result.levels if e["strategy"] == "ngram" and e["level"] == "c4")
     assert not c4["complete"] and c4["errors"] == 2 and c4["tpot_speedup"] == pytest.approx(0.5)
     assert result.strategies["ngram"]["crossover"] is None  # its failed requests at 4 leave it without a verdict
+    assert result.strategies["ngram"]["undecided"] == []  # every pair of requests alike: intervals of one point
     ngram = result.strategies["ngram"]
     assert ngram["errors"] == {"c4": 2} and "vllm_speculative_config" not in ngram
     assert result.strategies["ngram"]["capacity"] == 1  # its TPOT p99 of 20 ms misses 15 ms at 4 (and it failed)
@@ -371,6 +372,25 @@ def test_a_level_with_errors_gives_no_verdict_and_exports_no_setting(tmp_path):
     assert len(rows) == 4 and float(rows[-1]["error_rate"]) == 0.25 and rows[-1]["strategy"] == "ngram"
     assert {"ttft_ms_p50", "tpot_ms_n", "tpot_speedup_ci_low", "tpot_speedup_ci_high", "lossless_mismatches"} <= set(
         rows[-1])
+
+
+def test_a_speedup_whose_interval_holds_one_is_undecided(tmp_path):
+    from specbench.config import RunConfig
+    from specbench.output.serve_tables import decisions
+    from specbench.serving.config import Level, ServeConfig
+    from specbench.serving.run_dir import ServeRun
+    from specbench.serving.sweep import summarise
+
+    run = ServeRun.create(ServeConfig(RunConfig(strategies=["ngram"], out=str(tmp_path)), concurrency=[1]),
+                          ["ar", "ngram"], "m", "s")
+    halves = [record(i, 0.1, 0.1 + (0.01 if i % 2 else 0.04) * 3, 4) for i in range(8)]  # twice and half ar's speed
+    for strategy, records in (("ar", [record(i, 0.1, 0.1 + 0.02 * 3, 4) for i in range(8)]), ("ngram", halves)):
+        run.write_level(strategy, Level(concurrency=1), records, complete=True, duration_s=1.0, stopped_by_time=False,
+                        speculation=None)
+    result = summarise(run)
+    assert result.strategies["ngram"]["undecided"] == ["c1"]
+    assert any(line.startswith("ngram: at c1 the TPOT speedup's 95% interval holds 1")
+               for line in decisions(result.strategies, result.levels))
 
 
 def test_resume_takes_no_other_option_and_refuses_a_complete_run(tmp_path):

@@ -91,6 +91,9 @@ def decisions(strategies: dict[str, dict[str, Any]], levels: list[dict[str, Any]
                 lines.append(f"{name}: stops paying at concurrency {stops}{there}")
             elif not failed and all(e.get("tpot_speedup") is not None for e in own):
                 lines.append(f"{name}: still pays at concurrency {highest}{there}, the highest measured")
+            if figures.get("undecided"):
+                lines.append(f"{name}: at {', '.join(figures['undecided'])} the TPOT speedup's 95% interval holds 1: "
+                             "too few requests there to tell paying from not (--requests)")
     for name, figures in strategies.items():
         if "capacity" in figures:
             held = figures["capacity"]

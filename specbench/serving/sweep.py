@@ -247,7 +247,10 @@ def summarise(run: ServeRun, arguments: dict[str, dict[str, Any]] | None = None)
         # a level where a request failed, its own or ar's, gives no verdict
         stops = schedule.crossover([(e["concurrency"], None if e["level"] in failed else e.get("tpot_speedup"))
                                     for e in own])
-        figures: dict[str, Any] = {"crossover": stops, "errors": failed}
+        # where the speedup's 95% interval holds 1 the level's requests were too few to tell paying from not
+        undecided = [e["level"] for e in own if e["level"] not in failed and e.get("tpot_speedup") is not None
+                     and e["tpot_speedup_ci"][0] <= 1.0 <= e["tpot_speedup_ci"][1]]
+        figures: dict[str, Any] = {"crossover": stops, "errors": failed, "undecided": undecided}
         if config.slo:
             figures["capacity"] = schedule.capacity([(e["concurrency"], e["slo_p99_met"]) for e in own])
         spec = (arguments or {}).get(strategy, {}).get("speculative_config")
