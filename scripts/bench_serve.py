@@ -8,8 +8,8 @@ figure is a latency.
 
 Writes results/benchmarks/serve.{json,md} and the two plots beside them.
 
-    python scripts/bench_serve.py --limit 16 --max-new-tokens 64
-    python scripts/bench_serve.py --smoke --out /tmp/serve-smoke     # minutes: ngram, concurrency 1,2, 4 prompts
+    python scripts/bench_serve.py --max-new-tokens 64
+    python scripts/bench_serve.py --smoke --out /tmp/serve-smoke     # minutes: ngram, concurrency 1,2
 """
 
 from __future__ import annotations
@@ -35,19 +35,20 @@ STRATEGIES = ["ngram", "draft", "eagle", "dflash"]  # what vLLM's CPU model runn
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--limit", type=int, default=16)
+    parser.add_argument("--limit", type=int, help="prompts (default: one per request of the largest level)")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--concurrency", default="1,2,4,8,16")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "benchmarks", help="where the figures go")
-    parser.add_argument("--smoke", action="store_true", help="ngram at concurrency 1,2 on 4 prompts: checks the script")
+    parser.add_argument("--smoke", action="store_true", help="ngram at concurrency 1,2: checks the script")
     args = parser.parse_args()
     strategies, levels = STRATEGIES, [int(c) for c in args.concurrency.split(",")]
     results = ROOT / "results"
     if args.smoke:
-        strategies, levels, args.limit, args.max_new_tokens, results = ["ngram"], [1, 2], 4, 16, args.out
-    config = ServeConfig(RunConfig(strategies=strategies, engine="vllm", limit=args.limit,
-                                   max_new_tokens=args.max_new_tokens, out=str(results)),
-                         concurrency=levels).validate()
+        strategies, levels, args.max_new_tokens, results = ["ngram"], [1, 2], 16, args.out
+    config = ServeConfig(RunConfig(strategies=strategies, engine="vllm", max_new_tokens=args.max_new_tokens,
+                                   out=str(results)), concurrency=levels)
+    config.run.limit = args.limit or config.prompts_needed
+    config.validate()
     run = ServeRun.create(config, strategy_names(config), "the embedded model", config.run.suite)
     result = serve_sweep(run, plan(config), lambda name, level, done, total: print(
         f"\r{name} {level.label}: {done}/{total}", end="", flush=True))
@@ -62,8 +63,8 @@ def main() -> None:
         console.print(table)
     where = run.path.relative_to(ROOT) if run.path.is_relative_to(ROOT) else run.path
     lines = ["# Speculation under load (embedded model, CPU, vllm serve per strategy)", "",
-             f"Closed loop at concurrency {', '.join(map(str, levels))}; {args.limit} prompts, {args.max_new_tokens} "
-             f"new tokens, greedy. Run directory: {where}",
+             f"Closed loop at concurrency {', '.join(map(str, levels))}; {config.run.limit} prompts, each request its "
+             f"own, {args.max_new_tokens} new tokens, greedy. Run directory: {where}",
              "", "```", console.export_text().rstrip(), "```", "", LEGEND, "",
              *[f"- {line}" for line in decisions(result.strategies, result.levels)], "",
              "## Exported schedules (vLLM speculative_config)", "", "```json",

@@ -42,7 +42,7 @@ TOLERANCE = 0.10
 
 def specbench_figures(url: str, config: ServeConfig, level: Level) -> dict[str, float]:
     work = dataclasses.replace(workload(config), ignore_eos=True)
-    requests = config.requests_at(level, len(work.prompts))
+    requests = config.requests_at(level)
     log = asyncio.run(drive(url, level, work, requests, config.warmup, config.level_seconds))
     summary = level_summary(log.records, log.duration_s, {})
     assert summary["errors"] == 0, f"{summary['errors']} requests failed"
@@ -56,7 +56,7 @@ def vllm_figures(url: str, config: ServeConfig, level: Level, dataset: Path) -> 
 
     parser = FlexibleArgumentParser()
     add_cli_args(parser)
-    requests = config.requests_at(level, len(workload(config).prompts))
+    requests = config.requests_at(level)
     args = parser.parse_args([
         "--backend", "vllm", "--base-url", url, "--endpoint", "/v1/completions", "--model", model_path(None),
         "--dataset-name", "custom", "--dataset-path", str(dataset), "--skip-chat-template", "--disable-shuffle",
@@ -87,8 +87,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         dataset = Path(tmp) / "prompts.jsonl"
         # the prompts as text, chat template applied: vLLM tokenizes them back to specbench's token ids
-        dataset.write_text("".join(json.dumps({"prompt": tokenizer.decode(ids)}) + "\n"
-                                   for _, ids in workload(config).prompts))
+        dataset.write_text("".join(json.dumps({"prompt": tokenizer.decode(prompt.token_ids)}) + "\n"
+                                   for prompt in workload(config).prompts))
         server = None
         if args.url is None:
             arguments = server_arguments(config.run, lambda: None)["ar"]
@@ -105,7 +105,7 @@ def main() -> None:
                for client in ("specbench", "vllm_bench_serve")}
     ratios = {k: medians["specbench"][k] / medians["vllm_bench_serve"][k] for k in FIGURES}
     report = {"concurrency": args.concurrency, "prompts": args.limit, "max_new_tokens": args.max_new_tokens,
-              "requests": config.requests_at(level, args.limit), "rounds": rounds, "medians": medians,
+              "requests": config.requests_at(level), "rounds": rounds, "medians": medians,
               "specbench_over_vllm": ratios, "tolerance": TOLERANCE,
               "within_tolerance": all(abs(r - 1) <= TOLERANCE for r in ratios.values())}
     args.out.mkdir(parents=True, exist_ok=True)

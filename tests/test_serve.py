@@ -28,7 +28,7 @@ from tests.helpers import SMALL_SERVER as SMALL
 
 pytestmark = [pytest.mark.vllm, pytest.mark.usefixtures("vllm_installed")]
 runner = CliRunner()
-LOAD = ["--limit", "4", "--max-new-tokens", "24", "--warmup", "1"]
+LOAD = ["--max-new-tokens", "24", "--warmup", "1"]
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -90,6 +90,7 @@ def test_the_run_directory_and_no_server_left(served):
         for level in ("c1", "c2", "r8"):
             data = json.loads((path / "levels" / strategy / f"{level}.json").read_text())
             assert data["complete"] and len(data["records"]) == 4
+            assert len({r["prompt_id"] for r in data["records"]}) == 4  # each request a prompt of its own
             port = int(data["server"].rsplit(":", 1)[1])
             assert not any(c.laddr and c.laddr.port == port for c in psutil.net_connections("tcp")
                            if c.status == psutil.CONN_LISTEN)
@@ -158,7 +159,7 @@ def test_a_server_killed_during_a_level_leaves_it_incomplete_and_resume_measures
     from specbench.serving.run_dir import ServeRun
     from specbench.serving.sweep import plan, serve_sweep, strategy_names
 
-    config = ServeConfig(run=RunConfig(strategies=["ar"], limit=4, max_new_tokens=24, out=str(tmp_path)),
+    config = ServeConfig(run=RunConfig(strategies=["ar"], limit=7, max_new_tokens=24, out=str(tmp_path)),
                          concurrency=[1, 2], requests=6, warmup=1, endpoints={"ngram": ngram_server.url}).validate()
     prepared = plan(config)
     run = ServeRun.create(config, strategy_names(config), "the embedded model", config.run.suite)
@@ -186,8 +187,9 @@ def test_a_server_killed_during_a_level_leaves_it_incomplete_and_resume_measures
     assert resumed["complete"] and c2["complete"] and c2["requests"] == 6 and c2["errors"] == 0
 
 
-def test_no_server_process_outlives_an_interrupt(tmp_path):
-    """Ctrl-C while the first server starts: specbench stops its whole process group (engine core included)."""
+def serve_until_an_engine_core_runs(tmp_path) -> tuple[subprocess.Popen, list[psutil.Process]]:
+    """`specbench serve` of ngram in a process of its own, once its server's engine core has started: the process
+    and its descendants then."""
     command = [sys.executable, "-m", "specbench", "serve", "--strategy", "ngram", "--concurrency", "1",
                "--engine-args", SMALL, "--out", str(tmp_path), *LOAD]
     process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -200,6 +202,12 @@ def test_no_server_process_outlives_an_interrupt(tmp_path):
             break
         time.sleep(0.5)
     assert any("EngineCore" in p.name() for p in started), process.communicate()
+    return process, started
+
+
+def test_no_server_process_outlives_an_interrupt(tmp_path):
+    """Ctrl-C while the first server starts: specbench stops its whole process group (engine core included)."""
+    process, started = serve_until_an_engine_core_runs(tmp_path)
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 130, stderr
@@ -207,6 +215,16 @@ def test_no_server_process_outlives_an_interrupt(tmp_path):
     left = [p for p in started if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert not left, [(p.pid, p.name()) for p in left]
     assert not os.path.exists(tmp_path / "serve") or not list(tmp_path.glob("serve/*/levels/*/*.json"))
+
+
+def test_no_server_outlives_a_sigkill_of_specbench(tmp_path):
+    """SIGKILL while the server starts: specbench stops nothing, its watchdog stops the whole group."""
+    process, started = serve_until_an_engine_core_runs(tmp_path)
+    process.send_signal(signal.SIGKILL)
+    process.communicate()
+    _, alive = psutil.wait_procs(started, timeout=60)
+    left = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not left, [(p.pid, p.name()) for p in left]
 
 
 def test_a_server_that_fails_to_start_quotes_its_own_error(tmp_path):

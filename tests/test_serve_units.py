@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import csv
+import io
+
 import numpy as np
 import pytest
 from rich.console import Console
@@ -38,6 +41,7 @@ def test_percentiles_and_goodput_of_a_known_log():
     assert summary["tpot_ms"]["p50"] == pytest.approx(10.0) and summary["tpot_ms"]["p99"] == pytest.approx(48.4)
     assert summary["itl_ms"]["p99"] == pytest.approx(50.0)  # 9 of the 45 gaps are 50 ms
     assert summary["e2e_ms"]["p50"] == pytest.approx(390.0)
+    assert summary["ttft_ms"]["n"] == 5 and summary["itl_ms"]["n"] == 45 and summary["few_for_p99"]
     assert summary["tok_s_per_user"] == pytest.approx(100.0)
     # met: requests 0, 1, 2 (TTFT 100, 200, 300 ms, TPOT 10 ms); request 3's TTFT and 4's TPOT miss; 5 failed
     assert summary["goodput_req_s"] == pytest.approx(1.5) and summary["slo_met"] == pytest.approx(0.5)
@@ -72,7 +76,8 @@ def test_open_loop_arrivals_are_seeded_poisson_and_burstier_below_one():
 def test_crossover_capacity_and_the_vllm_schedule():
     assert crossover([(1, 1.8), (4, 1.2), (16, 0.9), (8, 1.0)]) == 8  # the lowest level at or below 1
     assert crossover([(1, 1.3), (4, 1.1)]) is None
-    assert crossover([(1, None), (4, 0.7)]) == 4
+    assert crossover([(1, None), (4, 0.7)]) is None  # no verdict at 1 (errors, or no ar): it may stop there
+    assert crossover([(1, 0.9), (4, None)]) == 1
     assert capacity([(1, True), (4, True), (8, False), (16, True)]) == 4  # up to where every level held
     assert capacity([(1, False), (4, True)]) is None
     spec = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3}
@@ -113,13 +118,16 @@ def test_metrics_deltas_give_the_levels_tau_and_acceptance():
              .replace("} 7.0", "} 87.0").replace("} 4.0", "} 54.0").replace("} 1.0\n", "} 21.0\n"))
     before = parse(METRICS_BEFORE)
     assert before == {"drafts": 10.0, "draft_tokens": 30.0, "accepted": 12.0, "by_position": [7.0, 4.0, 1.0]}
-    level = speculation(before, parse(after))
+    # 400 tokens: 150 accepted drafts and 250 forwards, of which 100 carried a draft (ngram without a match
+    # proposes nothing): 2.5 tokens per drafting step, vLLM's tau; 1.6 per forward, run's
+    level = speculation(before, parse(after), output_tokens=400)
     assert level["drafts"] == 100 and level["accepted"] == 150
     assert level["tau"] == pytest.approx(2.5) and level["draft_efficiency"] == pytest.approx(0.5)
+    assert level["tokens_per_step"] == pytest.approx(1.6)
     assert level["acceptance_by_position"] == pytest.approx([0.8, 0.5, 0.2])
-    assert speculation({}, parse("# TYPE x gauge\nx 1.0\n")) is None  # `ar`, or a server without the counters
+    assert speculation({}, parse("# TYPE x gauge\nx 1.0\n"), 400) is None  # `ar`, or a server without the counters
     sglang = parse("# TYPE sglang:spec_accept_length gauge\nsglang:spec_accept_length{model_name=\"m\"} 3.25\n")
-    assert speculation({}, sglang) == {"source": "sglang", "tau": 3.25}
+    assert speculation({}, sglang, 400) == {"source": "sglang", "tau": 3.25}
 
 
 def test_the_lossless_check_catches_a_planted_mismatch():
@@ -139,6 +147,53 @@ def test_engine_arguments_become_server_flags():
                           "speculative_config": {"method": "ngram"}, "quantization": None}) == [
         "--model", "/m", "--enforce-eager", "--no-enable-prefix-caching", "--seed", "0",
         "--speculative-config", '{"method": "ngram"}']
+
+
+def test_the_watchdog_stops_the_group_when_its_holder_is_killed():
+    """A process holding a watchdog's pipe, as specbench does, is SIGKILLed: the watched process group goes."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    watched = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, '-m', 'specbench.serving.watchdog', '{watched.pid}', '5'], "
+        "stdin=subprocess.PIPE, start_new_session=True)\n"
+        "print('ready', flush=True)\ntime.sleep(600)\n")], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "ready"
+    time.sleep(0.5)
+    assert watched.poll() is None
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    deadline = time.monotonic() + 20
+    while watched.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert watched.returncode == -signal.SIGTERM
+
+    def watchdogs() -> list[psutil.Process]:
+        return [p for p in psutil.process_iter(["cmdline"])
+                if p.info["cmdline"] and p.info["cmdline"][-2:] == [str(watched.pid), "5"]]
+
+    while watchdogs() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not watchdogs()  # its work done, the watchdog exits too
+
+
+def test_a_cpu_servers_kv_cache_is_sized_for_the_levels():
+    from specbench.config import RunConfig
+    from specbench.serving.vllm_args import server_arguments
+
+    config = RunConfig(strategies=["ngram"], engine="vllm").validate()
+    sized = server_arguments(config, lambda: None, kv_tokens=100_000)
+    assert sized["ar"]["kv_cache_memory_bytes"] == sized["ngram"]["kv_cache_memory_bytes"] > 0
+    small = server_arguments(config, lambda: None, kv_tokens=10)["ar"]["kv_cache_memory_bytes"]
+    assert small < sized["ar"]["kv_cache_memory_bytes"]  # at least max_model_len's tokens, however few in flight
+    given = RunConfig(strategies=["ngram"], engine="vllm", engine_args={"gpu_memory_utilization": 0.5}).validate()
+    assert "kv_cache_memory_bytes" not in server_arguments(given, lambda: None, kv_tokens=100_000)["ar"]
 
 
 def test_a_failed_start_quotes_the_servers_last_error(tmp_path):
@@ -164,6 +219,13 @@ def test_a_failed_start_quotes_the_servers_last_error(tmp_path):
     (["--endpoint", "ar"], "--endpoint ar: expected NAME=URL"),
     (["--endpoint", "ar=http://127.0.0.1:9"], "does not answer"),
     (["--endpoint", "ar=http://127.0.0.1:9", "--strategy", "ngram"], "drop them"),
+    (["--endpoint", "ar=http://127.0.0.1:9", "--header", "no-colon"], "--header no-colon: expected NAME:VALUE"),
+    (["--header", "X-Team:bench"], "--header is sent to --endpoint servers"),
+    (["--tokenizer", "/tmp"], "--tokenizer names an --endpoint server's tokenizer"),
+    (["--endpoint", "ar=http://127.0.0.1:9", "--endpoint-type", "embeddings"], "--endpoint-type embeddings: expected"),
+    (["--concurrency", "16", "--limit", "8"], "8 prompts for 66 distinct requests (2 warm-up, 64 at concurrency 16)"),
+    (["--output-len", "8", "--max-new-tokens", "8"], "--output-len fixes every answer's length; drop --max-new-tokens"),
+    (["--input-len", "0"], "--input-len must be"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, message):
     result = runner.invoke(app, ["serve", *args, "--out", str(tmp_path / "out")])
@@ -172,11 +234,37 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, message):
     assert not (tmp_path / "out").exists()
 
 
+def test_each_request_of_a_level_has_a_prompt_of_its_own():
+    """Without --limit the suite gives as many prompts as the warm-up and the largest level need; synthetic
+    prompts have the length asked and no special token."""
+    from transformers import AutoTokenizer
+
+    from specbench.cli.serve import serve_config
+    from specbench.model_source import model_path
+    from specbench.serving.prompts import synthetic_prompts
+    from specbench.serving.sweep import workload
+
+    flags = dict.fromkeys(["strategy", "request_rate", "max_concurrency", "burstiness", "requests", "level_seconds",
+                           "request_timeout", "slo", "endpoint", "model", "drafter", "suite", "categories", "limit",
+                           "max_new_tokens", "temperature", "seed", "dtype", "device", "set", "engine_args", "out",
+                           "tokenizer", "endpoint_type", "repeat_prompts", "input_len", "output_len"])
+    config = serve_config(**{**flags, "concurrency": "1,4,8", "warmup": 3, "output_len": 16})
+    work = workload(config)
+    assert config.prompts_needed == 3 + 32 and len({p.id for p in work.prompts}) == 35
+    assert work.max_tokens == 16 and work.ignore_eos
+    tokenizer = AutoTokenizer.from_pretrained(model_path(None))
+    prompts = synthetic_prompts(tokenizer, 5, 12, seed=0)
+    assert [len(p.token_ids) for p in prompts] == [12] * 5 and len({tuple(p.token_ids) for p in prompts}) == 5
+    assert not set(tokenizer.all_special_ids) & {t for p in prompts for t in p.token_ids}
+    assert synthetic_prompts(tokenizer, 5, 12, seed=0) == prompts
+
+
 def test_level_tables_fit_80_columns():
     from specbench.output.serve_tables import level_tables
 
-    entry = {"level": "c16", "concurrency": 16, "request_rate": None, "output_tok_s": 12345.6, "errors": 0,
-             "ttft_ms": {"p50": 1234.5}, "tpot_ms": {"p50": 123.45, "p99": 456.78}, "goodput_req_s": 12.34,
+    entry = {"level": "c16", "concurrency": 16, "request_rate": None, "output_tok_s": 12345.6, "errors": 10,
+             "requests": 999, "ttft_ms": {"p50": 1234.5}, "tpot_ms": {"p50": 123.45, "p99": 456.78},
+             "goodput_req_s": 12.34,
              "speculation": {"tau": 3.21}, "tpot_speedup": 1.234, "tpot_speedup_ci": [1.111, 1.456],
              "lossless": {"mismatches": 12, "compared": 64}}
     console = Console(width=80, record=True)
@@ -184,7 +272,7 @@ def test_level_tables_fit_80_columns():
         console.print(table)
     text = console.export_text()
     assert max(len(line) for line in text.splitlines()) <= 80 and "…" not in text
-    assert "1.23 (1.11-1.46)" in text and "12/64" in text
+    assert "1.23 (1.11-1.46)" in text and "12/64" in text and "1%" in text
 
 
 def test_recommend_for_a_load_reads_serve_runs(tmp_path):
@@ -238,13 +326,71 @@ def test_summary_pairs_levels_and_keeps_an_incomplete_one_visible(tmp_path):
     assert c1["tpot_speedup"] == pytest.approx(2.0) and c1["lossless"]["mismatches"] == 0
     c4 = next(e for e in result.levels if e["strategy"] == "ngram" and e["level"] == "c4")
     assert not c4["complete"] and c4["errors"] == 2 and c4["tpot_speedup"] == pytest.approx(0.5)
-    assert result.strategies["ngram"]["crossover"] == 4
+    assert result.strategies["ngram"]["crossover"] is None  # its failed requests at 4 leave it without a verdict
+    assert result.strategies["ngram"]["undecided"] == []  # every pair of requests alike: intervals of one point
+    ngram = result.strategies["ngram"]
+    assert ngram["errors"] == {"c4": 2} and "vllm_speculative_config" not in ngram
     assert result.strategies["ngram"]["capacity"] == 1  # its TPOT p99 of 20 ms misses 15 ms at 4 (and it failed)
-    assert result.strategies["ngram"]["vllm_speculative_config"]["num_speculative_tokens_per_batch_size"] == [
-        [1, 3, 4], [4, 4, 0]]
     assert result.strategies["ar"]["capacity"] is None  # ar's TPOT is 20 ms at concurrency 1
     assert any("ngram at c4: incomplete" in line for line in decisions(result.strategies, result.levels))
     assert run.measured("ngram", Level(concurrency=4)) is None  # resume measures it again
+
+
+def test_a_level_with_errors_gives_no_verdict_and_exports_no_setting(tmp_path):
+    """ngram pays at concurrency 1 and loses at 4, but one of ar's requests failed at 1 and one of its own at 4:
+    neither level is a verdict, so it reads "errors", never "pays" or "stops paying", and no setting is exported."""
+    from specbench.config import RunConfig
+    from specbench.output.serve_tables import decisions, level_tables, levels_csv
+    from specbench.serving.config import Level, ServeConfig
+    from specbench.serving.run_dir import ServeRun
+    from specbench.serving.sweep import summarise
+
+    config = ServeConfig(RunConfig(strategies=["ngram"], out=str(tmp_path)), concurrency=[1, 4])
+    run = ServeRun.create(config, ["ar", "ngram"], "m", "s")
+    fast = [record(i, 0.1, 0.1 + 0.01 * 3, 4) for i in range(4)]
+    slow = [record(i, 0.1, 0.1 + 0.02 * 3, 4) for i in range(4)]
+    failed = record(3, 0.1, 0.2, 0, error="HTTP 500: boom")
+    written = {("ar", 1): [*slow[:3], failed], ("ngram", 1): fast, ("ar", 4): fast, ("ngram", 4): [*slow[:3], failed]}
+    for (strategy, concurrency), records in written.items():
+        run.write_level(strategy, Level(concurrency=concurrency), records, complete=True, duration_s=1.0,
+                        stopped_by_time=False, speculation=None)
+    result = summarise(run, {"ngram": {"speculative_config": {"method": "ngram", "num_speculative_tokens": 4}}})
+    ngram = result.strategies["ngram"]
+    assert ngram["errors"] == {"c1": 1, "c4": 1} and ngram["crossover"] is None
+    assert "vllm_speculative_config" not in ngram
+    c4 = next(e for e in result.levels if e["strategy"] == "ngram" and e["level"] == "c4")
+    assert c4["errors"] == 1 and c4["error_rate"] == 0.25
+    said = decisions(result.strategies, result.levels)
+    assert any(line.startswith("ngram: errors (failed requests, its own and ar's: 1 at c1, 1 at c4)") for line in said)
+    assert not any("pays" in line or "paying" in line for line in said)
+    assert any(line.startswith("p99s from too few requests") and "ngram at c4 (3)" in line for line in said)
+    console = Console(width=80, record=True)
+    for table in level_tables(result.levels, slo=False):
+        console.print(table)
+    assert "25%" in console.export_text()
+    rows = list(csv.DictReader(io.StringIO(levels_csv(result.levels))))
+    assert len(rows) == 4 and float(rows[-1]["error_rate"]) == 0.25 and rows[-1]["strategy"] == "ngram"
+    assert {"ttft_ms_p50", "tpot_ms_n", "tpot_speedup_ci_low", "tpot_speedup_ci_high", "lossless_mismatches"} <= set(
+        rows[-1])
+
+
+def test_a_speedup_whose_interval_holds_one_is_undecided(tmp_path):
+    from specbench.config import RunConfig
+    from specbench.output.serve_tables import decisions
+    from specbench.serving.config import Level, ServeConfig
+    from specbench.serving.run_dir import ServeRun
+    from specbench.serving.sweep import summarise
+
+    run = ServeRun.create(ServeConfig(RunConfig(strategies=["ngram"], out=str(tmp_path)), concurrency=[1]),
+                          ["ar", "ngram"], "m", "s")
+    halves = [record(i, 0.1, 0.1 + (0.01 if i % 2 else 0.04) * 3, 4) for i in range(8)]  # twice and half ar's speed
+    for strategy, records in (("ar", [record(i, 0.1, 0.1 + 0.02 * 3, 4) for i in range(8)]), ("ngram", halves)):
+        run.write_level(strategy, Level(concurrency=1), records, complete=True, duration_s=1.0, stopped_by_time=False,
+                        speculation=None)
+    result = summarise(run)
+    assert result.strategies["ngram"]["undecided"] == ["c1"]
+    assert any(line.startswith("ngram: at c1 the TPOT speedup's 95% interval holds 1")
+               for line in decisions(result.strategies, result.levels))
 
 
 def test_resume_takes_no_other_option_and_refuses_a_complete_run(tmp_path):

@@ -98,6 +98,9 @@ RANGES: dict[str, Range] = {
     "--burstiness": Range(0, open_low=True, note="1: Poisson arrivals"),
     "--requests": _at_least(1, "per level"),
     "--level-seconds": Range(0, open_low=True, note="seconds"),
+    "--request-timeout": Range(0, open_low=True, note="seconds"),
+    "--input-len": _at_least(1, "tokens"),
+    "--output-len": _at_least(1, "tokens"),
 }
 
 

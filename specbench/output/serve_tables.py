@@ -44,13 +44,27 @@ def level_tables(levels: list[dict[str, Any]], slo: bool) -> list[Table]:
         for e in sorted(rows, key=lambda e: e["strategy"] != BASELINE):
             spec = e.get("speculation") or {}
             cells = [e["strategy"], _num(e["output_tok_s"]), _num(e["ttft_ms"]["p50"]), _num(e["tpot_ms"]["p50"], 1),
-                     _num(e["tpot_ms"]["p99"], 1), _num(spec.get("tau"), 2), _speedup(e), str(e["errors"]),
-                     _lossless(e)]
+                     _num(e["tpot_ms"]["p99"], 1), _num(spec.get("tau"), 2), _speedup(e),
+                     f"{e['errors'] / e['requests']:.0%}" if e["errors"] else "0", _lossless(e)]
             if slo:
                 cells.append(_num(e.get("goodput_req_s"), 2))
             table.add_row(*cells)
         tables.append(table)
     return tables
+
+
+def levels_csv(levels: list[dict[str, Any]]) -> str:
+    """Every level's figures as a CSV row: nested ones flattened (ttft_ms_p50, speculation_tau, ...), the
+    intervals as _low and _high; per-position and per-request lists left to summary.json."""
+    import pandas as pd
+
+    flat = pd.json_normalize(levels, sep="_", max_level=1)
+    for interval in ("tpot_speedup_ci", "throughput_ratio_ci"):
+        if interval in flat:
+            bounds = flat.pop(interval).map(lambda v: v if isinstance(v, list) else [None, None])
+            flat[f"{interval}_low"], flat[f"{interval}_high"] = bounds.str[0], bounds.str[1]
+    nested = [c for c in flat if flat[c].map(lambda v: isinstance(v, (list, dict))).any()]
+    return flat.drop(columns=nested).to_csv(index=False)
 
 
 def decisions(strategies: dict[str, dict[str, Any]], levels: list[dict[str, Any]]) -> list[str]:
@@ -60,24 +74,38 @@ def decisions(strategies: dict[str, dict[str, Any]], levels: list[dict[str, Any]
     for name, figures in strategies.items():
         if name == BASELINE:
             continue
+        failed = figures.get("errors") or {}
+        if failed:
+            where = ", ".join(f"{count} at {key}" for key, count in failed.items())
+            lines.append(f"{name}: errors (failed requests, its own and ar's: {where}): no verdict there, no vLLM "
+                         "setting exported")
         if highest is not None:
             stops = figures.get("crossover")
-            at = next((e for e in levels if e["strategy"] == name and e["concurrency"] == (stops or highest)), {})
+            own = [e for e in levels if e["strategy"] == name and e["concurrency"] is not None]
+            at = next((e for e in own if e["concurrency"] == (stops or highest)), {})
             there = ""
             if at.get("tpot_speedup") is not None:
                 low, high = at["tpot_speedup_ci"]
                 there = f" (TPOT speedup {at['tpot_speedup']:.2f}, 95% CI {low:.2f}-{high:.2f})"
-            lines.append(f"{name}: stops paying at concurrency {stops}{there}" if stops is not None
-                         else f"{name}: still pays at concurrency {highest}{there}, the highest measured")
+            if stops is not None:
+                lines.append(f"{name}: stops paying at concurrency {stops}{there}")
+            elif not failed and all(e.get("tpot_speedup") is not None for e in own):
+                lines.append(f"{name}: still pays at concurrency {highest}{there}, the highest measured")
+            if figures.get("undecided"):
+                lines.append(f"{name}: at {', '.join(figures['undecided'])} the TPOT speedup's 95% interval holds 1: "
+                             "too few requests there to tell paying from not (--requests)")
     for name, figures in strategies.items():
         if "capacity" in figures:
             held = figures["capacity"]
             lines.append(f"{name}: meets the SLO (p99) up to concurrency {held}" if held is not None
                          else f"{name}: misses the SLO (p99) at the lowest concurrency measured")
+    few = [f"{e['strategy']} at {e['level']} ({e['tpot_ms']['n']})" for e in levels if e.get("few_for_p99")]
+    if few:
+        lines.append(f"p99s from too few requests to tell from the maximum (requests): {', '.join(few)}")
     for e in levels:
         if not e.get("complete", True):
-            lines.append(f"{e['strategy']} at {e['level']}: incomplete (its server died during it; {e['errors']} "
-                         "requests failed): --resume measures it again")
+            lines.append(f"{e['strategy']} at {e['level']}: incomplete (its server failed or died during it; "
+                         f"{e['errors']} requests failed): --resume measures it again")
         check = e.get("lossless")
         if check and check["mismatches"]:
             first = min(check["first_divergence"].values())
@@ -88,5 +116,5 @@ def decisions(strategies: dict[str, dict[str, Any]], levels: list[dict[str, Any]
 
 
 LEGEND = ("tok/s: output tokens/s of the server; TTFT, TPOT: ms; tau: tokens per verify step (server's counters); "
-          "TPOT speedup: ar's TPOT over the strategy's, paired by request; err: failed requests; diff: greedy "
-          "answers differing from ar's / compared")
+          "TPOT speedup: ar's TPOT over the strategy's, paired by request; err: share of requests that failed; "
+          "diff: greedy answers differing from ar's / compared")

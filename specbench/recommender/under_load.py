@@ -45,6 +45,8 @@ def recommend_for_load(results_dir: Path, concurrency: int, model: str | None = 
             measured.add(e["concurrency"])
             if e["concurrency"] != concurrency or e["strategy"] == BASELINE or e.get("tpot_speedup") is None:
                 continue
+            if e.get("errors") or e.get("baseline_errors"):  # a level where requests failed is no evidence
+                continue
             figures = summary["strategies"].get(e["strategy"], {})
             candidates.append({"strategy": e["strategy"], "run": str(path), "tpot_speedup": e["tpot_speedup"],
                                "tpot_speedup_ci": e["tpot_speedup_ci"], "throughput_ratio": e.get("throughput_ratio"),

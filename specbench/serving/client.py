@@ -2,9 +2,11 @@
 
 The request goes to /v1/completions with the prompt as token ids (the OpenAI API takes them; vLLM and
 SGLang do), so every server sees exactly the tokens specbench's own engine decodes, chat template
-applied. Each streamed chunk is timed on arrival: the first one's time is the TTFT, the gaps between
-later ones are the inter-token latencies (a speculative server sends every token a verify step accepted
-in one chunk, so a gap may carry several tokens), TPOT is (E2E - TTFT) / (output tokens - 1).
+applied; or, to a server that speaks only chat, to /v1/chat/completions with the user's turn as text
+(the server applies its own template). Each streamed chunk is timed on arrival: the first one's time is
+the TTFT, the gaps between later ones are the inter-token latencies (a speculative server sends every
+token a verify step accepted in one chunk, so a gap may carry several tokens),
+TPOT is (E2E - TTFT) / (output tokens - 1).
 vLLM's `return_token_ids` gives the generated ids for the lossless check; servers without it give text.
 """
 
@@ -15,6 +17,13 @@ import time
 from dataclasses import dataclass, field
 
 import aiohttp
+
+
+@dataclass(frozen=True)
+class Prompt:
+    id: str
+    token_ids: list[int]  # the turn under the target's chat template, as /v1/completions takes it
+    text: str  # the user's turn, as /v1/chat/completions takes it
 
 
 @dataclass
@@ -31,6 +40,9 @@ class RequestRecord:
     token_ids: list[int] | None = None
     text: str = ""
     error: str | None = None
+    # the server failed (5xx, an error in the stream) or the connection was lost or timed out: the level is
+    # measured again on resume; a refusal (4xx) is the request's own and would fail again
+    server_fault: bool = False
 
     @property
     def tpot(self) -> float | None:
@@ -39,30 +51,41 @@ class RequestRecord:
         return (self.e2e - self.ttft) / (self.output_tokens - 1)
 
 
-def session(timeout_s: float) -> aiohttp.ClientSession:
-    """A client session without a pool limit (the load shapes bound what is in flight) and with a total timeout."""
-    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
-                                 timeout=aiohttp.ClientTimeout(total=timeout_s))
+def session(headers: dict[str, str]) -> aiohttp.ClientSession:
+    """A client session without a pool limit (the load shapes bound what is in flight) and with the headers
+    every request carries."""
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), headers=headers)
 
 
-async def stream_completion(client: aiohttp.ClientSession, base_url: str, model: str, prompt: list[int],
-                            max_tokens: int, temperature: float, seed: int, record: RequestRecord,
-                            ignore_eos: bool = False) -> RequestRecord:
-    """Send one completion request, stream its answer into `record`, and return it; a failure is its error."""
-    payload = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": temperature, "seed": seed,
-               "stream": True, "stream_options": {"include_usage": True}, "return_token_ids": True}
+def request_body(endpoint_type: str, model: str, prompt: Prompt, max_tokens: int, temperature: float, seed: int,
+                 ignore_eos: bool) -> tuple[str, dict]:
+    """The path and streamed request body for `prompt` in the endpoint's own form."""
+    body = {"model": model, "max_tokens": max_tokens, "temperature": temperature, "seed": seed, "stream": True,
+            "stream_options": {"include_usage": True}, "return_token_ids": True}
     if ignore_eos:
-        payload["ignore_eos"] = True
+        body["ignore_eos"] = True
+    if endpoint_type == "chat":
+        return "/v1/chat/completions", {**body, "messages": [{"role": "user", "content": prompt.text}]}
+    return "/v1/completions", {**body, "prompt": prompt.token_ids}
+
+
+async def stream_completion(client: aiohttp.ClientSession, base_url: str, path: str, body: dict,
+                            record: RequestRecord, timeout_s: float) -> RequestRecord:
+    """Send one request, stream its answer into `record`, and return it; a failure is its error. `timeout_s`
+    bounds the whole request, the streamed answer included."""
     started = time.perf_counter()
     last = started
     ids: list[int] = []
     counted = 0
     usage_tokens = None
+    done = False
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
     try:
-        async with client.post(f"{base_url}/v1/completions", json=payload) as response:
+        async with client.post(f"{base_url}{path}", json=body, timeout=timeout) as response:
             if response.status != 200:
-                body = (await response.text()).strip().splitlines()
-                record.error = f"HTTP {response.status}: {body[0][:200] if body else response.reason}"
+                lines = (await response.text()).strip().splitlines()
+                record.error = f"HTTP {response.status}: {lines[0][:200] if lines else response.reason}"
+                record.server_fault = response.status >= 500
                 return record
             async for raw in response.content:
                 line = raw.decode("utf-8").strip()
@@ -70,13 +93,19 @@ async def stream_completion(client: aiohttp.ClientSession, base_url: str, model:
                     continue
                 data = line.removeprefix("data:").strip()
                 if data == "[DONE]":
+                    done = True
                     break
                 chunk = json.loads(data)
+                if chunk.get("error"):  # vLLM streams a failure mid-answer as an error object
+                    fault = chunk["error"]
+                    message = fault.get("message", fault) if isinstance(fault, dict) else fault
+                    record.error, record.server_fault = f"error in the stream: {message}"[:200], True
+                    return record
                 if chunk.get("usage"):
                     usage_tokens = chunk["usage"].get("completion_tokens")
                 for choice in chunk.get("choices") or []:
                     new_ids = choice.get("token_ids") or []
-                    text = choice.get("text") or ""
+                    text = choice.get("text") or (choice.get("delta") or {}).get("content") or ""
                     if not new_ids and not text:
                         continue
                     now = time.perf_counter()
@@ -88,8 +117,14 @@ async def stream_completion(client: aiohttp.ClientSession, base_url: str, model:
                     ids += new_ids
                     counted += len(new_ids) or 1
                     record.text += text
-    except (aiohttp.ClientError, TimeoutError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-        record.error = f"{type(exc).__name__}: {exc}".strip()[:200]
+    except TimeoutError:
+        record.error, record.server_fault = f"no complete answer within {timeout_s:g} s", True
+        return record
+    except (aiohttp.ClientError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        record.error, record.server_fault = f"{type(exc).__name__}: {exc}".strip()[:200], True
+        return record
+    if not done:
+        record.error, record.server_fault = "the stream ended before [DONE]: the answer is cut short", True
         return record
     record.e2e = last - started
     record.token_ids = ids or None

@@ -17,7 +17,9 @@ from specbench.core.errors import SpecbenchError
 from specbench.core.ranges import check_ranges, check_sizes
 
 SLO_KEYS = ("ttft", "tpot", "e2e")  # milliseconds each
+MIN_LEVEL_REQUESTS = 8  # measured requests of a level without --requests, at least four per client above two
 SERVE_STRATEGIES = ["ngram", "eagle", "dflash"]
+ENDPOINT_TYPES = ("completions", "chat")  # /v1/completions with token ids, /v1/chat/completions with the turn's text
 
 
 @dataclass(frozen=True)
@@ -48,26 +50,50 @@ class ServeConfig:
     request_rates: list[float] = field(default_factory=list)  # open-loop levels, requests per second
     max_concurrency: int | None = None  # open loop: requests in flight at most
     burstiness: float = 1.0  # gamma shape of the inter-arrival times; 1 is Poisson, below 1 burstier
-    requests: int | None = None  # measured requests per level; None: the prompts, at least 4 per client
+    requests: int | None = None  # measured requests per level; None: 4 per client, at least MIN_LEVEL_REQUESTS
     warmup: int = 2  # unmeasured requests sent at the level's load before it
     level_seconds: float = 600.0  # a level sends no new request after this long
     start_timeout: float = 900.0  # seconds a server may take to become healthy
+    request_timeout: float | None = None  # seconds a request may take, its stream included; None: the level's
     slo: dict[str, float] = field(default_factory=dict)  # ttft, tpot, e2e -> milliseconds
     endpoints: dict[str, str] = field(default_factory=dict)  # name -> base URL of a running server
+    tokenizer: str | None = None  # --endpoint: the served model's tokenizer (a directory or a cached hub id)
+    endpoint_type: str = "completions"  # one of ENDPOINT_TYPES
+    repeat_prompts: bool = False  # a level's measured requests may repeat prompts (never the warm-up's)
+    input_len: int | None = None  # synthetic prompts of this many random tokens instead of the suite's
+    output_len: int | None = None  # every answer exactly this long (ignore_eos) instead of up to max_new_tokens
+    # every request's headers (the API key's among them): credentials, never written to the run directory
+    headers: dict[str, str] = field(default_factory=dict)
 
     @property
     def levels(self) -> list[Level]:
         return [Level(concurrency=c) for c in self.concurrency] + [Level(request_rate=r) for r in self.request_rates]
 
-    def requests_at(self, level: Level, prompts: int) -> int:
-        """Measured requests of a level: --requests, else every prompt once and at least four per client."""
+    def requests_at(self, level: Level) -> int:
+        """Measured requests of a level: --requests, else four per client and at least MIN_LEVEL_REQUESTS."""
         if self.requests is not None:
             return self.requests
         clients = level.concurrency or self.max_concurrency or 1
-        return max(prompts, 4 * clients)
+        return max(MIN_LEVEL_REQUESTS, 4 * clients)
+
+    @property
+    def prompts_needed(self) -> int:
+        """Distinct prompts for the warm-up and the largest level, each request its own."""
+        return self.warmup + max(self.requests_at(level) for level in self.levels)
+
+    def check_prompts(self, available: int) -> None:
+        """Enough prompts for every level's requests to be distinct (or, with repeats, beside the warm-up's)."""
+        if available >= self.prompts_needed or (self.repeat_prompts and available > self.warmup):
+            return
+        largest = max(self.levels, key=self.requests_at)
+        raise SpecbenchError(f"{available} prompts for {self.prompts_needed} distinct requests ({self.warmup} warm-up, "
+                             f"{self.requests_at(largest)} at {largest.label}): give a larger --suite or --limit, "
+                             "--input-len N (synthetic prompts), fewer --requests, or --repeat-prompts")
 
     def as_json(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        del data["headers"]
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ServeConfig:
@@ -80,11 +106,18 @@ class ServeConfig:
         if self.concurrency:
             check_sizes(self.concurrency, "--concurrency")
         parse_rates(",".join(map(str, self.request_rates)) if self.request_rates else None)
-        check_ranges({"--max-concurrency": self.max_concurrency, "--burstiness": self.burstiness,
-                      "--requests": self.requests, "--warmup": self.warmup, "--level-seconds": self.level_seconds})
+        check_ranges({"--input-len": self.input_len, "--output-len": self.output_len,
+                      "--max-concurrency": self.max_concurrency, "--burstiness": self.burstiness,
+                      "--requests": self.requests, "--warmup": self.warmup, "--level-seconds": self.level_seconds,
+                      "--request-timeout": self.request_timeout})
         if self.endpoints and self.run.engine_args:
             raise SpecbenchError("--engine-args configure the servers specbench starts; --endpoint servers are "
                                  "already running")
+        if self.tokenizer is not None and not self.endpoints:
+            raise SpecbenchError("--tokenizer names an --endpoint server's tokenizer; the servers specbench starts "
+                                 "use --model's")
+        if self.endpoint_type not in ENDPOINT_TYPES:
+            raise SpecbenchError(f"--endpoint-type {self.endpoint_type}: expected one of {', '.join(ENDPOINT_TYPES)}")
         self.run = self.run.validate("serve configuration")
         return self
 

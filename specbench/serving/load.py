@@ -4,11 +4,14 @@ Closed loop: N clients, each sending its next request when its last one ends, so
 flight all the time (`vllm bench serve --max-concurrency N` with every request queued at once). Open
 loop: requests arrive at `rate` per second with gamma-distributed gaps of shape `burstiness` (1 is a
 Poisson process, below 1 burstier), as `vllm bench serve --request-rate --burstiness` draws them, at
-most `max_concurrency` in flight. Request i always carries prompt i mod P and the arrival times come
-from the seed, so every strategy gets the same requests in the same order and the levels pair.
+most `max_concurrency` in flight. The warm-up's requests carry the first `warmup` prompts; measured
+request i carries prompt warmup + i (cycling over the prompts after the warm-up's when a level has more
+requests than prompts, which the caller allows only when the user asks for repeats), and the arrival
+times come from the seed, so every strategy gets the same requests in the same order and the levels pair.
 
 A level is bounded twice: `requests` measured requests, and no new request after `seconds`. Warm-up
-requests go first, at the same load, and are not recorded.
+requests go first, at the same load, and are not recorded; the server's speculative counters are read
+after them, so the level's acceptance is its measured requests' alone.
 """
 
 from __future__ import annotations
@@ -20,19 +23,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specbench.serving.client import RequestRecord, served_model, session, stream_completion
+from specbench.serving import metrics
+from specbench.serving.client import Prompt, RequestRecord, request_body, served_model, session, stream_completion
 from specbench.serving.config import Level
 
 
 @dataclass(frozen=True)
 class Workload:
-    """The prompts (id, token ids) in their order and how each is answered."""
+    """The prompts in their order and how each is answered."""
 
-    prompts: list[tuple[str, list[int]]]
+    prompts: list[Prompt]
     max_tokens: int
     temperature: float
     seed: int
     ignore_eos: bool = False  # every answer max_tokens long (vLLM's and SGLang's extension of the API)
+    endpoint_type: str = "completions"  # or "chat": the server applies its own chat template to the text
 
 
 @dataclass
@@ -40,6 +45,7 @@ class LevelLog:
     records: list[RequestRecord]
     duration_s: float  # from the first measured request sent to the last one answered
     stopped_by_time: bool  # the time bound ended the level before every request was sent
+    speculation: dict | None = None  # the server's speculative counters over the measured requests (metrics.py)
 
 
 def arrival_times(rate: float, burstiness: float, count: int, seed: int) -> np.ndarray:
@@ -88,19 +94,25 @@ async def open_loop(send: Callable, arrivals: np.ndarray, max_concurrency: int |
 
 async def drive(base_url: str, level: Level, workload: Workload, requests: int, warmup: int, seconds: float,
                 max_concurrency: int | None = None, burstiness: float = 1.0, model: str | None = None,
-                on_answer: Callable[[], None] | None = None) -> LevelLog:
+                on_answer: Callable[[], None] | None = None, headers: dict[str, str] | None = None,
+                request_timeout: float | None = None) -> LevelLog:
     """Warm the server up, then measure one level: every request's record, the level's duration;
-    `on_answer` is called as each measured request ends."""
-    # a request may take as long as the level: the time bound stops new requests, not ones in flight
-    async with session(timeout_s=seconds + 600) as client:
+    `on_answer` is called as each measured request ends. A request not answered within `request_timeout`
+    seconds fails; without one it may take as long as the level and ten minutes more (the time bound stops
+    new requests, not ones in flight)."""
+    timeout_s = request_timeout or seconds + 600
+    # the prompts after the warm-up's; all of them where a caller allowing repeats has no more (tune's few)
+    measured = workload.prompts[warmup:] or workload.prompts
+    async with session(headers or {}) as client:
         model = model or await served_model(client, base_url)
         origin, measuring = 0.0, False
 
         async def send(index: int) -> RequestRecord:
-            prompt_id, prompt = workload.prompts[index % len(workload.prompts)]
-            record = RequestRecord(index, prompt_id, sent=time.perf_counter() - origin)
-            await stream_completion(client, base_url, model, prompt, workload.max_tokens, workload.temperature,
-                                    workload.seed + index, record, workload.ignore_eos)
+            prompt = measured[index % len(measured)] if measuring else workload.prompts[index % len(workload.prompts)]
+            record = RequestRecord(index, prompt.id, sent=time.perf_counter() - origin)
+            path, body = request_body(workload.endpoint_type, model, prompt, workload.max_tokens,
+                                      workload.temperature, workload.seed + index, workload.ignore_eos)
+            await stream_completion(client, base_url, path, body, record, timeout_s)
             if measuring and on_answer:
                 on_answer()
             return record
@@ -114,8 +126,11 @@ async def drive(base_url: str, level: Level, workload: Workload, requests: int, 
         if warmup:
             origin = time.perf_counter()
             await shape(warmup, origin + seconds)
+        before = await metrics.scrape(base_url, headers or {})
         origin, measuring = time.perf_counter(), True
         records = await shape(requests, origin + seconds)
+        after = await metrics.scrape(base_url, headers or {})
         ends = [r.sent + (r.e2e or 0.0) for r in records]
         duration = max(ends, default=0.0) - min((r.sent for r in records), default=0.0)
-        return LevelLog(records, duration, stopped_by_time=len(records) < requests)
+        speculation = metrics.speculation(before, after, sum(r.output_tokens for r in records))
+        return LevelLog(records, duration, len(records) < requests, speculation)

@@ -3,7 +3,11 @@
 vLLM counts drafts (verify steps that carried drafts), draft tokens, accepted tokens and accepted tokens
 per draft position (vllm/v1/spec_decode/metrics.py); the level's figures are the differences of the
 counters after and before it: tau = 1 + accepted / drafts (the bonus token included) and, per position
-k, accepted-at-k / drafts, the per-position acceptance vLLM's own documentation derives. SGLang exports
+k, accepted-at-k / drafts, the per-position acceptance vLLM's own documentation derives. vLLM counts a
+draft only where a step proposed one, so its tau is per drafting step; a method that often proposes
+nothing (ngram without a match) reads much higher than `run`'s tau, which counts every forward. So the
+level also gets tokens_per_step = output tokens / forwards, each forward committing one token and the
+drafts it accepted (forwards = tokens - accepted), as `run` counts them. SGLang exports
 gauges of the mean accepted length instead (`sglang:spec_accept_length`), read as they stand after the
 level. A server with neither has no speculative figures.
 """
@@ -45,9 +49,9 @@ def parse(text: str) -> dict[str, Any]:
     return found
 
 
-async def scrape(base_url: str) -> dict[str, Any]:
+async def scrape(base_url: str, headers: dict[str, str]) -> dict[str, Any]:
     """parse() of the server's /metrics; empty when it has none."""
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as client:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30), headers=headers) as client:
         try:
             async with client.get(f"{base_url}/metrics") as response:
                 if response.status != 200:
@@ -57,8 +61,9 @@ async def scrape(base_url: str) -> dict[str, Any]:
             return {}
 
 
-def speculation(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any] | None:
-    """The level's tau and per-position acceptance from the counters before and after it; None without any."""
+def speculation(before: dict[str, Any], after: dict[str, Any], output_tokens: int) -> dict[str, Any] | None:
+    """The level's tau, tokens per step and per-position acceptance from the counters before and after it
+    and the `output_tokens` its requests received; None without any."""
     if "drafts" in after:
         drafts = after["drafts"] - before.get("drafts", 0.0)
         accepted = after["accepted"] - before.get("accepted", 0.0)
@@ -67,6 +72,7 @@ def speculation(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]
         positions = [v - (old[k] if k < len(old) else 0.0) for k, v in enumerate(after.get("by_position", []))]
         return {"source": "vllm", "drafts": int(drafts), "draft_tokens": int(drafted), "accepted": int(accepted),
                 "tau": 1 + accepted / drafts if drafts else None,
+                "tokens_per_step": output_tokens / (output_tokens - accepted) if output_tokens > accepted else None,
                 "draft_efficiency": accepted / drafted if drafted else None,
                 "acceptance_by_position": [v / drafts for v in positions] if drafts else []}
     if "sglang_accept_length" in after and math.isfinite(after["sglang_accept_length"]):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -37,10 +37,11 @@ class ServeRun:
     def __init__(self, path: Path, meta: dict[str, Any]):
         self.path = Path(path)
         self.meta = meta
+        self.headers: dict[str, str] = {}  # the endpoints' credentials, given again on resume, never written
 
     @property
     def config(self) -> ServeConfig:
-        return ServeConfig.from_json(self.meta["config"])
+        return replace(ServeConfig.from_json(self.meta["config"]), headers=self.headers)
 
     @property
     def strategies(self) -> list[str]:
@@ -52,6 +53,7 @@ class ServeRun:
         run = cls(path, {"status": "incomplete", "kind": "serve", "model": model, "suite": suite, "started": _now(),
                          "finished": None, "strategies": strategies, "levels": [lv.key for lv in config.levels],
                          "config": config.as_json(), "notes": []})
+        run.headers = config.headers
         run.save()
         return run
 

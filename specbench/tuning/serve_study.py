@@ -68,7 +68,7 @@ class ServedPlan:
 
     @property
     def requests(self) -> int:
-        return self.serve.requests_at(self.level, len(self.work.prompts))
+        return self.serve.requests_at(self.level)
 
     @property
     def objective(self) -> str:
@@ -89,8 +89,8 @@ class ServedPlan:
                   log: Path) -> tuple[list[RequestRecord], float, dict[str, Any] | None]:
         """One level on a server started for it and stopped after: the records, the duration, the speculation."""
         with Server(name, arguments, log, self.serve.start_timeout) as server:
-            measured, speculation = measure(server.url, self.level, self.work, self.serve, self.requests)
-        return measured.records, measured.duration_s, speculation
+            measured = measure(server.url, self.level, self.work, self.serve, self.requests)
+        return measured.records, measured.duration_s, measured.speculation
 
 
 def plan_served(config: TuneConfig, spec: StrategyName) -> ServedPlan:
@@ -99,14 +99,14 @@ def plan_served(config: TuneConfig, spec: StrategyName) -> ServedPlan:
     run = dataclasses.replace(config.measured_plan.config, strategies=[spec.name])
     serve = ServeConfig(run=run, concurrency=[load.concurrency] if load.concurrency is not None else [],
                         request_rates=[load.request_rate] if load.request_rate is not None else [],
-                        slo=config.slo).validate()
+                        slo=config.slo, repeat_prompts=True).validate()
     target_loader = cache(lambda: load_target_for(serve))
     server_arguments(run, target_loader)  # a strategy vLLM cannot run is refused before any study is touched
     space = study_space(spec, None, run.knobs, run.controller, "vllm")
     work = workload(serve)
     identity = {**studies.question(config, spec), "space": space.space.fingerprint(),
                 "space_text": space.space.describe(), "model": str(model_path(run.model)),
-                "prompts": [prompt_id for prompt_id, _ in work.prompts]}
+                "prompts": [prompt.id for prompt in work.prompts]}
     return ServedPlan(spec, serve, work, space, identity, target_loader)
 
 

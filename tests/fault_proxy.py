@@ -1,0 +1,99 @@
+"""A small HTTP proxy on 127.0.0.1 in front of a real server that injects one fault at a time.
+
+Every request is passed on as it came (headers included) and its answer streamed back chunk by chunk,
+except where `fault` is set: completions after the first `after` get it ("500": an HTTP 500 instead;
+"reset": the connection closed after two chunks of the stream; "stall": no chunk after the second for
+`stall_s`; "slow_first_byte": `delay_s` before the answer starts); "dead" closes every connection on
+every path at once, as an endpoint whose process is gone, and "unknown_model" lists a model that is not
+on this machine at /v1/models, as a remote server does. `seen` records each request's path and headers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+
+import aiohttp
+from aiohttp import web
+
+HOP_HEADERS = {"host", "content-length", "transfer-encoding", "connection"}
+
+
+class FaultProxy:
+    def __init__(self, upstream: str):
+        self.upstream = upstream
+        self.fault: str | None = None
+        self.after = 0
+        self.stall_s = 60.0
+        self.delay_s = 1.0
+        self.completions = 0
+        self.seen: list[tuple[str, dict[str, str]]] = []
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def set(self, fault: str | None, after: int = 0) -> None:
+        self.fault, self.after, self.completions = fault, after, 0
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        self.seen.append((request.path, dict(request.headers)))
+        if self.fault == "dead":
+            request.transport.close()
+            return web.Response()
+        if self.fault == "unknown_model" and request.path == "/v1/models":
+            return web.json_response({"object": "list", "data": [{"id": "remote-org/not-here", "root": "not-here"}]})
+        body = await request.read()
+        faulty = None
+        if request.path.endswith("completions"):
+            self.completions += 1
+            faulty = self.fault if self.completions > self.after else None
+        if faulty == "500":
+            return web.Response(status=500, text="injected server error")
+        if faulty == "slow_first_byte":
+            await asyncio.sleep(self.delay_s)
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
+        async with self.session.request(request.method, self.upstream + request.path_qs, headers=headers,
+                                        data=body) as answer:
+            response = web.StreamResponse(status=answer.status,
+                                          headers={"Content-Type": answer.headers.get("Content-Type", "text/plain")})
+            await response.prepare(request)
+            chunks = 0
+            async for chunk in answer.content.iter_any():
+                await response.write(chunk)
+                chunks += 1
+                if faulty == "reset" and chunks >= 2:
+                    request.transport.close()
+                    return response
+                if faulty == "stall" and chunks >= 2:
+                    await asyncio.sleep(self.stall_s)
+            await response.write_eof()
+            return response
+
+    async def serve(self) -> None:
+        self.session = aiohttp.ClientSession()
+        app = web.Application()
+        app.router.add_route("*", "/{path:.*}", self.handle)
+        self.runner = web.AppRunner(app, handler_cancellation=True)
+        await self.runner.setup()
+        await web.TCPSite(self.runner, "127.0.0.1", self.port).start()
+
+    async def close(self) -> None:
+        await self.runner.cleanup()
+        await self.session.close()
+
+    def __enter__(self) -> FaultProxy:
+        self.thread.start()
+        asyncio.run_coroutine_threadsafe(self.serve(), self.loop).result(timeout=30)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        asyncio.run_coroutine_threadsafe(self.close(), self.loop).result(timeout=60)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=10)
