@@ -84,3 +84,19 @@ def test_every_trainable_strategy_end_to_end(strategy, tiny_model_dir, prompts, 
                     "--limit", 2, "--max-new-tokens", 8, "--out", tmp_path, "--json", "--warmup", 0)
     assert result.exit_code == 0, result.output
     assert [r["mismatches"] for r in json.loads(result.stdout)["results"]] == [0, 0, 0]
+
+
+def test_train_on_instructions_the_target_writes(tiny_model_dir, prompts, tmp_path):
+    """--synthesise: the corpus recipe of `specbench prepare` (written forms fill in where a model writes no
+    instruction of its own), a draft vocabulary, held-out decodes; exactly one source of prompts."""
+    out = tmp_path / "dflash"
+    result = invoke("train", "--strategy", "dflash", "--model", tiny_model_dir, "--synthesise", 4, "--out", out,
+                    "--steps", 3, "--batch-size", 2, "--max-new-tokens", 8, "--set", "dflash.draft_vocab=64")
+    assert result.exit_code == 0, result.output
+    assert "dflash drafter" in result.output and json.loads((out / "config.json").read_text())
+    result = invoke("run", "--model", tiny_model_dir, "--drafter", out, "--strategy", "dflash", "--limit", 2,
+                    "--max-new-tokens", 8, "--out", tmp_path, "--json", "--warmup", 0)
+    assert result.exit_code == 0 and [r["mismatches"] for r in json.loads(result.stdout)["results"]] == [0, 0]
+    for extra in ([], ["--prompts", prompts, "--synthesise", 4]):
+        result = invoke("train", "--strategy", "dflash", "--model", tiny_model_dir, "--out", tmp_path / "x", *extra)
+        assert result.exit_code == 2 and "one of the two" in result.output, result.output

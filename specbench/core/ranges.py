@@ -85,6 +85,7 @@ RANGES: dict[str, Range] = {
     # train
     "--steps": _at_least(1),
     "--lr": Range(0, open_low=True),
+    "--synthesise": _at_least(0, "0: off"),
     # prepare
     "--prompts": _at_least(1),
     "--answer-tokens": _at_least(1),

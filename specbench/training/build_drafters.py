@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import shutil
 import time
-import zlib
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Callable
 
 import torch
@@ -31,14 +29,13 @@ from specbench.model_source import DRAFT, DRAFTERS, KnownModel, preparable
 from specbench.models import fingerprint, load_target, resolve_device
 from specbench.strategies.knobs import make_options
 from specbench.strategies.registry import definition
-from specbench.training.corpus import Corpus, CorpusSettings, build_corpus
-from specbench.training.distill import DistillSequence, hidden_states, pick_layers
-from specbench.training.held_out import held_out
+from specbench.training.corpus import CorpusSettings, build_corpus
+from specbench.training.distill import features, pick_layers, split
+from specbench.training.held_out import evaluator
 from specbench.training.reporter import Reporter
 from specbench.training.trainer import train
 
 BUILD = "BUILD.json"  # in the model's drafters/ directory: how each drafter was made
-HELD_OUT_EVERY = 64  # one corpus prompt in this many is kept out of training (chosen by a hash of its ids)
 
 
 @dataclass(frozen=True)
@@ -118,20 +115,13 @@ def prepare_model(name: str, settings: BuildSettings = BuildSettings(), only: tu
         for strategy, model in models.items():
             started = time.time()
             evaluations: list[dict] = []
-
-            def evaluate(step: int, path: Path, strategy=strategy, evaluations=evaluations) -> None:
-                result = held_out(target, strategy, options[strategy], path, evaluation[:settings.held_out],
-                                  settings.held_out_tokens)
-                evaluations.append({"step": step, "tau": round(result.tau, 3),
-                                    "acceptance": [round(a, 3) for a in result.acceptance]})
-                report.say(f"{strategy} step {step}: {result.line()}")
-
+            evaluate = evaluator(target, strategy, options[strategy], evaluation[:settings.held_out],
+                                 settings.held_out_tokens, report, evaluations)
             losses = train(model, pick_layers(sequences, layers, tuple(model.hidden_layers)),
                            known.drafter_dir(strategy), strategy, mark, settings.steps, settings.batch_size,
                            settings.draft_lr if strategy == DRAFT else settings.lr, settings.max_len, settings.seed,
                            on_step=_loss(report, f"train {strategy}", settings.steps), decay=True,
-                           evaluate=evaluate if settings.held_out and evaluation else None,
-                           evaluate_every=settings.evaluate_every)
+                           evaluate=evaluate, evaluate_every=settings.evaluate_every)
             done.seconds[strategy] = round(time.time() - started)
             _record(known, strategy, settings, losses, model, done.seconds[strategy], len(sequences), evaluations)
             done.built.append(strategy)
@@ -167,40 +157,6 @@ def _installed(known: KnownModel, strategy: str) -> bool:
     """The drafter in the model's home was installed from what specbench ships, not built there."""
     path = known.home / "drafters" / BUILD
     return path.is_file() and "installed_from" in read_json(path, "build record").get(strategy, {})
-
-
-def split(corpus: Corpus) -> tuple[Corpus, list[list[int]]]:
-    """The training part of `corpus` and the held-out prompts: one in HELD_OUT_EVERY, by a hash of its ids,
-    so that a corpus grown by more chunks keeps the same prompts out."""
-    training, held = Corpus([], []), []
-    for prompt, answer in zip(corpus.prompts, corpus.answers):
-        if zlib.crc32(str(prompt).encode()) % HELD_OUT_EVERY == 0:
-            held.append(prompt)
-        else:
-            training.prompts.append(prompt)
-            training.answers.append(answer)
-    return training, held
-
-
-def features(target, corpus: Corpus, layers: tuple[int, ...], work: Path, batch: int, mark: str,
-             progress: Callable[[int, int], None]) -> list[DistillSequence]:
-    """Each prompt and answer with the target's hidden states of `layers`, computed `batch` sequences at a
-    time into work/features-NNNN.pt; saved chunks made from the same ids are read back."""
-    work.mkdir(parents=True, exist_ok=True)
-    sequences: list[DistillSequence] = []
-    for index, start in enumerate(range(0, len(corpus), batch)):
-        ids = [p + a for p, a in zip(corpus.prompts[start:start + batch], corpus.answers[start:start + batch])]
-        starts = [len(p) for p in corpus.prompts[start:start + batch]]
-        key = {"target": mark, "layers": list(layers), "ids": zlib.crc32(str(ids).encode())}
-        path = work / f"features-{index:04d}.pt"
-        saved = torch.load(path, weights_only=False) if path.is_file() else None
-        if saved is None or saved["key"] != key:
-            saved = {"key": key, "sequences": hidden_states(target, ids, starts, layers)}
-            with atomic_path(path) as tmp:
-                torch.save(saved, tmp)
-        sequences += saved["sequences"]
-        progress(len(sequences), len(corpus))
-    return sequences
 
 
 def _phase(report: Reporter, phase: str) -> Callable[[int, int], None]:

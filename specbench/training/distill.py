@@ -8,14 +8,20 @@ through its frozen LM head (so no vocabulary-sized tensor is stored).
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import torch
 
+from specbench.core.files import atomic_path
 from specbench.engine.batch import generate_batch
 from specbench.models import Target, encode_turns
 from specbench.strategies.trainable import DistillBatch
+from specbench.training.corpus import Corpus
+
+HELD_OUT_EVERY = 64  # one corpus prompt in this many is kept out of training (chosen by a hash of its ids)
 
 
 @dataclass
@@ -87,3 +93,37 @@ def make_batch(sequences: list[DistillSequence], max_len: int, device: torch.dev
         mask[row, max(0, s.answer_start - begin):n] = True
         attention[row, :n] = True
     return DistillBatch(ids.to(device), hidden.to(device), mask.to(device), attention.to(device))
+
+
+def split(corpus: Corpus) -> tuple[Corpus, list[list[int]]]:
+    """The training part of `corpus` and the held-out prompts: one in HELD_OUT_EVERY, by a hash of its ids,
+    so that a corpus grown by more chunks keeps the same prompts out."""
+    training, held = Corpus([], []), []
+    for prompt, answer in zip(corpus.prompts, corpus.answers):
+        if zlib.crc32(str(prompt).encode()) % HELD_OUT_EVERY == 0:
+            held.append(prompt)
+        else:
+            training.prompts.append(prompt)
+            training.answers.append(answer)
+    return training, held
+
+
+def features(target, corpus: Corpus, layers: tuple[int, ...], work: Path, batch: int, mark: str,
+             progress: Callable[[int, int], None]) -> list[DistillSequence]:
+    """Each prompt and answer with the target's hidden states of `layers`, computed `batch` sequences at a
+    time into work/features-NNNN.pt; saved chunks made from the same ids are read back."""
+    work.mkdir(parents=True, exist_ok=True)
+    sequences: list[DistillSequence] = []
+    for index, start in enumerate(range(0, len(corpus), batch)):
+        ids = [p + a for p, a in zip(corpus.prompts[start:start + batch], corpus.answers[start:start + batch])]
+        starts = [len(p) for p in corpus.prompts[start:start + batch]]
+        key = {"target": mark, "layers": list(layers), "ids": zlib.crc32(str(ids).encode())}
+        path = work / f"features-{index:04d}.pt"
+        saved = torch.load(path, weights_only=False) if path.is_file() else None
+        if saved is None or saved["key"] != key:
+            saved = {"key": key, "sequences": hidden_states(target, ids, starts, layers)}
+            with atomic_path(path) as tmp:
+                torch.save(saved, tmp)
+        sequences += saved["sequences"]
+        progress(len(sequences), len(corpus))
+    return sequences

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from specbench.engine.decode import generate
 from specbench.strategies.controllers import CONTROLLERS
 from specbench.strategies.registry import definition
+from specbench.training.reporter import Reporter
 
 
 @dataclass(frozen=True)
@@ -42,3 +43,19 @@ def held_out(target, strategy: str, options: Any, drafter_dir: Path, prompts: li
         for k, count in enumerate(out.accept_by_position):
             accepted[k] += count
     return HeldOut(tokens / max(steps, 1), tuple(a / max(drafts, 1) for a in accepted))
+
+
+def evaluator(target, strategy: str, options: Any, prompts: list[list[int]], max_new_tokens: int, report: Reporter,
+              record: list[dict]) -> Callable[[int, Path], None] | None:
+    """The trainer's `evaluate`: the drafter saved at a step decoded on `prompts`, said and kept in `record`
+    (None without prompts)."""
+    if not prompts:
+        return None
+
+    def evaluate(step: int, drafter_dir: Path) -> None:
+        result = held_out(target, strategy, options, drafter_dir, prompts, max_new_tokens)
+        record.append({"step": step, "tau": round(result.tau, 3),
+                       "acceptance": [round(a, 3) for a in result.acceptance]})
+        report.say(f"{strategy} step {step}: {result.line()}")
+
+    return evaluate

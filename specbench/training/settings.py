@@ -31,8 +31,9 @@ def partial_dir(out_dir: Path) -> Path:
 @dataclass(kw_only=True)
 class TrainSettings(DecodeSettings):
     strategy: str
-    prompts: str  # suite name or file
+    prompts: str | None  # suite name or file
     out_dir: Path
+    synthesise: int = 0  # or: this many instructions the target writes itself (Magpie), and its answers
     limit: int | None = None  # every prompt
     max_new_tokens: int = 128  # the length of the target's regenerated answers
     steps: int = 300
@@ -40,17 +41,21 @@ class TrainSettings(DecodeSettings):
     lr: float = 1e-3
     force: bool = False  # replace a drafter of another strategy, discard an unfinished training of other settings
 
-    def check(self) -> Suite:
-        """Every check that needs no torch; the selected training prompts."""
+    def check(self) -> Suite | None:
+        """Every check that needs no torch; the selected training prompts (None: the target writes them)."""
         if self.strategy not in DRAFTER_NAMES:
             raise SpecbenchError(f"unknown strategy {self.strategy!r}; known: {', '.join(DRAFTER_NAMES)}")
         check_ranges({"--steps": self.steps, "--batch-size": self.batch_size, "--lr": self.lr,
-                      "--max-new-tokens": self.max_new_tokens, "--limit": self.limit, "--seed": self.seed})
+                      "--max-new-tokens": self.max_new_tokens, "--limit": self.limit, "--seed": self.seed,
+                      "--synthesise": self.synthesise})
+        if bool(self.prompts) == bool(self.synthesise):
+            raise SpecbenchError("give the training prompts with --prompts FILE, or --synthesise N to have the "
+                                 "target write N instructions itself; one of the two")
         check_device(self.device)
         other = sorted(set(self.knobs) - {self.strategy})
         if other:
             raise SpecbenchError(f"--set for {', '.join(other)} does not apply to training {self.strategy}")
-        suite = select(load_suite(self.prompts), limit=self.limit or None)  # 0: every prompt, as in run
+        suite = select(load_suite(self.prompts), limit=self.limit or None) if self.prompts else None  # 0: all
         model_path(self.model)
         self._check_out_dir()
         self._check_unfinished()

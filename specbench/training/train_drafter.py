@@ -1,4 +1,5 @@
-"""`specbench train`: self-distil a drafter from a target over a prompt suite."""
+"""`specbench train`: self-distil a drafter from a target, over a prompt suite or over instructions the
+target writes itself (training/corpus.py, the recipe `specbench prepare` uses, held-out decodes included)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,14 @@ from specbench.core.files import atomic_path
 from specbench.models import fingerprint, load_target, resolve_device, resolve_dtype
 from specbench.strategies.knobs import make_options
 from specbench.strategies.registry import definitions
-from specbench.training.distill import collect
+from specbench.training.corpus import CorpusSettings, build_corpus
+from specbench.training.distill import DistillSequence, collect, features, split
+from specbench.training.held_out import evaluator
 from specbench.training.reporter import Reporter
 from specbench.training.settings import TrainSettings, partial_dir
 from specbench.training.trainer import train
+
+HELD_OUT = 16  # held-out prompts decoded as a synthesised training goes
 
 
 @dataclass
@@ -27,6 +32,7 @@ class TrainResult:
     prompts: int
     first_loss: float
     final_loss: float
+    held_out: dict | None = None  # the last held-out decode (step, tau, acceptance): with --synthesise
 
 
 def trainable_strategies() -> list[str]:
@@ -51,8 +57,41 @@ def train_drafter(settings: TrainSettings, report: Reporter = Reporter()) -> Tra
     work = partial_dir(settings.out_dir)
     if settings.unfinished_differs():  # only reached with --force: check() refuses it otherwise
         shutil.rmtree(work)
+    mark = fingerprint(target.model)
+    evaluations: list[dict] = []
+    if suite is None:
+        settings.record()
+        corpus = build_corpus(target, work, CorpusSettings(samples=settings.synthesise,
+                                                           answer_tokens=settings.max_new_tokens,
+                                                           chunk=min(CorpusSettings.chunk, settings.synthesise),
+                                                           seed=settings.seed),
+                              mark, lambda done, total: report.progress("corpus", done, total, ""))
+        training, evaluation = split(corpus)
+        sequences = features(target, training, drafter.hidden_layers, work, CorpusSettings.chunk, mark,
+                             lambda done, total: report.progress("features", done, total, ""))
+        evaluate = evaluator(target, strategy, options, evaluation[:HELD_OUT], settings.max_new_tokens, report,
+                             evaluations)
+    else:
+        sequences, evaluate = answers(target, suite, drafter.hidden_layers, settings, work, report), None
+    steps = settings.steps
+    try:
+        losses = train(drafter, sequences, settings.out_dir, strategy, mark, steps, settings.batch_size,
+                       settings.lr, seed=settings.seed, decay=True, evaluate=evaluate,
+                       on_step=lambda s, loss: report.progress("train", s, steps, f"loss {loss:.3f}"))
+    except Interrupted as exc:
+        raise Interrupted(work, f"kept in {work}: the target's answers to {len(sequences)} prompts and "
+                                f"{exc.kept}") from exc
+    except KeyboardInterrupt as exc:  # before the first step
+        raise Interrupted(work, f"kept in {work}: the target's answers to {len(sequences)} prompts") from exc
+    return TrainResult(Path(settings.out_dir), strategy, steps, len(sequences), losses[0],
+                       sum(losses[-10:]) / len(losses[-10:]), evaluations[-1] if evaluations else None)
+
+
+def answers(target, suite, layers: tuple[int, ...], settings: TrainSettings, work: Path,
+            report: Reporter) -> list[DistillSequence]:
+    """The target's answers to the suite's prompts with its hidden states, cached in work/distill.pt."""
     cache = work / "distill.pt"
-    key = {"prompts": [list(i.turns) for i in suite.items], "layers": list(drafter.hidden_layers),
+    key = {"prompts": [list(i.turns) for i in suite.items], "layers": list(layers),
            "max_new_tokens": settings.max_new_tokens, "target": fingerprint(target.model)}
     sequences = None
     if cache.exists():
@@ -66,19 +105,8 @@ def train_drafter(settings: TrainSettings, report: Reporter = Reporter()) -> Tra
             done += 1
             report.progress("distil", done, len(suite.items), "")
 
-        sequences = collect(target, key["prompts"], drafter.hidden_layers, settings.max_new_tokens, tick)
+        sequences = collect(target, key["prompts"], layers, settings.max_new_tokens, tick)
         settings.record()
         with atomic_path(cache) as tmp:
             torch.save({"key": key, "sequences": sequences}, tmp)
-    steps = settings.steps
-    try:
-        losses = train(drafter, sequences, settings.out_dir, strategy, key["target"], steps, settings.batch_size,
-                       settings.lr, seed=settings.seed,
-                       on_step=lambda s, loss: report.progress("train", s, steps, f"loss {loss:.3f}"))
-    except Interrupted as exc:
-        raise Interrupted(work, f"kept in {work}: the target's answers to {len(sequences)} prompts and "
-                                f"{exc.kept}") from exc
-    except KeyboardInterrupt as exc:  # before the first step
-        raise Interrupted(work, f"kept in {work}: the target's answers to {len(sequences)} prompts") from exc
-    return TrainResult(Path(settings.out_dir), strategy, steps, len(sequences), losses[0],
-                       sum(losses[-10:]) / len(losses[-10:]))
+    return sequences
