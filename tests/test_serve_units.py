@@ -15,7 +15,7 @@ from specbench.serving.client import RequestRecord
 from specbench.serving.load import arrival_times
 from specbench.serving.lossless import greedy_agreement
 from specbench.serving.metrics import parse, speculation
-from specbench.serving.schedule import capacity, crossover, vllm_schedule
+from specbench.serving.schedule import PAYS, STOPS, capacity, crossover, paying_until, speedup_verdict, vllm_schedule
 from specbench.serving.server import cli_arguments, last_error
 from specbench.serving.stats import against_baseline, level_summary
 
@@ -74,10 +74,13 @@ def test_open_loop_arrivals_are_seeded_poisson_and_burstier_below_one():
 
 
 def test_crossover_capacity_and_the_vllm_schedule():
-    assert crossover([(1, 1.8), (4, 1.2), (16, 0.9), (8, 1.0)]) == 8  # the lowest level at or below 1
-    assert crossover([(1, 1.3), (4, 1.1)]) is None
-    assert crossover([(1, None), (4, 0.7)]) is None  # no verdict at 1 (errors, or no ar): it may stop there
-    assert crossover([(1, 0.9), (4, None)]) == 1
+    assert speedup_verdict([1.1, 1.5]) == PAYS and speedup_verdict([0.7, 0.95]) == STOPS
+    assert speedup_verdict([0.9, 1.2]) is None and speedup_verdict(None) is None  # holds 1, or no ar
+    assert crossover([(1, PAYS), (4, PAYS), (16, STOPS), (8, STOPS)]) == 8  # the lowest level shown below 1
+    assert crossover([(1, PAYS), (4, PAYS)]) is None
+    assert crossover([(1, None), (4, STOPS)]) is None  # no verdict at 1 (errors, too few, no ar): it may stop there
+    assert crossover([(1, STOPS), (4, None)]) == 1
+    assert paying_until([(1, PAYS), (4, None), (8, STOPS)]) == 4 and paying_until([(1, PAYS)]) is None
     assert capacity([(1, True), (4, True), (8, False), (16, True)]) == 4  # up to where every level held
     assert capacity([(1, False), (4, True)]) is None
     spec = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3}
@@ -387,10 +390,45 @@ def test_a_speedup_whose_interval_holds_one_is_undecided(tmp_path):
     for strategy, records in (("ar", [record(i, 0.1, 0.1 + 0.02 * 3, 4) for i in range(8)]), ("ngram", halves)):
         run.write_level(strategy, Level(concurrency=1), records, complete=True, duration_s=1.0, stopped_by_time=False,
                         speculation=None)
-    result = summarise(run)
-    assert result.strategies["ngram"]["undecided"] == ["c1"]
-    assert any(line.startswith("ngram: at c1 the TPOT speedup's 95% interval holds 1")
-               for line in decisions(result.strategies, result.levels))
+    result = summarise(run, {"ngram": {"speculative_config": {"method": "ngram", "num_speculative_tokens": 4}}})
+    ngram = result.strategies["ngram"]
+    assert ngram["undecided"] == ["c1"] and ngram["crossover"] is None
+    assert ngram["vllm_speculative_config"] is None  # not shown to pay at 1: served without speculation
+    said = decisions(result.strategies, result.levels)
+    assert any(line.startswith("ngram: too small to decide at c1 (the TPOT speedup's 95% interval holds 1")
+               and line.endswith("where it stops paying is undecided") for line in said)
+    assert not any("pays" in line or "stops paying at" in line for line in said)
+
+
+def test_a_crossover_is_where_the_interval_lies_below_one(tmp_path):
+    """ngram pays at 1 (interval above 1), its point estimate is below 1 at 4 but its interval holds 1, and at
+    8 the interval lies below 1: 4 is too small to decide, so where it stops paying (4 or 8) is undecided, and
+    its schedule speculates below 4 only."""
+    from specbench.config import RunConfig
+    from specbench.output.serve_tables import decisions
+    from specbench.serving.config import Level, ServeConfig
+    from specbench.serving.run_dir import ServeRun
+    from specbench.serving.sweep import summarise
+
+    run = ServeRun.create(ServeConfig(RunConfig(strategies=["ngram"], out=str(tmp_path)), concurrency=[1, 4, 8]),
+                          ["ar", "ngram"], "m", "s")
+    ar = [record(i, 0.1, 0.1 + 0.02 * 3, 4) for i in range(8)]
+    ngram = {1: [record(i, 0.1, 0.1 + 0.01 * 3, 4) for i in range(8)],
+             4: [record(i, 0.1, 0.1 + (0.01 if i % 2 else 0.05) * 3, 4) for i in range(8)],  # 0.89, holds 1
+             8: [record(i, 0.1, 0.1 + 0.04 * 3, 4) for i in range(8)]}
+    for concurrency, records in ngram.items():
+        for strategy, written in (("ar", ar), ("ngram", records)):
+            run.write_level(strategy, Level(concurrency=concurrency), written, complete=True, duration_s=1.0,
+                            stopped_by_time=False, speculation=None)
+    result = summarise(run, {"ngram": {"speculative_config": {"method": "ngram", "num_speculative_tokens": 4}}})
+    c4 = next(e for e in result.levels if e["strategy"] == "ngram" and e["level"] == "c4")
+    assert c4["tpot_speedup"] < 1 < c4["tpot_speedup_ci"][1]
+    figures = result.strategies["ngram"]
+    assert figures["crossover"] is None and figures["undecided"] == ["c4"]
+    assert figures["vllm_speculative_config"]["num_speculative_tokens_per_batch_size"] == [[1, 3, 4], [4, 4, 0]]
+    said = decisions(result.strategies, result.levels)
+    assert any(line.startswith("ngram: too small to decide at c4") and line.endswith("is undecided") for line in said)
+    assert not any("still pays" in line or "stops paying at" in line for line in said)
 
 
 def test_resume_takes_no_other_option_and_refuses_a_complete_run(tmp_path):

@@ -87,13 +87,15 @@ def decisions(strategies: dict[str, dict[str, Any]], levels: list[dict[str, Any]
             if at.get("tpot_speedup") is not None:
                 low, high = at["tpot_speedup_ci"]
                 there = f" (TPOT speedup {at['tpot_speedup']:.2f}, 95% CI {low:.2f}-{high:.2f})"
+            undecided = figures.get("undecided") or []
             if stops is not None:
                 lines.append(f"{name}: stops paying at concurrency {stops}{there}")
-            elif not failed and all(e.get("tpot_speedup") is not None for e in own):
+            elif not failed and not undecided and all(e.get("tpot_speedup") is not None for e in own):
                 lines.append(f"{name}: still pays at concurrency {highest}{there}, the highest measured")
-            if figures.get("undecided"):
-                lines.append(f"{name}: at {', '.join(figures['undecided'])} the TPOT speedup's 95% interval holds 1: "
-                             "too few requests there to tell paying from not (--requests)")
+            if undecided:
+                where = "" if stops is not None or failed else "; where it stops paying is undecided"
+                lines.append(f"{name}: too small to decide at {', '.join(undecided)} (the TPOT speedup's 95% interval "
+                             f"holds 1: too few requests to tell paying from not; --requests){where}")
     for name, figures in strategies.items():
         if "capacity" in figures:
             held = figures["capacity"]

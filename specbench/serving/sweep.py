@@ -244,18 +244,20 @@ def summarise(run: ServeRun, arguments: dict[str, dict[str, Any]] | None = None)
         own = [e for e in levels if e["strategy"] == strategy and e["concurrency"] is not None]
         failed = {e["level"]: e["errors"] + e.get("baseline_errors", 0) for e in levels
                   if e["strategy"] == strategy and e["errors"] + e.get("baseline_errors", 0)}
-        # a level where a request failed, its own or ar's, gives no verdict
-        stops = schedule.crossover([(e["concurrency"], None if e["level"] in failed else e.get("tpot_speedup"))
-                                    for e in own])
-        # where the speedup's 95% interval holds 1 the level's requests were too few to tell paying from not
-        undecided = [e["level"] for e in own if e["level"] not in failed and e.get("tpot_speedup") is not None
-                     and e["tpot_speedup_ci"][0] <= 1.0 <= e["tpot_speedup_ci"][1]]
+        # a level where a request failed, its own or ar's, gives no verdict; nor does one whose speedup's 95%
+        # interval holds 1: its requests were too few to tell paying from not
+        verdicts = [(e["concurrency"], None if e["level"] in failed else
+                     schedule.speedup_verdict(e.get("tpot_speedup_ci"))) for e in own]
+        undecided = [e["level"] for e, (_, verdict) in zip(own, verdicts)
+                     if verdict is None and e["level"] not in failed and e.get("tpot_speedup") is not None]
+        stops = schedule.crossover(verdicts)
         figures: dict[str, Any] = {"crossover": stops, "errors": failed, "undecided": undecided}
         if config.slo:
             figures["capacity"] = schedule.capacity([(e["concurrency"], e["slo_p99_met"]) for e in own])
         spec = (arguments or {}).get(strategy, {}).get("speculative_config")
         if spec and own and not failed:
-            figures["vllm_speculative_config"] = schedule.vllm_schedule(spec, None if stops is None else int(stops))
+            until = schedule.paying_until(verdicts)  # speculate only where it was shown to pay
+            figures["vllm_speculative_config"] = schedule.vllm_schedule(spec, None if until is None else int(until))
         result.strategies[strategy] = figures
     if config.slo and any(e["strategy"] == BASELINE and e["concurrency"] for e in levels):
         result.strategies[BASELINE] = {"capacity": schedule.capacity(
