@@ -45,7 +45,34 @@ def test_percentiles_and_goodput_of_a_known_log():
     assert summary["tok_s_per_user"] == pytest.approx(100.0)
     # met: requests 0, 1, 2 (TTFT 100, 200, 300 ms, TPOT 10 ms); request 3's TTFT and 4's TPOT miss; 5 failed
     assert summary["goodput_req_s"] == pytest.approx(1.5) and summary["slo_met"] == pytest.approx(0.5)
-    assert summary["slo_p99_met"] is False
+    low, high = summary["slo_met_ci"]  # 3 of 6: the exact interval
+    assert low == pytest.approx(0.1181, abs=1e-4) and high == pytest.approx(0.8819, abs=1e-4)
+
+
+def test_capacity_is_the_highest_load_where_the_share_of_requests_meeting_every_slo_is_shown():
+    """Per request: a level where one request misses TTFT and another TPOT has two misses, though each metric's
+    own p99 may pass. The share's exact 95% interval decides: 400 of 400 within it shows 0.99 (lower bound
+    0.025 ** (1 / 400) = 0.9908), 390 of 400 shows below it, 20 of 20 is too few to tell."""
+    from specbench.output.serve_tables import capacity_line, requests_to_show
+    from specbench.serving.sweep import capacity
+
+    def level(key, concurrency, good, total, errors=0):
+        records = [record(i, 0.1, 0.1 + (0.01 if i < good else 0.05) * 3, 4) for i in range(total)]
+        records += [record(total + i, 0.1, 0.2, 0, error="HTTP 500") for i in range(errors)]
+        return {"level": key, "concurrency": concurrency, **level_summary(records, 10.0, {"tpot": 20})}
+
+    held = [level("c1", 1, 400, 400), level("c2", 2, 400, 400), level("c4", 4, 390, 400)]
+    assert held[2]["slo_met_ci"][1] < 0.99 < held[0]["slo_met_ci"][0]
+    assert capacity(held, 0.99) == {"capacity": 2, "slo_share": 0.99, "capacity_undecided": []}
+    small = [level("c1", 1, 400, 400), level("c2", 2, 20, 20), level("c4", 4, 400, 400)]
+    figures = capacity(small, 0.99)
+    assert figures["capacity"] == 1 and figures["capacity_undecided"] == ["c2"]
+    assert requests_to_show(0.99) == 368 and requests_to_show(0.9) == 36
+    assert capacity_line("ngram", figures) == ("ngram: 99% of requests meet every SLO up to concurrency 1; too small "
+                                               "to decide at c2 (the share's 95% interval holds 99%: 368 requests all "
+                                               "within it would show it)")
+    failed = capacity([level("c1", 1, 400, 400, errors=1)], 0.9)  # a failed request: no verdict, not undecided
+    assert failed["capacity"] is None and failed["capacity_undecided"] == []
 
 
 def test_ratios_against_ar_pair_requests_by_index():
@@ -229,6 +256,8 @@ def test_a_failed_start_quotes_the_servers_last_error(tmp_path):
     (["--concurrency", "16", "--limit", "8"], "8 prompts for 66 distinct requests (2 warm-up, 64 at concurrency 16)"),
     (["--output-len", "8", "--max-new-tokens", "8"], "--output-len fixes every answer's length; drop --max-new-tokens"),
     (["--input-len", "0"], "--input-len must be"),
+    (["--slo-share", "0.9"], "--slo-share is the share of requests that must meet --slo: give --slo too"),
+    (["--slo", "tpot=50", "--slo-share", "1"], "--slo-share must be"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, message):
     result = runner.invoke(app, ["serve", *args, "--out", str(tmp_path / "out")])
@@ -248,9 +277,10 @@ def test_each_request_of_a_level_has_a_prompt_of_its_own():
     from specbench.serving.sweep import workload
 
     flags = dict.fromkeys(["strategy", "request_rate", "max_concurrency", "burstiness", "requests", "level_seconds",
-                           "request_timeout", "slo", "endpoint", "model", "drafter", "suite", "categories", "limit",
-                           "max_new_tokens", "temperature", "seed", "dtype", "device", "set", "engine_args", "out",
-                           "tokenizer", "endpoint_type", "repeat_prompts", "input_len", "output_len"])
+                           "request_timeout", "slo", "slo_share", "endpoint", "model", "drafter", "suite",
+                           "categories", "limit", "max_new_tokens", "temperature", "seed", "dtype", "device", "set",
+                           "engine_args", "out", "tokenizer", "endpoint_type", "repeat_prompts", "input_len",
+                           "output_len"])
     config = serve_config(**{**flags, "concurrency": "1,4,8", "warmup": 3, "output_len": 16})
     work = workload(config)
     assert config.prompts_needed == 3 + 32 and len({p.id for p in work.prompts}) == 35
@@ -333,8 +363,10 @@ def test_summary_pairs_levels_and_keeps_an_incomplete_one_visible(tmp_path):
     assert result.strategies["ngram"]["undecided"] == []  # every pair of requests alike: intervals of one point
     ngram = result.strategies["ngram"]
     assert ngram["errors"] == {"c4": 2} and "vllm_speculative_config" not in ngram
-    assert result.strategies["ngram"]["capacity"] == 1  # its TPOT p99 of 20 ms misses 15 ms at 4 (and it failed)
-    assert result.strategies["ar"]["capacity"] is None  # ar's TPOT is 20 ms at concurrency 1
+    # every request at 1 within 15 ms, but 4 are too few to show 99% of them; at 4 it failed
+    assert ngram["capacity"] is None and ngram["capacity_undecided"] == ["c1"]
+    assert result.strategies["ar"]["capacity"] is None  # ar's TPOT is 20 ms at concurrency 1: shown below
+    assert result.strategies["ar"]["capacity_undecided"] == ["c4"]  # all 4 within it: too few to show 99%
     assert any("ngram at c4: incomplete" in line for line in decisions(result.strategies, result.levels))
     assert run.measured("ngram", Level(concurrency=4)) is None  # resume measures it again
 

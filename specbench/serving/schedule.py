@@ -6,8 +6,12 @@ and the per-load setting that follows, in vLLM's own form.
   with a failed request or without `ar` to compare with.
 - crossover: the lowest measured closed-loop concurrency at which the strategy stops paying; None while
   it pays at every level measured, or where a level before it has no verdict.
-- capacity: the highest measured level up to which every level kept the p99 of each SLO metric within
-  its limit without errors (practitioners' write-ups: "holds P99 < 200 ms up to 8 concurrent requests").
+- capacity: the highest measured level up to which every level had at least a given share of its requests
+  meet every SLO at once (per-request goodput, as `vllm bench serve --goodput` counts a request good and
+  AIPerf's SLA search gates on good_request_fraction), decided by the share's 95% interval: a level holds
+  where the interval lies at or above the share, fails where it lies below, and is undecided otherwise or
+  where a request failed. Each metric's own p99 (`vllm bench sweep serve_sla`'s `p99_ttft_ms<=...`) lets
+  one request miss TTFT and another TPOT; a user is served well only by a request that meets all.
 - schedule: speculate with the strategy's own draft length below the first level where it is not shown
   to pay (its crossover, or a level without a verdict before it), not at all from there on, as vLLM's
   `num_speculative_tokens_per_batch_size` (concurrency stands in for the running batch size).
@@ -46,10 +50,21 @@ def paying_until(points: list[tuple[float, str | None]]) -> float | None:
     return next((x for x, verdict in sorted(points, key=lambda point: point[0]) if verdict != PAYS), None)
 
 
-def capacity(points: list[tuple[float, bool]]) -> float | None:
-    """The highest level up to which every level met the SLO; None when the lowest did not."""
+def share_verdict(interval: list[float | None] | None, share: float) -> bool | None:
+    """True where the 95% interval of the share of requests meeting the SLO lies at or above `share`, False
+    where it lies below, None where it holds `share` (too few requests to tell)."""
+    low, high = interval or (None, None)
+    if low is not None and low >= share:
+        return True
+    if high is not None and high < share:
+        return False
+    return None
+
+
+def capacity(points: list[tuple[float, bool | None]]) -> float | None:
+    """The highest level up to which every level held the SLO; None when the lowest did not or is undecided."""
     held = None
-    for x, met in sorted(points):
+    for x, met in sorted(points, key=lambda point: point[0]):
         if not met:
             break
         held = x

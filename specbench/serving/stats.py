@@ -2,11 +2,12 @@
 
 Per level, as `vllm bench serve` reports them: requests and errors, output tokens/s and requests/s over
 the level's duration, p50/p90/p99 of TTFT, TPOT, ITL (every gap between streamed chunks, pooled) and
-E2E in milliseconds, and goodput: requests/s that met every SLO given. Against `ar` at the same level
-the requests pair by index (the same prompt): the TPOT speedup is the geometric mean of per-request
-TPOT ratios (ar's over the strategy's) with a 95% bootstrap interval over requests; the throughput ratio
-is the levels' output tokens/s over ar's, its interval from the paired requests' per-user rates
-(tokens / E2E), which is what a closed loop's throughput is made of.
+E2E in milliseconds, and goodput: requests/s that met every SLO given, with the share of requests that
+did (failed ones among the requests, as AIPerf's good_request_fraction) and its exact 95% interval.
+Against `ar` at the same level the requests pair by index (the same prompt): the TPOT speedup is the
+geometric mean of per-request TPOT ratios (ar's over the strategy's) with a 95% bootstrap interval over
+requests; the throughput ratio is the levels' output tokens/s over ar's, its interval from the paired
+requests' per-user rates (tokens / E2E), which is what a closed loop's throughput is made of.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import math
 from typing import Any
 
 import numpy as np
-from scipy.stats import bootstrap
+from scipy.stats import binomtest, bootstrap
 
 from specbench.measure.stats import geometric_mean_ci
 from specbench.serving.client import RequestRecord
@@ -64,9 +65,16 @@ def level_summary(records: list[RequestRecord], duration_s: float, slo: dict[str
         good = sum(meets_slo(r, slo) for r in records)
         summary["goodput_req_s"] = good / duration_s if duration_s > 0 else None
         summary["slo_met"] = good / len(records) if records else None
-        summary["slo_p99_met"] = all(summary[f"{key}_ms"]["p99"] is not None and summary[f"{key}_ms"]["p99"] <= limit
-                                     for key, limit in slo.items()) and not summary["errors"]
+        summary["slo_met_ci"] = share_interval(good, len(records))
     return summary
+
+
+def share_interval(hits: int, trials: int) -> list[float | None]:
+    """The exact (Clopper-Pearson) 95% interval of a share of `hits` in `trials`; [None, None] without trials."""
+    if not trials:
+        return [None, None]
+    interval = binomtest(hits, trials).proportion_ci(confidence_level=0.95, method="exact")
+    return [float(interval.low), float(interval.high)]
 
 
 def paired(records: list[RequestRecord], baseline: list[RequestRecord]) -> list[tuple[RequestRecord, RequestRecord]]:
