@@ -75,6 +75,36 @@ def test_capacity_is_the_highest_load_where_the_share_of_requests_meeting_every_
     assert failed["capacity"] is None and failed["capacity_undecided"] == []
 
 
+def test_the_steady_state_leaves_out_ramp_up_and_cooldown():
+    """A closed loop of 2 clients, 8 requests: 0 and 1 arrive together on an empty server (ramp-up, their
+    TTFT 500 ms), client A's requests take 1 s and B's 1.5 s; A sends the last (7) at 4 s and B's answer to 5
+    at 4.5 s leaves B without work, so 7 ran while the load drained. An open loop of requests every 0.5 s,
+    1.2 s each, fills up until the first answer (1.2 s) and drains after the last arrival (3.5 s)."""
+    from specbench.serving.window import steady_state
+
+    def timed(index, sent, e2e, ttft=0.1):
+        return RequestRecord(index, f"p{index}", sent=sent, ttft=ttft, e2e=e2e, output_tokens=10, itl=[0.01] * 9)
+
+    free = {1.0: 0.0, 1.5: 0.0}  # each client's request time -> when it is next free
+    closed = []
+    for index in range(8):  # the next request goes to the client free first, just after its last answer
+        e2e = min(free, key=free.get)
+        sent = free[e2e] + (0.001 if free[e2e] else 0.0)
+        closed.append(timed(index, sent, e2e, ttft=0.5 if sent == 0.0 else 0.1))
+        free[e2e] = sent + e2e
+    assert [r.index for r in steady_state(closed)] == [2, 3, 4, 5, 6]
+    summary = level_summary(closed, 4.5, {"ttft": 200})
+    assert summary["steady_requests"] == 5 and summary["ttft_ms"]["n"] == 5 and summary["ttft_ms"]["p99"] == 100.0
+    assert summary["slo_met"] == 1.0 and summary["requests"] == 8 and summary["output_tokens"] == 80
+    everything = level_summary(closed, 4.5, {}, steady=False)  # as vllm bench serve: the ramp's 500 ms counted
+    assert everything["ttft_ms"]["n"] == 8 and everything["ttft_ms"]["p99"] > 400
+    opened = [timed(i, 0.5 * i, 1.2) for i in range(8)]
+    assert [r.index for r in steady_state(opened)] == [3, 4, 5]
+    one_wave = [timed(i, 0.0, 1.0 + i) for i in range(4)]  # every request sent before the first answer
+    assert steady_state(one_wave) == [] and level_summary(one_wave, 4.0, {})["steady_requests"] == 0
+    assert level_summary(one_wave, 4.0, {})["ttft_ms"]["n"] == 4
+
+
 def test_ratios_against_ar_pair_requests_by_index():
     ar = [record(i, 0.1, 0.1 + 0.02 * 9, 10) for i in range(8)]
     fast = [record(i, 0.1, 0.1 + 0.01 * 9, 10) for i in range(8)]  # half ar's TPOT on every request
