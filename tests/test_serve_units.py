@@ -75,6 +75,24 @@ def test_capacity_is_the_highest_load_where_the_share_of_requests_meeting_every_
     assert failed["capacity"] is None and failed["capacity_undecided"] == []
 
 
+def test_itl_per_token_spreads_each_chunk_over_its_tokens(tmp_path):
+    """A speculative chunk of 3 tokens 30 ms after the last is one 30 ms ITL per chunk and three of 10 ms per
+    token; a level file written before chunks were counted reads back with no per-token ITL."""
+    from specbench.core.files import read_json, write_json
+    from specbench.serving.run_dir import records_of
+
+    chunky = RequestRecord(0, "p0", ttft=0.1, e2e=0.16, output_tokens=6, itl=[0.03, 0.01, 0.02],
+                           chunk_tokens=[3, 1, 1])
+    assert chunky.itl_per_token == pytest.approx([0.01, 0.01, 0.01, 0.01, 0.02])
+    summary = level_summary([chunky], 1.0, {})
+    assert summary["itl_ms"]["n"] == 3 and summary["itl_ms"]["p50"] == pytest.approx(20.0)
+    assert summary["itl_token_ms"]["n"] == 5 and summary["itl_token_ms"]["p50"] == pytest.approx(10.0)
+    old = {"index": 0, "prompt_id": "p0", "ttft": 0.1, "e2e": 0.16, "itl": [0.03], "output_tokens": 4}
+    write_json(tmp_path / "level.json", {"records": [old]})
+    (read_back,) = records_of(read_json(tmp_path / "level.json", "serve level file"))
+    assert read_back.itl_per_token == [] and level_summary([read_back], 1.0, {})["itl_token_ms"]["p50"] is None
+
+
 def test_the_steady_state_leaves_out_ramp_up_and_cooldown():
     """A closed loop of 2 clients, 8 requests: 0 and 1 arrive together on an empty server (ramp-up, their
     TTFT 500 ms), client A's requests take 1 s and B's 1.5 s; A sends the last (7) at 4 s and B's answer to 5

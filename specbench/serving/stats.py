@@ -1,15 +1,17 @@
 """A level's figures from its request log, and each strategy's against `ar` at the same level.
 
 Per level, as `vllm bench serve` reports them: requests and errors, output tokens/s and requests/s over
-the level's duration, p50/p90/p99 of TTFT, TPOT, ITL (every gap between streamed chunks, pooled) and
-E2E in milliseconds, and goodput: requests/s that met every SLO given, with the share of requests that
-did (failed ones among the requests, as AIPerf's good_request_fraction) and its exact 95% interval.
-Latencies, the SLO share and the pairs against `ar` are the level's steady state's (window.py): requests
-sent while the server filled up or answered while it drained are left out, and the count kept is
-recorded. Against `ar` at the same level the requests pair by index (the same prompt): the TPOT speedup is the
-geometric mean of per-request TPOT ratios (ar's over the strategy's) with a 95% bootstrap interval over
-requests; the throughput ratio is the levels' output tokens/s over ar's, its interval from the paired
-requests' per-user rates (tokens / E2E), which is what a closed loop's throughput is made of.
+the level's duration, p50/p90/p99 of TTFT, TPOT, ITL (every gap between streamed chunks, pooled: vLLM's
+ITL) and E2E in milliseconds; beside them the ITL per token (each gap spread over the tokens its chunk
+carried, as SGLang's bench_serving counts it: a speculative chunk carries every token a verify step
+accepted); and goodput: requests/s that met every SLO given, with the share of requests that did (failed
+ones among the requests, as AIPerf's good_request_fraction) and its exact 95% interval. Latencies, the
+SLO share and the pairs against `ar` are the level's steady state's (window.py): requests sent while the
+server filled up or answered while it drained are left out, and the count kept is recorded. Against `ar`
+at the same level the requests pair by index (the same prompt): the TPOT speedup is the geometric mean
+of per-request TPOT ratios (ar's over the strategy's) with a 95% bootstrap interval over requests; the
+throughput ratio is the levels' output tokens/s over ar's, its interval from the paired requests'
+per-user rates (tokens / E2E), which is what a closed loop's throughput is made of.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ def level_summary(records: list[RequestRecord], duration_s: float, slo: dict[str
         "ttft_ms": percentiles([r.ttft for r in timed]),
         "tpot_ms": percentiles([r.tpot for r in timed if r.tpot is not None]),
         "itl_ms": percentiles([gap for r in timed for gap in r.itl]),
+        "itl_token_ms": percentiles([gap for r in timed for gap in r.itl_per_token]),
         "e2e_ms": percentiles([r.e2e for r in timed]),
     }
     summary["few_for_p99"] = summary["tpot_ms"]["n"] < MIN_P99_SAMPLES
