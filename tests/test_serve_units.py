@@ -15,7 +15,7 @@ from specbench.serving.client import RequestRecord
 from specbench.serving.load import arrival_times
 from specbench.serving.lossless import greedy_agreement
 from specbench.serving.metrics import parse, speculation
-from specbench.serving.schedule import capacity, crossover, vllm_schedule
+from specbench.serving.schedule import PAYS, STOPS, capacity, crossover, paying_until, speedup_verdict, vllm_schedule
 from specbench.serving.server import cli_arguments, last_error
 from specbench.serving.stats import against_baseline, level_summary
 
@@ -45,7 +45,82 @@ def test_percentiles_and_goodput_of_a_known_log():
     assert summary["tok_s_per_user"] == pytest.approx(100.0)
     # met: requests 0, 1, 2 (TTFT 100, 200, 300 ms, TPOT 10 ms); request 3's TTFT and 4's TPOT miss; 5 failed
     assert summary["goodput_req_s"] == pytest.approx(1.5) and summary["slo_met"] == pytest.approx(0.5)
-    assert summary["slo_p99_met"] is False
+    low, high = summary["slo_met_ci"]  # 3 of 6: the exact interval
+    assert low == pytest.approx(0.1181, abs=1e-4) and high == pytest.approx(0.8819, abs=1e-4)
+
+
+def test_capacity_is_the_highest_load_where_the_share_of_requests_meeting_every_slo_is_shown():
+    """Per request: a level where one request misses TTFT and another TPOT has two misses, though each metric's
+    own p99 may pass. The share's exact 95% interval decides: 400 of 400 within it shows 0.99 (lower bound
+    0.025 ** (1 / 400) = 0.9908), 390 of 400 shows below it, 20 of 20 is too few to tell."""
+    from specbench.output.serve_tables import capacity_line, requests_to_show
+    from specbench.serving.sweep import capacity
+
+    def level(key, concurrency, good, total, errors=0):
+        records = [record(i, 0.1, 0.1 + (0.01 if i < good else 0.05) * 3, 4) for i in range(total)]
+        records += [record(total + i, 0.1, 0.2, 0, error="HTTP 500") for i in range(errors)]
+        return {"level": key, "concurrency": concurrency, **level_summary(records, 10.0, {"tpot": 20})}
+
+    held = [level("c1", 1, 400, 400), level("c2", 2, 400, 400), level("c4", 4, 390, 400)]
+    assert held[2]["slo_met_ci"][1] < 0.99 < held[0]["slo_met_ci"][0]
+    assert capacity(held, 0.99) == {"capacity": 2, "slo_share": 0.99, "capacity_undecided": []}
+    small = [level("c1", 1, 400, 400), level("c2", 2, 20, 20), level("c4", 4, 400, 400)]
+    figures = capacity(small, 0.99)
+    assert figures["capacity"] == 1 and figures["capacity_undecided"] == ["c2"]
+    assert requests_to_show(0.99) == 368 and requests_to_show(0.9) == 36
+    assert capacity_line("ngram", figures) == ("ngram: 99% of requests meet every SLO up to concurrency 1; too small "
+                                               "to decide at c2 (the share's 95% interval holds 99%: 368 requests all "
+                                               "within it would show it)")
+    failed = capacity([level("c1", 1, 400, 400, errors=1)], 0.9)  # a failed request: no verdict, not undecided
+    assert failed["capacity"] is None and failed["capacity_undecided"] == []
+
+
+def test_itl_per_token_spreads_each_chunk_over_its_tokens(tmp_path):
+    """A speculative chunk of 3 tokens 30 ms after the last is one 30 ms ITL per chunk and three of 10 ms per
+    token; a level file written before chunks were counted reads back with no per-token ITL."""
+    from specbench.core.files import read_json, write_json
+    from specbench.serving.run_dir import records_of
+
+    chunky = RequestRecord(0, "p0", ttft=0.1, e2e=0.16, output_tokens=6, itl=[0.03, 0.01, 0.02],
+                           chunk_tokens=[3, 1, 1])
+    assert chunky.itl_per_token == pytest.approx([0.01, 0.01, 0.01, 0.01, 0.02])
+    summary = level_summary([chunky], 1.0, {})
+    assert summary["itl_ms"]["n"] == 3 and summary["itl_ms"]["p50"] == pytest.approx(20.0)
+    assert summary["itl_token_ms"]["n"] == 5 and summary["itl_token_ms"]["p50"] == pytest.approx(10.0)
+    old = {"index": 0, "prompt_id": "p0", "ttft": 0.1, "e2e": 0.16, "itl": [0.03], "output_tokens": 4}
+    write_json(tmp_path / "level.json", {"records": [old]})
+    (read_back,) = records_of(read_json(tmp_path / "level.json", "serve level file"))
+    assert read_back.itl_per_token == [] and level_summary([read_back], 1.0, {})["itl_token_ms"]["p50"] is None
+
+
+def test_the_steady_state_leaves_out_ramp_up_and_cooldown():
+    """A closed loop of 2 clients, 8 requests: 0 and 1 arrive together on an empty server (ramp-up, their
+    TTFT 500 ms), client A's requests take 1 s and B's 1.5 s; A sends the last (7) at 4 s and B's answer to 5
+    at 4.5 s leaves B without work, so 7 ran while the load drained. An open loop of requests every 0.5 s,
+    1.2 s each, fills up until the first answer (1.2 s) and drains after the last arrival (3.5 s)."""
+    from specbench.serving.window import steady_state
+
+    def timed(index, sent, e2e, ttft=0.1):
+        return RequestRecord(index, f"p{index}", sent=sent, ttft=ttft, e2e=e2e, output_tokens=10, itl=[0.01] * 9)
+
+    free = {1.0: 0.0, 1.5: 0.0}  # each client's request time -> when it is next free
+    closed = []
+    for index in range(8):  # the next request goes to the client free first, just after its last answer
+        e2e = min(free, key=free.get)
+        sent = free[e2e] + (0.001 if free[e2e] else 0.0)
+        closed.append(timed(index, sent, e2e, ttft=0.5 if sent == 0.0 else 0.1))
+        free[e2e] = sent + e2e
+    assert [r.index for r in steady_state(closed)] == [2, 3, 4, 5, 6]
+    summary = level_summary(closed, 4.5, {"ttft": 200})
+    assert summary["steady_requests"] == 5 and summary["ttft_ms"]["n"] == 5 and summary["ttft_ms"]["p99"] == 100.0
+    assert summary["slo_met"] == 1.0 and summary["requests"] == 8 and summary["output_tokens"] == 80
+    everything = level_summary(closed, 4.5, {}, steady=False)  # as vllm bench serve: the ramp's 500 ms counted
+    assert everything["ttft_ms"]["n"] == 8 and everything["ttft_ms"]["p99"] > 400
+    opened = [timed(i, 0.5 * i, 1.2) for i in range(8)]
+    assert [r.index for r in steady_state(opened)] == [3, 4, 5]
+    one_wave = [timed(i, 0.0, 1.0 + i) for i in range(4)]  # every request sent before the first answer
+    assert steady_state(one_wave) == [] and level_summary(one_wave, 4.0, {})["steady_requests"] == 0
+    assert level_summary(one_wave, 4.0, {})["ttft_ms"]["n"] == 4
 
 
 def test_ratios_against_ar_pair_requests_by_index():
@@ -74,10 +149,13 @@ def test_open_loop_arrivals_are_seeded_poisson_and_burstier_below_one():
 
 
 def test_crossover_capacity_and_the_vllm_schedule():
-    assert crossover([(1, 1.8), (4, 1.2), (16, 0.9), (8, 1.0)]) == 8  # the lowest level at or below 1
-    assert crossover([(1, 1.3), (4, 1.1)]) is None
-    assert crossover([(1, None), (4, 0.7)]) is None  # no verdict at 1 (errors, or no ar): it may stop there
-    assert crossover([(1, 0.9), (4, None)]) == 1
+    assert speedup_verdict([1.1, 1.5]) == PAYS and speedup_verdict([0.7, 0.95]) == STOPS
+    assert speedup_verdict([0.9, 1.2]) is None and speedup_verdict(None) is None  # holds 1, or no ar
+    assert crossover([(1, PAYS), (4, PAYS), (16, STOPS), (8, STOPS)]) == 8  # the lowest level shown below 1
+    assert crossover([(1, PAYS), (4, PAYS)]) is None
+    assert crossover([(1, None), (4, STOPS)]) is None  # no verdict at 1 (errors, too few, no ar): it may stop there
+    assert crossover([(1, STOPS), (4, None)]) == 1
+    assert paying_until([(1, PAYS), (4, None), (8, STOPS)]) == 4 and paying_until([(1, PAYS)]) is None
     assert capacity([(1, True), (4, True), (8, False), (16, True)]) == 4  # up to where every level held
     assert capacity([(1, False), (4, True)]) is None
     spec = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3}
@@ -226,6 +304,8 @@ def test_a_failed_start_quotes_the_servers_last_error(tmp_path):
     (["--concurrency", "16", "--limit", "8"], "8 prompts for 66 distinct requests (2 warm-up, 64 at concurrency 16)"),
     (["--output-len", "8", "--max-new-tokens", "8"], "--output-len fixes every answer's length; drop --max-new-tokens"),
     (["--input-len", "0"], "--input-len must be"),
+    (["--slo-share", "0.9"], "--slo-share is the share of requests that must meet --slo: give --slo too"),
+    (["--slo", "tpot=50", "--slo-share", "1"], "--slo-share must be"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, message):
     result = runner.invoke(app, ["serve", *args, "--out", str(tmp_path / "out")])
@@ -245,9 +325,10 @@ def test_each_request_of_a_level_has_a_prompt_of_its_own():
     from specbench.serving.sweep import workload
 
     flags = dict.fromkeys(["strategy", "request_rate", "max_concurrency", "burstiness", "requests", "level_seconds",
-                           "request_timeout", "slo", "endpoint", "model", "drafter", "suite", "categories", "limit",
-                           "max_new_tokens", "temperature", "seed", "dtype", "device", "set", "engine_args", "out",
-                           "tokenizer", "endpoint_type", "repeat_prompts", "input_len", "output_len"])
+                           "request_timeout", "slo", "slo_share", "endpoint", "model", "drafter", "suite",
+                           "categories", "limit", "max_new_tokens", "temperature", "seed", "dtype", "device", "set",
+                           "engine_args", "out", "tokenizer", "endpoint_type", "repeat_prompts", "input_len",
+                           "output_len"])
     config = serve_config(**{**flags, "concurrency": "1,4,8", "warmup": 3, "output_len": 16})
     work = workload(config)
     assert config.prompts_needed == 3 + 32 and len({p.id for p in work.prompts}) == 35
@@ -330,8 +411,10 @@ def test_summary_pairs_levels_and_keeps_an_incomplete_one_visible(tmp_path):
     assert result.strategies["ngram"]["undecided"] == []  # every pair of requests alike: intervals of one point
     ngram = result.strategies["ngram"]
     assert ngram["errors"] == {"c4": 2} and "vllm_speculative_config" not in ngram
-    assert result.strategies["ngram"]["capacity"] == 1  # its TPOT p99 of 20 ms misses 15 ms at 4 (and it failed)
-    assert result.strategies["ar"]["capacity"] is None  # ar's TPOT is 20 ms at concurrency 1
+    # every request at 1 within 15 ms, but 4 are too few to show 99% of them; at 4 it failed
+    assert ngram["capacity"] is None and ngram["capacity_undecided"] == ["c1"]
+    assert result.strategies["ar"]["capacity"] is None  # ar's TPOT is 20 ms at concurrency 1: shown below
+    assert result.strategies["ar"]["capacity_undecided"] == ["c4"]  # all 4 within it: too few to show 99%
     assert any("ngram at c4: incomplete" in line for line in decisions(result.strategies, result.levels))
     assert run.measured("ngram", Level(concurrency=4)) is None  # resume measures it again
 
@@ -387,10 +470,45 @@ def test_a_speedup_whose_interval_holds_one_is_undecided(tmp_path):
     for strategy, records in (("ar", [record(i, 0.1, 0.1 + 0.02 * 3, 4) for i in range(8)]), ("ngram", halves)):
         run.write_level(strategy, Level(concurrency=1), records, complete=True, duration_s=1.0, stopped_by_time=False,
                         speculation=None)
-    result = summarise(run)
-    assert result.strategies["ngram"]["undecided"] == ["c1"]
-    assert any(line.startswith("ngram: at c1 the TPOT speedup's 95% interval holds 1")
-               for line in decisions(result.strategies, result.levels))
+    result = summarise(run, {"ngram": {"speculative_config": {"method": "ngram", "num_speculative_tokens": 4}}})
+    ngram = result.strategies["ngram"]
+    assert ngram["undecided"] == ["c1"] and ngram["crossover"] is None
+    assert ngram["vllm_speculative_config"] is None  # not shown to pay at 1: served without speculation
+    said = decisions(result.strategies, result.levels)
+    assert any(line.startswith("ngram: too small to decide at c1 (the TPOT speedup's 95% interval holds 1")
+               and line.endswith("where it stops paying is undecided") for line in said)
+    assert not any("pays" in line or "stops paying at" in line for line in said)
+
+
+def test_a_crossover_is_where_the_interval_lies_below_one(tmp_path):
+    """ngram pays at 1 (interval above 1), its point estimate is below 1 at 4 but its interval holds 1, and at
+    8 the interval lies below 1: 4 is too small to decide, so where it stops paying (4 or 8) is undecided, and
+    its schedule speculates below 4 only."""
+    from specbench.config import RunConfig
+    from specbench.output.serve_tables import decisions
+    from specbench.serving.config import Level, ServeConfig
+    from specbench.serving.run_dir import ServeRun
+    from specbench.serving.sweep import summarise
+
+    run = ServeRun.create(ServeConfig(RunConfig(strategies=["ngram"], out=str(tmp_path)), concurrency=[1, 4, 8]),
+                          ["ar", "ngram"], "m", "s")
+    ar = [record(i, 0.1, 0.1 + 0.02 * 3, 4) for i in range(8)]
+    ngram = {1: [record(i, 0.1, 0.1 + 0.01 * 3, 4) for i in range(8)],
+             4: [record(i, 0.1, 0.1 + (0.01 if i % 2 else 0.05) * 3, 4) for i in range(8)],  # 0.89, holds 1
+             8: [record(i, 0.1, 0.1 + 0.04 * 3, 4) for i in range(8)]}
+    for concurrency, records in ngram.items():
+        for strategy, written in (("ar", ar), ("ngram", records)):
+            run.write_level(strategy, Level(concurrency=concurrency), written, complete=True, duration_s=1.0,
+                            stopped_by_time=False, speculation=None)
+    result = summarise(run, {"ngram": {"speculative_config": {"method": "ngram", "num_speculative_tokens": 4}}})
+    c4 = next(e for e in result.levels if e["strategy"] == "ngram" and e["level"] == "c4")
+    assert c4["tpot_speedup"] < 1 < c4["tpot_speedup_ci"][1]
+    figures = result.strategies["ngram"]
+    assert figures["crossover"] is None and figures["undecided"] == ["c4"]
+    assert figures["vllm_speculative_config"]["num_speculative_tokens_per_batch_size"] == [[1, 3, 4], [4, 4, 0]]
+    said = decisions(result.strategies, result.levels)
+    assert any(line.startswith("ngram: too small to decide at c4") and line.endswith("is undecided") for line in said)
+    assert not any("still pays" in line or "stops paying at" in line for line in said)
 
 
 def test_resume_takes_no_other_option_and_refuses_a_complete_run(tmp_path):

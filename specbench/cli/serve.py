@@ -34,7 +34,8 @@ def serve(
     warmup: Annotated[Optional[int], typer.Option("--warmup", help="Unmeasured requests at each level's load before it.", show_default="2")] = None,
     level_seconds: Annotated[Optional[float], typer.Option("--level-seconds", help="A level sends no new request after this many seconds.", show_default="600")] = None,
     request_timeout: Annotated[Optional[float], typer.Option("--request-timeout", help="Seconds a request may take, its streamed answer included; one past it fails and leaves its level incomplete.", show_default="the level's time and 10 minutes")] = None,
-    slo: Annotated[Optional[str], typer.Option("--slo", help="Latency targets in ms, e.g. ttft=500,tpot=50,e2e=5000: goodput counts the requests meeting all; capacity is the highest concurrency whose p99s meet them.", show_default="none")] = None,
+    slo: Annotated[Optional[str], typer.Option("--slo", help="Latency targets in ms, e.g. ttft=500,tpot=50,e2e=5000: goodput counts the requests meeting all; capacity is the highest concurrency where --slo-share of the requests meet all.", show_default="none")] = None,
+    slo_share: Annotated[Optional[float], typer.Option("--slo-share", help="Capacity: the share of a level's requests that must meet every --slo target, decided by its 95% interval.", show_default="0.99")] = None,
     endpoint: Annotated[Optional[list[str]], typer.Option("--endpoint", help="NAME=URL of a running OpenAI-compatible server to measure instead of starting one (repeatable; name one `ar` for the ratios).", show_default="none")] = None,
     tokenizer: Annotated[Optional[str], typer.Option("--tokenizer", help="--endpoint: the served model's tokenizer (a local directory or a cached hub id); checked against the server's /tokenize.", show_default="--model's, else the model the server lists when found locally")] = None,
     endpoint_type: Annotated[Optional[str], typer.Option("--endpoint-type", help="completions (prompts as token ids) or chat (the user's turn as text; the server applies its template).", show_default="completions")] = None,
@@ -62,7 +63,8 @@ def serve(
 
         flags = dict(strategy=strategy, concurrency=concurrency, request_rate=request_rate,
                      max_concurrency=max_concurrency, burstiness=burstiness, requests=requests, warmup=warmup,
-                     level_seconds=level_seconds, request_timeout=request_timeout, slo=slo, endpoint=endpoint,
+                     level_seconds=level_seconds, request_timeout=request_timeout, slo=slo, slo_share=slo_share,
+                     endpoint=endpoint,
                      model=model, drafter=drafter, suite=suite, categories=categories, limit=limit,
                      max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, dtype=dtype, device=device,
                      set=set_, engine_args=engine_args, out=out_dir, tokenizer=tokenizer, endpoint_type=endpoint_type,
@@ -121,9 +123,9 @@ def endpoint_headers(config: ServeConfig, api_key: str | None, header: list[str]
 
 
 def serve_config(strategy, concurrency, request_rate, max_concurrency, burstiness, requests, warmup, level_seconds,
-                 request_timeout, slo, endpoint, model, drafter, suite, categories, limit, max_new_tokens, temperature,
-                 seed, dtype, device, set, engine_args, out, tokenizer, endpoint_type, repeat_prompts, input_len,
-                 output_len) -> ServeConfig:
+                 request_timeout, slo, slo_share, endpoint, model, drafter, suite, categories, limit, max_new_tokens,
+                 temperature, seed, dtype, device, set, engine_args, out, tokenizer, endpoint_type, repeat_prompts,
+                 input_len, output_len) -> ServeConfig:
     """The command line as a checked ServeConfig: every bad input refused here, before anything is written."""
     endpoints = parse_endpoints(endpoint)
     if endpoints and (strategy or drafter or set):
@@ -141,15 +143,19 @@ def serve_config(strategy, concurrency, request_rate, max_concurrency, burstines
                       engine=SPECBENCH if endpoints else VLLM)
     run = RunConfig(**{k: v for k, v in run_values.items() if v is not None and v != []})
     serve_values = dict(max_concurrency=max_concurrency, burstiness=burstiness, requests=requests, warmup=warmup,
-                        level_seconds=level_seconds, request_timeout=request_timeout, tokenizer=tokenizer,
-                        endpoint_type=endpoint_type, repeat_prompts=repeat_prompts, input_len=input_len,
+                        level_seconds=level_seconds, request_timeout=request_timeout, slo_share=slo_share,
+                        tokenizer=tokenizer, endpoint_type=endpoint_type, repeat_prompts=repeat_prompts,
+                        input_len=input_len,
                         output_len=output_len)
     config = ServeConfig(run=run, concurrency=list(levels) if levels is not None else ([] if rates else [1, 4, 16]),
                          request_rates=rates, slo=parse_slo(slo), endpoints=endpoints,
                          **{k: v for k, v in serve_values.items() if v is not None})
     if limit is None and input_len is None and config.levels:  # as many of the suite's prompts as the levels' distinct requests need
         config.run.limit = config.prompts_needed
-    return config.validate()
+    config = config.validate()
+    if slo_share is not None and not slo:  # after the ranges, so an out-of-range share is named as such
+        raise SpecbenchError("--slo-share is the share of requests that must meet --slo: give --slo too")
+    return config
 
 
 def print_result(result, as_json: bool) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from rich import box
@@ -59,7 +60,7 @@ def levels_csv(levels: list[dict[str, Any]]) -> str:
     import pandas as pd
 
     flat = pd.json_normalize(levels, sep="_", max_level=1)
-    for interval in ("tpot_speedup_ci", "throughput_ratio_ci"):
+    for interval in ("tpot_speedup_ci", "throughput_ratio_ci", "slo_met_ci"):
         if interval in flat:
             bounds = flat.pop(interval).map(lambda v: v if isinstance(v, list) else [None, None])
             flat[f"{interval}_low"], flat[f"{interval}_high"] = bounds.str[0], bounds.str[1]
@@ -87,18 +88,18 @@ def decisions(strategies: dict[str, dict[str, Any]], levels: list[dict[str, Any]
             if at.get("tpot_speedup") is not None:
                 low, high = at["tpot_speedup_ci"]
                 there = f" (TPOT speedup {at['tpot_speedup']:.2f}, 95% CI {low:.2f}-{high:.2f})"
+            undecided = figures.get("undecided") or []
             if stops is not None:
                 lines.append(f"{name}: stops paying at concurrency {stops}{there}")
-            elif not failed and all(e.get("tpot_speedup") is not None for e in own):
+            elif not failed and not undecided and all(e.get("tpot_speedup") is not None for e in own):
                 lines.append(f"{name}: still pays at concurrency {highest}{there}, the highest measured")
-            if figures.get("undecided"):
-                lines.append(f"{name}: at {', '.join(figures['undecided'])} the TPOT speedup's 95% interval holds 1: "
-                             "too few requests there to tell paying from not (--requests)")
+            if undecided:
+                where = "" if stops is not None or failed else "; where it stops paying is undecided"
+                lines.append(f"{name}: too small to decide at {', '.join(undecided)} (the TPOT speedup's 95% interval "
+                             f"holds 1: too few requests to tell paying from not; --requests){where}")
     for name, figures in strategies.items():
         if "capacity" in figures:
-            held = figures["capacity"]
-            lines.append(f"{name}: meets the SLO (p99) up to concurrency {held}" if held is not None
-                         else f"{name}: misses the SLO (p99) at the lowest concurrency measured")
+            lines.append(capacity_line(name, figures))
     few = [f"{e['strategy']} at {e['level']} ({e['tpot_ms']['n']})" for e in levels if e.get("few_for_p99")]
     if few:
         lines.append(f"p99s from too few requests to tell from the maximum (requests): {', '.join(few)}")
@@ -113,6 +114,24 @@ def decisions(strategies: dict[str, dict[str, Any]], levels: list[dict[str, Any]
                          f"{check['compared']} greedy answers differ from ar's; earliest divergence at "
                          f"{check['unit']} {first}")
     return lines
+
+
+def capacity_line(name: str, figures: dict[str, Any]) -> str:
+    """Where the strategy holds the SLO for its share of requests, and the levels too small to decide it."""
+    held, share = figures["capacity"], figures["slo_share"]
+    line = (f"{name}: {share:.0%} of requests meet every SLO up to concurrency {held}" if held is not None
+            else f"{name}: {share:.0%} of requests meeting every SLO is not shown at the lowest concurrency")
+    undecided = figures.get("capacity_undecided") or []
+    if undecided:
+        line += (f"; too small to decide at {', '.join(undecided)} (the share's 95% interval holds {share:.0%}: "
+                 f"{requests_to_show(share)} requests all within it would show it)")
+    return line
+
+
+def requests_to_show(share: float) -> int:
+    """The fewest requests, every one within the SLO, whose exact 95% interval lies at or above `share`: the
+    lower bound of n hits in n is 0.025 ** (1 / n)."""
+    return math.ceil(math.log(0.025) / math.log(share))
 
 
 LEGEND = ("tok/s: output tokens/s of the server; TTFT, TPOT: ms; tau: tokens per verify step (server's counters); "

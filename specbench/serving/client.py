@@ -5,8 +5,8 @@ SGLang do), so every server sees exactly the tokens specbench's own engine decod
 applied; or, to a server that speaks only chat, to /v1/chat/completions with the user's turn as text
 (the server applies its own template). Each streamed chunk is timed on arrival: the first one's time is
 the TTFT, the gaps between later ones are the inter-token latencies (a speculative server sends every
-token a verify step accepted in one chunk, so a gap may carry several tokens),
-TPOT is (E2E - TTFT) / (output tokens - 1).
+token a verify step accepted in one chunk, so a gap may carry several tokens: the ITL per token spreads
+each gap over its chunk's tokens), TPOT is (E2E - TTFT) / (output tokens - 1).
 vLLM's `return_token_ids` gives the generated ids for the lossless check; servers without it give text.
 """
 
@@ -36,6 +36,7 @@ class RequestRecord:
     ttft: float | None = None
     e2e: float | None = None
     itl: list[float] = field(default_factory=list)  # gaps between streamed chunks after the first
+    chunk_tokens: list[int] = field(default_factory=list)  # tokens each of those chunks carried (1 for text alone)
     output_tokens: int = 0
     token_ids: list[int] | None = None
     text: str = ""
@@ -43,6 +44,12 @@ class RequestRecord:
     # the server failed (5xx, an error in the stream) or the connection was lost or timed out: the level is
     # measured again on resume; a refusal (4xx) is the request's own and would fail again
     server_fault: bool = False
+
+    @property
+    def itl_per_token(self) -> list[float]:
+        """Each chunk's gap spread over the tokens it carried, once per token (SGLang's bench_serving: chunk
+        gap / new tokens); empty for a record written before chunks were counted."""
+        return [gap / tokens for gap, tokens in zip(self.itl, self.chunk_tokens) for _ in range(tokens)]
 
     @property
     def tpot(self) -> float | None:
@@ -113,6 +120,7 @@ async def stream_completion(client: aiohttp.ClientSession, base_url: str, path: 
                         record.ttft = now - started
                     else:
                         record.itl.append(now - last)
+                        record.chunk_tokens.append(len(new_ids) or 1)
                     last = now
                     ids += new_ids
                     counted += len(new_ids) or 1

@@ -56,6 +56,7 @@ class ServeConfig:
     start_timeout: float = 900.0  # seconds a server may take to become healthy
     request_timeout: float | None = None  # seconds a request may take, its stream included; None: the level's
     slo: dict[str, float] = field(default_factory=dict)  # ttft, tpot, e2e -> milliseconds
+    slo_share: float = 0.99  # capacity: the share of a level's requests that must meet every SLO at once
     endpoints: dict[str, str] = field(default_factory=dict)  # name -> base URL of a running server
     tokenizer: str | None = None  # --endpoint: the served model's tokenizer (a directory or a cached hub id)
     endpoint_type: str = "completions"  # one of ENDPOINT_TYPES
@@ -109,7 +110,7 @@ class ServeConfig:
         check_ranges({"--input-len": self.input_len, "--output-len": self.output_len,
                       "--max-concurrency": self.max_concurrency, "--burstiness": self.burstiness,
                       "--requests": self.requests, "--warmup": self.warmup, "--level-seconds": self.level_seconds,
-                      "--request-timeout": self.request_timeout})
+                      "--request-timeout": self.request_timeout, "--slo-share": self.slo_share})
         if self.endpoints and self.run.engine_args:
             raise SpecbenchError("--engine-args configure the servers specbench starts; --endpoint servers are "
                                  "already running")

@@ -1,12 +1,17 @@
 """A level's figures from its request log, and each strategy's against `ar` at the same level.
 
 Per level, as `vllm bench serve` reports them: requests and errors, output tokens/s and requests/s over
-the level's duration, p50/p90/p99 of TTFT, TPOT, ITL (every gap between streamed chunks, pooled) and
-E2E in milliseconds, and goodput: requests/s that met every SLO given. Against `ar` at the same level
-the requests pair by index (the same prompt): the TPOT speedup is the geometric mean of per-request
-TPOT ratios (ar's over the strategy's) with a 95% bootstrap interval over requests; the throughput ratio
-is the levels' output tokens/s over ar's, its interval from the paired requests' per-user rates
-(tokens / E2E), which is what a closed loop's throughput is made of.
+the level's duration, p50/p90/p99 of TTFT, TPOT, ITL (every gap between streamed chunks, pooled: vLLM's
+ITL) and E2E in milliseconds; beside them the ITL per token (each gap spread over the tokens its chunk
+carried, as SGLang's bench_serving counts it: a speculative chunk carries every token a verify step
+accepted); and goodput: requests/s that met every SLO given, with the share of requests that did (failed
+ones among the requests, as AIPerf's good_request_fraction) and its exact 95% interval. Latencies, the
+SLO share and the pairs against `ar` are the level's steady state's (window.py): requests sent while the
+server filled up or answered while it drained are left out, and the count kept is recorded. Against `ar`
+at the same level the requests pair by index (the same prompt): the TPOT speedup is the geometric mean
+of per-request TPOT ratios (ar's over the strategy's) with a 95% bootstrap interval over requests; the
+throughput ratio is the levels' output tokens/s over ar's, its interval from the paired requests'
+per-user rates (tokens / E2E), which is what a closed loop's throughput is made of.
 """
 
 from __future__ import annotations
@@ -15,10 +20,11 @@ import math
 from typing import Any
 
 import numpy as np
-from scipy.stats import bootstrap
+from scipy.stats import binomtest, bootstrap
 
 from specbench.measure.stats import geometric_mean_ci
 from specbench.serving.client import RequestRecord
+from specbench.serving.window import steady_state
 
 PERCENTILES = (50, 90, 99)
 MS = 1000.0
@@ -41,8 +47,13 @@ def meets_slo(record: RequestRecord, slo: dict[str, float]) -> bool:
     return all(measured[key] * MS <= limit for key, limit in slo.items())
 
 
-def level_summary(records: list[RequestRecord], duration_s: float, slo: dict[str, float]) -> dict[str, Any]:
+def level_summary(records: list[RequestRecord], duration_s: float, slo: dict[str, float],
+                  steady: bool = True) -> dict[str, Any]:
+    """The level's figures; its latencies and SLO share over its steady state (window.py) unless `steady` is
+    False (every answered request, as `vllm bench serve` reports them) or the level has none."""
     ok = [r for r in records if r.error is None]
+    window = steady_state(records) if steady else []
+    timed = window or ok
     tokens = sum(r.output_tokens for r in ok)
     summary = {
         "requests": len(records),
@@ -52,21 +63,31 @@ def level_summary(records: list[RequestRecord], duration_s: float, slo: dict[str
         "output_tokens": tokens,
         "output_tok_s": tokens / duration_s if duration_s > 0 else None,
         "req_s": len(ok) / duration_s if duration_s > 0 else None,
-        "ttft_ms": percentiles([r.ttft for r in ok]),
-        "tpot_ms": percentiles([r.tpot for r in ok if r.tpot is not None]),
-        "itl_ms": percentiles([gap for r in ok for gap in r.itl]),
-        "e2e_ms": percentiles([r.e2e for r in ok]),
+        "steady_requests": len(window),  # 0: no steady state, the latencies are every answered request's
+        "ttft_ms": percentiles([r.ttft for r in timed]),
+        "tpot_ms": percentiles([r.tpot for r in timed if r.tpot is not None]),
+        "itl_ms": percentiles([gap for r in timed for gap in r.itl]),
+        "itl_token_ms": percentiles([gap for r in timed for gap in r.itl_per_token]),
+        "e2e_ms": percentiles([r.e2e for r in timed]),
     }
     summary["few_for_p99"] = summary["tpot_ms"]["n"] < MIN_P99_SAMPLES
     tpot = summary["tpot_ms"]["p50"]
     summary["tok_s_per_user"] = MS / tpot if tpot else None
     if slo:
-        good = sum(meets_slo(r, slo) for r in records)
-        summary["goodput_req_s"] = good / duration_s if duration_s > 0 else None
-        summary["slo_met"] = good / len(records) if records else None
-        summary["slo_p99_met"] = all(summary[f"{key}_ms"]["p99"] is not None and summary[f"{key}_ms"]["p99"] <= limit
-                                     for key, limit in slo.items()) and not summary["errors"]
+        summary["goodput_req_s"] = sum(meets_slo(r, slo) for r in records) / duration_s if duration_s > 0 else None
+        counted = timed + [r for r in records if r.error is not None]  # a failed request misses
+        good = sum(meets_slo(r, slo) for r in counted)
+        summary["slo_met"] = good / len(counted) if counted else None
+        summary["slo_met_ci"] = share_interval(good, len(counted))
     return summary
+
+
+def share_interval(hits: int, trials: int) -> list[float | None]:
+    """The exact (Clopper-Pearson) 95% interval of a share of `hits` in `trials`; [None, None] without trials."""
+    if not trials:
+        return [None, None]
+    interval = binomtest(hits, trials).proportion_ci(confidence_level=0.95, method="exact")
+    return [float(interval.low), float(interval.high)]
 
 
 def paired(records: list[RequestRecord], baseline: list[RequestRecord]) -> list[tuple[RequestRecord, RequestRecord]]:
@@ -78,7 +99,7 @@ def paired(records: list[RequestRecord], baseline: list[RequestRecord]) -> list[
 def against_baseline(records: list[RequestRecord], baseline: list[RequestRecord], summary: dict[str, Any],
                      baseline_summary: dict[str, Any], seed: int) -> dict[str, Any]:
     """TPOT speedup and throughput ratio over `ar` at the same level, each with its 95% interval."""
-    pairs = paired(records, baseline)
+    pairs = paired(steady_state(records) or records, steady_state(baseline) or baseline)
     ratios = np.array([b.tpot / r.tpot for r, b in pairs if r.tpot and b.tpot])
     speedup = list(geometric_mean_ci(ratios, seed)) if len(ratios) else [None] * 3
     base_rate = baseline_summary.get("output_tok_s")

@@ -244,23 +244,33 @@ def summarise(run: ServeRun, arguments: dict[str, dict[str, Any]] | None = None)
         own = [e for e in levels if e["strategy"] == strategy and e["concurrency"] is not None]
         failed = {e["level"]: e["errors"] + e.get("baseline_errors", 0) for e in levels
                   if e["strategy"] == strategy and e["errors"] + e.get("baseline_errors", 0)}
-        # a level where a request failed, its own or ar's, gives no verdict
-        stops = schedule.crossover([(e["concurrency"], None if e["level"] in failed else e.get("tpot_speedup"))
-                                    for e in own])
-        # where the speedup's 95% interval holds 1 the level's requests were too few to tell paying from not
-        undecided = [e["level"] for e in own if e["level"] not in failed and e.get("tpot_speedup") is not None
-                     and e["tpot_speedup_ci"][0] <= 1.0 <= e["tpot_speedup_ci"][1]]
+        # a level where a request failed, its own or ar's, gives no verdict; nor does one whose speedup's 95%
+        # interval holds 1: its requests were too few to tell paying from not
+        verdicts = [(e["concurrency"], None if e["level"] in failed else
+                     schedule.speedup_verdict(e.get("tpot_speedup_ci"))) for e in own]
+        undecided = [e["level"] for e, (_, verdict) in zip(own, verdicts)
+                     if verdict is None and e["level"] not in failed and e.get("tpot_speedup") is not None]
+        stops = schedule.crossover(verdicts)
         figures: dict[str, Any] = {"crossover": stops, "errors": failed, "undecided": undecided}
         if config.slo:
-            figures["capacity"] = schedule.capacity([(e["concurrency"], e["slo_p99_met"]) for e in own])
+            figures.update(capacity(own, config.slo_share))
         spec = (arguments or {}).get(strategy, {}).get("speculative_config")
         if spec and own and not failed:
-            figures["vllm_speculative_config"] = schedule.vllm_schedule(spec, None if stops is None else int(stops))
+            until = schedule.paying_until(verdicts)  # speculate only where it was shown to pay
+            figures["vllm_speculative_config"] = schedule.vllm_schedule(spec, None if until is None else int(until))
         result.strategies[strategy] = figures
-    if config.slo and any(e["strategy"] == BASELINE and e["concurrency"] for e in levels):
-        result.strategies[BASELINE] = {"capacity": schedule.capacity(
-            [(e["concurrency"], e["slo_p99_met"]) for e in levels if e["strategy"] == BASELINE and e["concurrency"]])}
+    ar_levels = [e for e in levels if e["strategy"] == BASELINE and e["concurrency"] is not None]
+    if config.slo and ar_levels:
+        result.strategies[BASELINE] = capacity(ar_levels, config.slo_share)
     return result
+
+
+def capacity(own: list[dict[str, Any]], share: float) -> dict[str, Any]:
+    """A strategy's capacity at the SLO over its closed-loop levels, and the levels too small to decide it."""
+    verdicts = [(e["concurrency"], None if e["errors"] else schedule.share_verdict(e.get("slo_met_ci"), share))
+                for e in own]
+    return {"capacity": schedule.capacity(verdicts), "slo_share": share,
+            "capacity_undecided": [e["level"] for e, (_, met) in zip(own, verdicts) if met is None and not e["errors"]]}
 
 
 def write_summary(run: ServeRun, result: ServeResult) -> None:
