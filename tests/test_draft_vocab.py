@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import tiny_target
 from safetensors.torch import load_file, save_file
 
 from specbench.core.errors import SpecbenchError
@@ -14,6 +13,7 @@ from specbench.strategies.draft_vocab import DraftVocab, frequent_tokens
 from specbench.strategies.drafter_dir import WEIGHTS, save_drafter
 from specbench.strategies.eagle import EagleModel, EagleOptions
 from specbench.strategies.registry import definition
+from tests.helpers import tiny_target
 
 
 def test_the_most_frequent_answer_tokens_come_first_and_unseen_ids_fill_up():

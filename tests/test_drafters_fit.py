@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import distill_sequences, tiny_target
 
 from specbench.engine.decode import generate
 from specbench.models import fingerprint
@@ -19,6 +18,7 @@ from specbench.strategies.controllers import FixedController
 from specbench.strategies.knobs import make_options
 from specbench.strategies.registry import definition, definitions
 from specbench.training.trainer import train
+from tests.helpers import distill_sequences, tiny_target
 
 # knobs that draft a chain of 4 (trees of width 1): acceptance then reads position by position
 CHAINS = {"eagle": {"depth": 4, "top_k": 1, "total_tokens": 4, "ttt_steps": 4},
