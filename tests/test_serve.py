@@ -57,7 +57,8 @@ def test_every_load_shape_is_measured_on_each_strategys_server(served):
             assert 0 < e["ttft_ms"]["p50"] <= e["e2e_ms"]["p50"] and e["tpot_ms"]["p50"] > 0
             assert e["output_tok_s"] > 0 and e["goodput_req_s"] == pytest.approx(e["req_s"])  # a loose SLO
     ngram = entry(report, "ngram", "c2")
-    assert ngram["tpot_speedup"] > 0 and ngram["paired_requests"] == 4
+    # pairs against ar come from the steady window: a closed loop's first wave and its drain are left out
+    assert ngram["tpot_speedup"] > 0 and 1 <= ngram["paired_requests"] <= ngram["steady_requests"] < 4
     low, high = ngram["tpot_speedup_ci"]
     assert low <= ngram["tpot_speedup"] <= high
     assert set(report["strategies"]["ngram"]) >= {"crossover", "capacity", "vllm_speculative_config"}
