@@ -80,8 +80,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.smoke:
         args.limit, args.max_new_tokens, args.rounds = 4, 16, 2
-    config = ServeConfig(RunConfig(strategies=["ar"], limit=args.limit, max_new_tokens=args.max_new_tokens),
-                         concurrency=[args.concurrency], warmup=2).validate()
+    # --limit measured requests, each a prompt of its own, beside the warm-up's two
+    config = ServeConfig(RunConfig(strategies=["ar"], limit=args.limit + 2, max_new_tokens=args.max_new_tokens),
+                         concurrency=[args.concurrency], warmup=2, requests=args.limit).validate()
     level = config.levels[0]
     tokenizer = AutoTokenizer.from_pretrained(model_path(None))
     with tempfile.TemporaryDirectory() as tmp:
