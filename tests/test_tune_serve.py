@@ -74,3 +74,16 @@ def test_a_load_makes_vllm_the_engine_and_takes_its_engine_args():
     assert (measured.engine, measured.engine_args) == ("vllm", {"enforce_eager": True})
     with pytest.raises(SpecbenchError, match="need --engine vllm"):  # one request at a time: specbench's engine
         TuneConfig(workload, ("ngram",)).validate()
+
+
+@pytest.mark.parametrize("limit, repeats", [(0, False), (4, True)])
+def test_a_trials_level_repeats_prompts_only_where_the_tuning_prompts_fall_short(limit, repeats):
+    """A trial's level sends each measured request a prompt of its own, as serve does, where the tuning prompts
+    (the suite, or --limit of them, less the held-out share) are enough; with too few they repeat."""
+    from specbench.strategies.names import parse_strategy
+    from specbench.tuning.serve_study import plan_served
+
+    config = TuneConfig(layered({}, {"limit": limit}), ("ngram",), concurrency=2).validate()
+    plan = plan_served(config, parse_strategy("ngram"))
+    assert plan.serve.repeat_prompts is repeats
+    assert repeats or len(plan.work.prompts) >= plan.serve.prompts_needed

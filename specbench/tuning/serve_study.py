@@ -99,11 +99,14 @@ def plan_served(config: TuneConfig, spec: StrategyName) -> ServedPlan:
     run = dataclasses.replace(config.measured_plan.config, strategies=[spec.name])
     serve = ServeConfig(run=run, concurrency=[load.concurrency] if load.concurrency is not None else [],
                         request_rates=[load.request_rate] if load.request_rate is not None else [],
-                        slo=config.slo, repeat_prompts=True).validate()
+                        slo=config.slo).validate()
+    work = workload(serve)
+    # each measured request a prompt of its own where the tuning prompts suffice; a trial's level repeats
+    # them only where --limit holds fewer than the level's requests
+    serve = dataclasses.replace(serve, repeat_prompts=len(work.prompts) < serve.prompts_needed)
     target_loader = cache(lambda: load_target_for(serve))
     server_arguments(run, target_loader)  # a strategy vLLM cannot run is refused before any study is touched
     space = study_space(spec, None, run.knobs, run.controller, "vllm")
-    work = workload(serve)
     identity = {**studies.question(config, spec), "space": space.space.fingerprint(),
                 "space_text": space.space.describe(), "model": str(model_path(run.model)),
                 "prompts": [prompt.id for prompt in work.prompts]}
