@@ -156,10 +156,13 @@ def build_corpus(target: Target, work: Path, settings: CorpusSettings, mark: str
         name = f"corpus-{index:04d}.npz"
         chunk, meta = _saved_chunk([d / name for d in (shipped, work) if d is not None], key)
         if chunk is None:
-            made = synthesise(target, size - written_here, settings, settings.seed + index, seen, suites)
-            # written forms fill the chunk where the target wrote fewer instructions than asked (a model
-            # without a chat template, or one that rarely closes a user turn)
-            instructions = written[index * size:(index + 1) * size - len(made)] + made
+            # a quarter of the chunk's own written forms, the rest a reserve for where the target writes fewer
+            # instructions than asked (no chat template, a turn rarely closed); past the forms' last filling
+            # the target writes them all
+            forms = written[index * size:(index + 1) * size]
+            made = synthesise(target, size - min(written_here, len(forms)), settings, settings.seed + index, seen,
+                              suites)
+            instructions = forms[:size - len(made)] + made
             prompts = [encode_turns(target.tokenizer, [text], []) for text in instructions]
             answers = generate_batch(target.model, prompts, settings.answer_tokens, eos_ids=target.eos_ids)
             chunk = Corpus(prompts, [g.tokens for g in answers.sequences])
