@@ -62,3 +62,23 @@ def test_a_fresh_drafter_lives_where_its_target_does(strategy):
     model = definition(strategy).trainable(target, make_options(strategy, {}))
     floating = [t for t in [*model.parameters(), *model.buffers()] if t.is_floating_point()]
     assert floating and all(t.dtype == torch.float64 and t.device == target.device for t in floating)
+
+
+def test_training_hands_the_drafter_as_it_stands_to_its_evaluation(tmp_path):
+    """Every `evaluate_every` steps and at the end the trainer saves the drafter where it can be loaded and
+    decoded (held-out acceptance); the last one is the finished drafter itself."""
+    target = tiny_target("qwen3-gqa", seed=1)
+    options = make_options("dflash", {"block_size": 3})
+    model = definition("dflash").trainable(target, options)
+    sequences = distill_sequences(target, tuple(model.hidden_layers), 2, prompt_len=4, answer_len=8)
+    seen = []
+
+    def evaluate(step, drafter_dir):
+        drafter = definition("dflash").build(target, options, drafter_dir)
+        seen.append((step, drafter_dir, generate(target.model, [1, 2, 3], 4).tokens ==
+                     generate(target.model, [1, 2, 3], 4, drafter=drafter, controller=FixedController(2)).tokens))
+
+    train(model, sequences, tmp_path / "drafter", "dflash", fingerprint(target.model), steps=4, batch_size=2,
+          evaluate=evaluate, evaluate_every=2)
+    assert [(step, same) for step, _, same in seen] == [(2, True), (4, True)]
+    assert seen[-1][1] == tmp_path / "drafter" and not (tmp_path / "drafter.partial").exists()

@@ -77,8 +77,7 @@ def train(model: torch.nn.Module, sequences: list[DistillSequence], out_dir: Pat
             if on_step:
                 on_step(step + 1, losses[-1])
             if evaluate and evaluate_every and (step + 1) % evaluate_every == 0 and step + 1 < steps:
-                snapshot = work / "evaluated"
-                shutil.rmtree(snapshot, ignore_errors=True)
+                snapshot = work / "evaluated"  # replaced whole by each save (atomic_path)
                 save_drafter(snapshot, strategy, model.drafter_config(), model.state_dict(), fingerprint)
                 model.eval()
                 evaluate(step + 1, snapshot)
@@ -97,11 +96,10 @@ def train(model: torch.nn.Module, sequences: list[DistillSequence], out_dir: Pat
     config = {**model.drafter_config(), "training": {"steps": steps, "batch_size": batch_size, "lr": lr,
                                                      "seed": seed,
                                                      "final_loss": sum(losses[-10:]) / max(1, len(losses[-10:]))}}
-    if evaluate:
-        save_drafter(work / "evaluated", strategy, config, model.state_dict(), fingerprint)
-        evaluate(steps, work / "evaluated")
     save_drafter(out_dir, strategy, config, model.state_dict(), fingerprint)
     shutil.rmtree(work, ignore_errors=True)
+    if evaluate:  # the finished drafter itself, not a copy of it
+        evaluate(steps, out_dir)
     return losses
 
 
