@@ -1,5 +1,9 @@
 """Which format a drafter checkpoint is in, told from its config.json and weight names alone.
 
+Each method declares the published formats it reads in a module of this package named after its own
+module (formats/eagle.py for strategies/eagle.py), torch-free, so a --drafter is told and refused
+before torch loads; the method's Method names the same declarations (strategies/registry.py finds them).
+
 | format | who ships it | strategy |
 | --- | --- | --- |
 | specbench | `specbench train` (config.json names `specbench_strategy`) | its own |
@@ -15,24 +19,53 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from specbench.core.errors import SpecbenchError
 from specbench.strategies.names import StrategyName
 from specbench.strategies.published.checkpoint import Checkpoint, open_checkpoint
-from specbench.strategies.registry import DRAFTER_NAMES
+from specbench.strategies.registry import DRAFTER_NAMES, formats
 
-FORMATS = {  # format -> (strategy, what it is)
-    "specbench": (None, "a specbench drafter directory"),
-    "draft-lm": ("draft", "a causal language model (a draft model)"),
-    "eagle3": ("eagle", "an EAGLE-3 drafter (SafeAILab/EAGLE, SpecForge)"),
-    "dflash": ("dflash", "a DFlash drafter (z-lab/dflash)"),
-    "deepspec-dflash": ("dflash", "a DFlash drafter in DeepSpec's layout (deepseek-ai/DeepSpec)"),
-    "deepspec-dspark": ("dspark", "a DSpark drafter (deepseek-ai/DeepSpec)"),
-    "mtp-deepseek-v3": ("mtp", "the target's own MTP modules, DeepSeek-V3 layout (model.layers.L+k)"),
-    "mtp-qwen3-next": ("mtp", "the target's own MTP module, Qwen3-Next layout (mtp.*)"),
-    "mtp-mimo": ("mtp", "the target's own MTP modules, MiMo layout (model.mtp_layers.*)"),
-}
+SPECBENCH = "specbench"
+SPECBENCH_DESCRIPTION = "a specbench drafter directory"
+
+
+@dataclass(frozen=True)
+class Format:
+    """A checkpoint layout as its authors publish it, as the method that reads it declares it."""
+
+    name: str
+    description: str
+    # told from config.json and weight names (torch-free); None: never a --drafter (the target's own modules)
+    detect: Callable[[Checkpoint], bool] | None = None
+    # a checkpoint that resembles this format but is not one: the one-line reason it is refused, else None;
+    # asked once no format's detect matched
+    lookalike: Callable[[Checkpoint], str | None] | None = None
+    last_resort: bool = False  # detected only when no other format is (any causal LM is a draft model)
+    # module in strategies/published/ with load(source, target, options) -> Drafter and
+    # knob_defaults(source) -> dict; None: the method's own builder reads it
+    code: str | None = None
+    vllm_as_is: bool = False  # vLLM loads a checkpoint of it as it is
+
+
+def deepspec_architecture(config: dict) -> str | None:
+    """The DeepSpec model class a config names (it ships DFlash, DSpark and EAGLE-3 drafters), if any."""
+    return next((a for a in config.get("architectures") or [] if a.endswith(("DSparkModel", "Eagle3Model"))), None)
+
+
+def deepspec_block(config: dict) -> bool:
+    """DeepSpec's Qwen3 block drafter (DFlash or DSpark by its Markov head), the one DeepSpec class read here."""
+    found = deepspec_architecture(config)
+    return found == "Qwen3DSparkModel" or (found is None and {"markov_rank", "target_layer_ids"} <= set(config))
+
+
+def declared() -> list[tuple[str, Format]]:
+    """Every (strategy, format) the methods declare, in the registry's order."""
+    return [(strategy, fmt) for strategy in DRAFTER_NAMES for fmt in formats(strategy)]
+
+
+def format_named(name: str) -> Format | None:
+    return next((fmt for _, fmt in declared() if fmt.name == name), None)
 
 
 @dataclass
@@ -49,41 +82,43 @@ class DrafterSource:
 
     @property
     def published(self) -> bool:
-        return self.format not in ("specbench", "draft-lm")
+        """Read by a published format's own loader (not specbench's, nor a draft model's)."""
+        fmt = format_named(self.format)
+        return fmt is not None and fmt.code is not None
+
+    @property
+    def description(self) -> str:
+        return SPECBENCH_DESCRIPTION if self.format == SPECBENCH else format_named(self.format).description
 
     def describe(self) -> dict[str, Any]:
         """What the run's environment record shows."""
-        return {"format": self.format, "description": FORMATS[self.format][1], "path": str(self.path),
+        return {"format": self.format, "description": self.description, "path": str(self.path),
                 "hub_id": self.checkpoint.hub_id}
 
 
-def _deepspec_architecture(arch: list[str]) -> str | None:
-    return next((a for a in arch if a.endswith(("DSparkModel", "Eagle3Model"))), None)
+def _first_match(checkpoint: Checkpoint, found: list[tuple[str, Format]], last_resort: bool) -> DrafterSource | None:
+    for strategy, fmt in found:
+        if fmt.detect is not None and fmt.last_resort == last_resort and fmt.detect(checkpoint):
+            return DrafterSource(strategy, fmt.name, checkpoint)
+    return None
 
 
 def detect(checkpoint: Checkpoint) -> DrafterSource:
     """The format and strategy of a checkpoint; one line naming what was found when it is none of them."""
     config, name = checkpoint.config, checkpoint.name
     if "specbench_strategy" in config:
-        return DrafterSource(config["specbench_strategy"], "specbench", checkpoint)
-    arch = config.get("architectures") or []
-    deepspec = _deepspec_architecture(arch)
-    if deepspec == "Qwen3DSparkModel" or (deepspec is None and {"markov_rank", "target_layer_ids"} <= set(config)):
-        fmt = "deepspec-dspark" if int(config.get("markov_rank", 0)) > 0 else "deepspec-dflash"
-        return DrafterSource(FORMATS[fmt][0], fmt, checkpoint)
-    if deepspec is not None:
-        raise SpecbenchError(f"drafter {name}: DeepSpec's {deepspec} checkpoints are not supported "
-                             "(DeepSpec's Qwen3 DFlash and DSpark checkpoints are, and EAGLE-3 in SafeAILab's layout)")
-    if "dflash_config" in config or "DFlashDraftModel" in arch:
-        return DrafterSource("dflash", "dflash", checkpoint)
-    names = checkpoint.weight_names()
-    if "draft_vocab_size" in config or any(n.startswith("midlayer.") for n in names):
-        return DrafterSource("eagle", "eagle3", checkpoint)
-    if "fc.weight" in names and any(n.startswith("layers.0.") for n in names):
-        raise SpecbenchError(f"drafter {name}: an EAGLE-1/EAGLE-2 checkpoint (fc over [embedding, feature], "
-                             "layers.N); only EAGLE-3 checkpoints are supported")
-    if "model_type" in config:
-        return DrafterSource("draft", "draft-lm", checkpoint)
+        return DrafterSource(config["specbench_strategy"], SPECBENCH, checkpoint)
+    found = declared()
+    source = _first_match(checkpoint, found, last_resort=False)
+    if source is not None:
+        return source
+    for _, fmt in found:
+        why = fmt.lookalike(checkpoint) if fmt.lookalike is not None else None
+        if why is not None:
+            raise SpecbenchError(f"drafter {name}: {why}")
+    source = _first_match(checkpoint, found, last_resort=True)
+    if source is not None:
+        return source
     raise SpecbenchError(f"drafter {name}: none of the known formats (specbench, EAGLE-3, DFlash, DeepSpec "
                          "DFlash/DSpark, a causal LM): its config.json has no specbench_strategy, "
                          "draft_vocab_size, dflash_config, markov_rank or model_type")
@@ -110,7 +145,7 @@ def drafter_dirs_by_strategy(dirs: list[str | Path], specs: list[StrategyName]) 
         if source.strategy in out:
             raise SpecbenchError(f"two --drafter values for {source.strategy}: {out[source.strategy].path} and {name}")
         if source.strategy not in used:
-            raise SpecbenchError(f"--drafter {name} is {FORMATS[source.format][1]}, for strategy {source.strategy}, "
+            raise SpecbenchError(f"--drafter {name} is {source.description}, for strategy {source.strategy}, "
                                  f"which this run does not use (its drafting strategies: {', '.join(used) or 'none'})")
         out[source.strategy] = source
     return out
