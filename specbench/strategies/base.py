@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -14,9 +13,8 @@ from specbench.engine.protocol import Drafter
 from specbench.model_source import known_model
 from specbench.models import fingerprint
 from specbench.strategies.drafter_dir import load_drafter
-from specbench.strategies.published.formats import DrafterSource, Format
 from specbench.strategies.search_space import SearchSpace
-from specbench.strategies.serving import Serving, VllmDrafter
+from specbench.strategies.serving import Serving
 
 
 @dataclass(frozen=True)
@@ -37,21 +35,11 @@ class Method:
     tree: bool = False  # drafts token trees (verified with a tree mask, at batch size 1 only), not chains
     # (options, controller, drafter path or None) -> its vLLM and SGLang forms (strategies/serving.py)
     serving: Callable[[Any, str, str | None], Serving] | None = None
-    # the published checkpoint formats it reads, declared in strategies/published/formats/<its module>.py
-    formats: tuple[Format, ...] = ()
-    builtin: Callable[[Any], DrafterSource | None] | None = None  # target -> a drafter the target carries itself
-    vllm_drafter: VllmDrafter | None = None  # how its vLLM form gets its drafter; None: it loads none of specbench's
+    # its vLLM form loads a drafter checkpoint (speculative_config["model"]): specbench's written by the
+    # vllm_writer of one of its formats (strategies/published/formats/<its module>.py), else its directory as it is
+    vllm_drafter: bool = False
     no_vllm_drafter: str | None = None  # why a specbench drafter of it has no vLLM layout, where it has a reason
     vllm_only_from: str | None = None  # the published checkpoint its vLLM form runs only from (refused without one)
-
-
-def deferred(module: str, name: str) -> Callable[..., Any]:
-    """`name` of strategies/published/<module>.py, imported when first called (that code imports the method
-    modules that name it)."""
-    def call(*args, **kwargs):
-        return getattr(importlib.import_module(f"specbench.strategies.published.{module}"), name)(*args, **kwargs)
-
-    return call
 
 
 def own_drafter(target, strategy: str) -> Path | None:

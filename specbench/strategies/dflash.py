@@ -34,12 +34,11 @@ from specbench.engine.kv_cache import state_bytes
 from specbench.engine.linear import Linear, linear
 from specbench.engine.protocol import DraftContext, Drafter, StepOutcome
 from specbench.engine.tree import DraftTree
-from specbench.strategies.base import Method, deferred, load_trained
+from specbench.strategies.base import Method, load_trained
 from specbench.strategies.draft_vocab import DraftVocab, draft_vocab_knob
 from specbench.strategies.layers import Arch, embed, rope, rotate
-from specbench.strategies.published.formats.dflash import FORMATS
 from specbench.strategies.search_space import Choice, IntRange, Param, SearchSpace, check_ranges, knob
-from specbench.strategies.serving import DRAFTER, Serving, VllmDrafter, fixed_only
+from specbench.strategies.serving import DRAFTER, Serving, fixed_only
 from specbench.strategies.trainable import DistillBatch
 
 ANCHORS = 32  # blocks sampled per training sequence
@@ -397,5 +396,4 @@ def _serving(o: DFlashOptions, controller: str, drafter: str | None) -> Serving:
 
 STRATEGY = Method("dflash", DFlashOptions, DFlashDrafter.load, budget=lambda o: o.block_size - 1,
                   short_draft=lambda n: {"block_size": n + 1},
-                  trainable=DFlashModel.for_target, space=SPACE, serving=_serving, formats=FORMATS,
-                  vllm_drafter=VllmDrafter(deferred("to_vllm", "write_dflash")))
+                  trainable=DFlashModel.for_target, space=SPACE, serving=_serving, vllm_drafter=True)

@@ -24,9 +24,8 @@ from specbench.engine.tree import DraftTree
 from specbench.models import fingerprint, load_lm
 from specbench.strategies.base import Method, default_drafter_dir
 from specbench.strategies.layers import lm_head
-from specbench.strategies.published.formats.draft_model import FORMATS
 from specbench.strategies.search_space import Choice, IntRange, Param, SearchSpace, check_ranges, knob
-from specbench.strategies.serving import DRAFTER, Serving, VllmDrafter, fixed_only
+from specbench.strategies.serving import DRAFTER, Serving, fixed_only
 from specbench.strategies.trainable import DistillBatch
 
 FIRST_LAYERS = 3  # a DraftLM keeps the target's first three layers and its last one
@@ -159,5 +158,4 @@ def _serving(o: DraftOptions, controller: str, drafter: str | None) -> Serving:
 
 
 STRATEGY = Method("draft", DraftOptions, _build, budget=lambda o: o.k, short_draft=lambda n: {"k": n},
-                  trainable=DraftLM.for_target, space=SPACE, serving=_serving, formats=FORMATS,
-                  vllm_drafter=VllmDrafter())
+                  trainable=DraftLM.for_target, space=SPACE, serving=_serving, vllm_drafter=True)

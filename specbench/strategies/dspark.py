@@ -40,13 +40,12 @@ from torch import nn
 from specbench.core.errors import SpecbenchError
 from specbench.engine.linear import Linear
 from specbench.engine.protocol import DraftContext
-from specbench.strategies.base import Method, deferred
+from specbench.strategies.base import Method
 from specbench.strategies.dflash import BlockConfig, DFlashDrafter, DFlashModel, pick
 from specbench.strategies.draft_vocab import draft_vocab_knob
 from specbench.strategies.dspark_scheduler import SCHEDULER_SPACE, SchedulerKnobs
-from specbench.strategies.published.formats.dspark import FORMATS
 from specbench.strategies.search_space import Choice, FloatRange, IntRange, Param, SearchSpace, knob, knob_infos
-from specbench.strategies.serving import DRAFTER, Serving, VllmDrafter, fixed_only
+from specbench.strategies.serving import DRAFTER, Serving, fixed_only
 from specbench.strategies.trainable import DistillBatch
 
 CE_WEIGHT, L1_WEIGHT, CONFIDENCE_WEIGHT = 0.1, 0.9, 1.0  # DeepSpec's dspark config
@@ -174,4 +173,4 @@ def _serving(o: DSparkOptions, controller: str, drafter: str | None) -> Serving:
 STRATEGY = Method("dspark", DSparkOptions, DSparkDrafter.load, budget=lambda o: o.block_size,
                   short_draft=lambda n: {"block_size": n, "k_max": n + 1},
                   default_controller="dspark", trainable=DSparkModel.for_target, space=SPACE, serving=_serving,
-                  formats=FORMATS, vllm_drafter=VllmDrafter(deferred("to_vllm", "write_dspark")))
+                  vllm_drafter=True)

@@ -28,12 +28,11 @@ from specbench.engine.kv_cache import state_bytes
 from specbench.engine.linear import Linear
 from specbench.engine.protocol import DraftContext, Drafter, StepOutcome
 from specbench.engine.tree import DraftTree
-from specbench.strategies.base import Method, deferred, load_trained
+from specbench.strategies.base import Method, load_trained
 from specbench.strategies.draft_vocab import DraftVocab, draft_vocab_knob
 from specbench.strategies.layers import KV, Arch, FeatureLayer, causal_mask, embed
-from specbench.strategies.published.formats.eagle import FORMATS
 from specbench.strategies.search_space import IntRange, Param, SearchSpace, check_ranges, knob
-from specbench.strategies.serving import DRAFTER, Serving, VllmDrafter, fixed_only
+from specbench.strategies.serving import DRAFTER, Serving, fixed_only
 from specbench.strategies.trainable import DistillBatch
 
 
@@ -263,4 +262,4 @@ def _serving(o: EagleOptions, controller: str, drafter: str | None) -> Serving:
 STRATEGY = Method("eagle", EagleOptions, _build, budget=lambda o: o.depth, default_controller="fixed",
                   short_draft=lambda n: {"depth": n, "total_tokens": n},
                   trainable=lambda target, options: EagleModel.for_target(target, options), space=SPACE, tree=True,
-                  serving=_serving, formats=FORMATS, vllm_drafter=VllmDrafter(deferred("to_vllm", "write_eagle3")))
+                  serving=_serving, vllm_drafter=True)

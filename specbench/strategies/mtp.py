@@ -25,11 +25,10 @@ from specbench.core.errors import SpecbenchError
 from specbench.engine.kv_cache import state_bytes
 from specbench.engine.protocol import DraftContext, Drafter, StepOutcome
 from specbench.engine.tree import DraftTree
-from specbench.strategies.base import Method, deferred, load_trained
+from specbench.strategies.base import Method, load_trained
 from specbench.strategies.controllers import entropy
 from specbench.strategies.draft_vocab import DraftVocab, draft_vocab_knob
 from specbench.strategies.layers import KV, Arch, FeatureLayer, embed
-from specbench.strategies.published.formats.mtp import FORMATS
 from specbench.strategies.search_space import Choice, FloatRange, IntRange, Param, Ref, SearchSpace, check_ranges, knob
 from specbench.strategies.serving import Serving, fixed_only
 from specbench.strategies.trainable import DistillBatch
@@ -275,7 +274,7 @@ STRATEGY = Method("mtp", MtpOptions, _build, budget=lambda o: o.n_modules, defau
                   short_draft=lambda n: {"n_modules": min(n, 3), "branching": "1"},
                   trainable=lambda target, options: MtpModel.for_target(target, options), space=SPACE,
                   limits=lambda drafter: {"trained_modules": len(drafter.model.layers)}, tree=True,
-                  serving=_serving, formats=FORMATS, builtin=deferred("mtp", "builtin_source"),
+                  serving=_serving,
                   no_vllm_drafter="vLLM's MTP runs the MTP layers of the target's own checkpoint; specbench's "
                                   "separate MTP modules have no vLLM counterpart",
                   vllm_only_from="MTP layers inside the target's own checkpoint (DeepSeek-V3, Qwen3-Next, MiMo)")

@@ -1,7 +1,7 @@
 """Every drafting method, by the name the command line uses; each method is one module here.
 
 Names are known without importing the method modules (they import torch), so a strategy name is
-checked at once; a method's definition (its knobs, search space, builder, formats and serving forms)
+checked at once; a method's definition (its knobs, search space, builder and serving forms)
 is imported on first use. The published checkpoint formats a method reads are declared, torch-free,
 in strategies/published/formats/ under its module's name, so a --drafter is told before torch loads.
 Adding a method means its module (and its formats' modules) and one line in MODULES.

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 DRAFTER = "DRAFTER_DIR"  # placeholder where no drafter directory was given
 CONTROLLER = "controller"  # how a controller other than the engine's own is named among the untranslated
@@ -36,15 +36,6 @@ class Serving:
     def as_json(self) -> dict[str, Any]:
         return {"translation": True, "vllm": {"speculative_config": self.vllm},
                 "sglang": {"flags": [str(v) for v in self.sglang or []]}, "untranslated": self.untranslated()}
-
-
-@dataclass(frozen=True)
-class VllmDrafter:
-    """How a method's vLLM form gets its drafter checkpoint (speculative_config["model"])."""
-
-    # a specbench drafter directory -> the layout vLLM loads: (source, target, out, mask_token_id) -> Conversion
-    # (published/to_vllm.py); None: vLLM loads the drafter directory as it is (a causal LM)
-    export: Callable[..., Any] | None = None
 
 
 def fixed_only(controller: str) -> tuple[str, ...]:

@@ -6,7 +6,8 @@ MTP modules inside a target), run through the same Drafter protocol and engine a
 - eagle3.py, block.py (DFlash, DSpark), mtp.py (MTP in the target): each format's network and loader,
   behind the drafters of strategies/eagle.py, dflash.py, dspark.py and mtp.py; a format's `code` names its module.
 - convert.py: a published checkpoint into specbench's own format and back, where the shapes allow.
-- to_vllm.py: specbench's drafters in the layouts vLLM loads (each method's Method.vllm_drafter).
+- to_vllm.py: specbench's drafters in the layouts vLLM loads (the format a method's drafter is written in
+  names its writer: Format.vllm_writer).
 """
 
 from __future__ import annotations
@@ -15,14 +16,17 @@ import importlib
 from typing import Any
 
 from specbench.model_source import DEFAULT_MODEL
+from specbench.strategies import registry
 from specbench.strategies.published.formats import DrafterSource
-from specbench.strategies.registry import definition
+
+
+def module(name: str):
+    """A module of strategies/published/ by its name, as a format declares it (Format.code, Format.vllm_writer)."""
+    return importlib.import_module(f"specbench.strategies.published.{name}")
 
 
 def _code(source: DrafterSource):
-    """The module of strategies/published/ that reads the source's format, as its method declares it."""
-    fmt = next(fmt for fmt in definition(source.strategy).formats if fmt.name == source.format)
-    return importlib.import_module(f"specbench.strategies.published.{fmt.code}")
+    return module(next(fmt.code for fmt in registry.formats(source.strategy) if fmt.name == source.format))
 
 
 def knob_defaults(source: DrafterSource) -> dict[str, Any]:
@@ -37,9 +41,12 @@ def load(source: DrafterSource, target, options):
 
 
 def builtin_source(strategy: str, target) -> DrafterSource | None:
-    """A drafter the target carries itself (its own MTP modules, for `mtp` without a --drafter), as the
-    method declares it (Method.builtin)."""
-    builtin = definition(strategy).builtin
-    if builtin is None or target.name == DEFAULT_MODEL:
+    """A drafter the target carries itself (its own MTP modules, for `mtp` without a --drafter): found by
+    builtin_source(target) of the code module of the method's `builtin` formats."""
+    if target.name == DEFAULT_MODEL:
         return None
-    return builtin(target)
+    for code in dict.fromkeys(fmt.code for fmt in registry.formats(strategy) if fmt.builtin):
+        found = module(code).builtin_source(target)
+        if found is not None:
+            return found
+    return None

@@ -40,12 +40,13 @@ from specbench.core.files import atomic_path, write_json
 from specbench.models import Target, fingerprint
 from specbench.strategies.base import default_drafter_dir
 from specbench.strategies.dflash import BlockConfig
+from specbench.strategies.drafter_config import CONFIG
 from specbench.strategies.drafter_dir import WEIGHTS, load_drafter, write_checkpoint
+from specbench.strategies.published import module
 from specbench.strategies.published.block import MASK, published_name
-from specbench.strategies.published.checkpoint import CONFIG
 from specbench.strategies.published.convert import Conversion, free_token_id, to_deepspec
 from specbench.strategies.published.formats import SPECBENCH, DrafterSource, format_named, open_source
-from specbench.strategies.registry import DRAFTER_NAMES, definition
+from specbench.strategies.registry import DRAFTER_NAMES, definition, formats
 
 MASK_FILE = "mask_embedding.pt"
 
@@ -205,6 +206,16 @@ def _vllm_as_is(source: DrafterSource) -> bool:
     return fmt is not None and fmt.vllm_as_is
 
 
+def _writer(strategy: str):
+    """The function that writes a specbench drafter of `strategy` for vLLM: its format's Format.vllm_writer."""
+    declared = formats(strategy) if strategy in DRAFTER_NAMES else ()
+    found = next((fmt.vllm_writer for fmt in declared if fmt.vllm_writer), None)
+    if found is None:
+        return None
+    name, function = found.rsplit(".", 1)
+    return getattr(module(name), function)
+
+
 def to_vllm(source: DrafterSource, target: Target, out: Path, mask_token_id: int | None = None) -> Conversion:
     """A specbench drafter directory -> the layout vLLM's method for its strategy loads (the table above)."""
     if _vllm_as_is(source):
@@ -212,12 +223,12 @@ def to_vllm(source: DrafterSource, target: Target, out: Path, mask_token_id: int
                              f"give it to vLLM directly")
     if source.format != SPECBENCH:
         raise _refuse(source.checkpoint.name, f"{source.format} has no vLLM layout")
-    method = definition(source.strategy) if source.strategy in DRAFTER_NAMES else None
-    export = method.vllm_drafter.export if method and method.vllm_drafter else None
-    if export is None:
+    write = _writer(source.strategy)
+    if write is None:
+        method = definition(source.strategy) if source.strategy in DRAFTER_NAMES else None
         raise _refuse(f"a specbench {source.strategy} drafter",
                       (method and method.no_vllm_drafter) or "vLLM has no method for it")
-    return export(source, target, out, mask_token_id)
+    return write(source, target, out, mask_token_id)
 
 
 def _digest(path: Path) -> str:
@@ -236,10 +247,10 @@ def vllm_drafter_dir(strategy: str, drafter_dir: Path | None, target: Target, ca
     and re-used after. ngram needs no directory (vLLM's `ngram` method).
     """
     method = definition(strategy)
-    if method.vllm_drafter is None:
+    if not method.vllm_drafter:
         raise _refuse(f"strategy {strategy}", method.no_vllm_drafter or "vLLM has no drafter method for it")
     path = Path(default_drafter_dir(target, strategy, drafter_dir))
-    if method.vllm_drafter.export is None:  # a causal LM, which vLLM loads as it is
+    if _writer(strategy) is None:  # a causal LM, which vLLM loads as it is
         return path
     source = open_source(path)
     if _vllm_as_is(source):

@@ -2,7 +2,10 @@
 
 Each method declares the published formats it reads in a module of this package named after its own
 module (formats/eagle.py for strategies/eagle.py), torch-free, so a --drafter is told and refused
-before torch loads; the method's Method names the same declarations (strategies/registry.py finds them).
+before torch loads (strategies/registry.py finds them by the method's module name; the method module never
+imports them, as the code that reads a format imports the method). A format names the module of
+strategies/published/ that reads it (`code`) and, for the one a specbench drafter of the method is written
+in for vLLM, its writer (`vllm_writer`).
 
 | format | who ships it | strategy |
 | --- | --- | --- |
@@ -36,7 +39,7 @@ class Format:
 
     name: str
     description: str
-    # told from config.json and weight names (torch-free); None: never a --drafter (the target's own modules)
+    # told from config.json and weight names (torch-free); None: never a --drafter (see builtin)
     detect: Callable[[Checkpoint], bool] | None = None
     # a checkpoint that resembles this format but is not one: the one-line reason it is refused, else None;
     # asked once no format's detect matched
@@ -45,7 +48,13 @@ class Format:
     # module in strategies/published/ with load(source, target, options) -> Drafter and
     # knob_defaults(source) -> dict; None: the method's own builder reads it
     code: str | None = None
+    # the target carries it itself (its own MTP modules): found by builtin_source(target) -> DrafterSource | None
+    # of its code module
+    builtin: bool = False
     vllm_as_is: bool = False  # vLLM loads a checkpoint of it as it is
+    # "module.function" in strategies/published/ that writes a specbench drafter of the method in this layout for
+    # vLLM: (source, target, out, mask_token_id) -> Conversion; at most one format of a method names one
+    vllm_writer: str | None = None
 
 
 def deepspec_architecture(config: dict) -> str | None:

@@ -16,6 +16,7 @@ def is_deepspec_dflash(checkpoint: Checkpoint) -> bool:
     return deepspec_block(checkpoint.config) and int(checkpoint.config.get("markov_rank", 0)) == 0
 
 
-FORMATS = (Format("dflash", "a DFlash drafter (z-lab/dflash)", detect=is_zlab, code="block", vllm_as_is=True),
+FORMATS = (Format("dflash", "a DFlash drafter (z-lab/dflash)", detect=is_zlab, code="block", vllm_as_is=True,
+                  vllm_writer="to_vllm.write_dflash"),
            Format("deepspec-dflash", "a DFlash drafter in DeepSpec's layout (deepseek-ai/DeepSpec)",
                   detect=is_deepspec_dflash, code="block", vllm_as_is=True))

@@ -19,4 +19,5 @@ def other_deepspec(checkpoint: Checkpoint) -> str | None:
 
 
 FORMATS = (Format("deepspec-dspark", "a DSpark drafter (deepseek-ai/DeepSpec)", detect=is_deepspec_dspark,
-                  lookalike=other_deepspec, code="block", vllm_as_is=True),)
+                  lookalike=other_deepspec, code="block", vllm_as_is=True,
+                  vllm_writer="to_vllm.write_dspark"),)

@@ -22,5 +22,6 @@ def older_eagle(checkpoint: Checkpoint) -> str | None:
 
 
 EAGLE3 = Format("eagle3", "an EAGLE-3 drafter (SafeAILab/EAGLE, SpecForge)", detect=is_eagle3,
-                lookalike=older_eagle, code="eagle3", vllm_as_is=True)
+                lookalike=older_eagle, code="eagle3", vllm_as_is=True,
+                vllm_writer="to_vllm.write_eagle3")
 FORMATS = (EAGLE3,)
