@@ -36,7 +36,7 @@ from specbench.engine.verify import accept_sampling
 from specbench.measure.stats import paired_speedups, summarise_strategies
 from specbench.models import Target, fingerprint
 from specbench.strategies.controllers import FixedController
-from specbench.strategies.drafter_dir import read_drafter_config
+from specbench.strategies.drafter_config import read_drafter_config
 from specbench.strategies.trainable import DistillBatch
 from specbench.training.distill import DistillSequence, make_batch
 from specbench.training.trainer import train

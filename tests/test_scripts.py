@@ -15,7 +15,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from specbench.models import fingerprint, load_target
-from specbench.strategies.drafter_dir import read_drafter_config
+from specbench.strategies.drafter_config import read_drafter_config
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 DRAFTERS = ("eagle", "mtp", "dflash", "dspark")

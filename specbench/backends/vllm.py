@@ -89,9 +89,9 @@ def translate(spec: StrategyName, knobs: dict[str, dict[str, Any]], controller: 
         raise SpecbenchError(f"--engine vllm: {name}'s {', '.join(refused)} {'has' if len(refused) == 1 else 'have'} "
                              "no vLLM counterpart (vLLM would ignore it); drop it or use --engine specbench")
     source = sources.get(name)
-    if "model" not in serving.vllm and name == "mtp" and not (source and source.published):
-        raise SpecbenchError("--engine vllm: mtp runs in vLLM only from MTP layers inside the target's own "
-                             "checkpoint (DeepSeek-V3, Qwen3-Next, MiMo); this target has none")
+    if method.vllm_only_from and not (source and source.published):
+        raise SpecbenchError(f"--engine vllm: {name} runs in vLLM only from {method.vllm_only_from}; "
+                             "this target has none")
     return VllmStrategy(spec.name, dict(serving.vllm), serving.vllm_missing)
 
 

@@ -15,10 +15,11 @@ from urllib.parse import urlparse
 from specbench.config import RunConfig
 from specbench.core.errors import SpecbenchError
 from specbench.core.ranges import check_ranges, check_sizes
+from specbench.strategies.registry import SERVED
 
 SLO_KEYS = ("ttft", "tpot", "e2e")  # milliseconds each
 MIN_LEVEL_REQUESTS = 8  # measured requests of a level without --requests, at least four per client above two
-SERVE_STRATEGIES = ["ngram", "eagle", "dflash"]
+SERVE_STRATEGIES = list(SERVED)
 ENDPOINT_TYPES = ("completions", "chat")  # /v1/completions with token ids, /v1/chat/completions with the turn's text
 
 

@@ -35,6 +35,11 @@ class Method:
     tree: bool = False  # drafts token trees (verified with a tree mask, at batch size 1 only), not chains
     # (options, controller, drafter path or None) -> its vLLM and SGLang forms (strategies/serving.py)
     serving: Callable[[Any, str, str | None], Serving] | None = None
+    # its vLLM form loads a drafter checkpoint (speculative_config["model"]): specbench's written by the
+    # vllm_writer of one of its formats (strategies/published/formats/<its module>.py), else its directory as it is
+    vllm_drafter: bool = False
+    no_vllm_drafter: str | None = None  # why a specbench drafter of it has no vLLM layout, where it has a reason
+    vllm_only_from: str | None = None  # the published checkpoint its vLLM form runs only from (refused without one)
 
 
 def own_drafter(target, strategy: str) -> Path | None:

@@ -396,4 +396,4 @@ def _serving(o: DFlashOptions, controller: str, drafter: str | None) -> Serving:
 
 STRATEGY = Method("dflash", DFlashOptions, DFlashDrafter.load, budget=lambda o: o.block_size - 1,
                   short_draft=lambda n: {"block_size": n + 1},
-                  trainable=DFlashModel.for_target, space=SPACE, serving=_serving)
+                  trainable=DFlashModel.for_target, space=SPACE, serving=_serving, vllm_drafter=True)

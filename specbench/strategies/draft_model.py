@@ -158,4 +158,4 @@ def _serving(o: DraftOptions, controller: str, drafter: str | None) -> Serving:
 
 
 STRATEGY = Method("draft", DraftOptions, _build, budget=lambda o: o.k, short_draft=lambda n: {"k": n},
-                  trainable=DraftLM.for_target, space=SPACE, serving=_serving)
+                  trainable=DraftLM.for_target, space=SPACE, serving=_serving, vllm_drafter=True)

@@ -12,7 +12,7 @@ from safetensors.torch import load_file, save_file
 
 from specbench.core.errors import SpecbenchError
 from specbench.core.files import atomic_path
-from specbench.strategies.published.checkpoint import CONFIG, read_drafter_config
+from specbench.strategies.drafter_config import CONFIG, read_drafter_config
 
 WEIGHTS = "model.safetensors"
 

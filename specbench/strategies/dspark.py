@@ -172,4 +172,5 @@ def _serving(o: DSparkOptions, controller: str, drafter: str | None) -> Serving:
 
 STRATEGY = Method("dspark", DSparkOptions, DSparkDrafter.load, budget=lambda o: o.block_size,
                   short_draft=lambda n: {"block_size": n, "k_max": n + 1},
-                  default_controller="dspark", trainable=DSparkModel.for_target, space=SPACE, serving=_serving)
+                  default_controller="dspark", trainable=DSparkModel.for_target, space=SPACE, serving=_serving,
+                  vllm_drafter=True)

@@ -262,4 +262,4 @@ def _serving(o: EagleOptions, controller: str, drafter: str | None) -> Serving:
 STRATEGY = Method("eagle", EagleOptions, _build, budget=lambda o: o.depth, default_controller="fixed",
                   short_draft=lambda n: {"depth": n, "total_tokens": n},
                   trainable=lambda target, options: EagleModel.for_target(target, options), space=SPACE, tree=True,
-                  serving=_serving)
+                  serving=_serving, vllm_drafter=True)

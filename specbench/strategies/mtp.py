@@ -274,4 +274,7 @@ STRATEGY = Method("mtp", MtpOptions, _build, budget=lambda o: o.n_modules, defau
                   short_draft=lambda n: {"n_modules": min(n, 3), "branching": "1"},
                   trainable=lambda target, options: MtpModel.for_target(target, options), space=SPACE,
                   limits=lambda drafter: {"trained_modules": len(drafter.model.layers)}, tree=True,
-                  serving=_serving)
+                  serving=_serving,
+                  no_vllm_drafter="vLLM's MTP runs the MTP layers of the target's own checkpoint; specbench's "
+                                  "separate MTP modules have no vLLM counterpart",
+                  vllm_only_from="MTP layers inside the target's own checkpoint (DeepSeek-V3, Qwen3-Next, MiMo)")

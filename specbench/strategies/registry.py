@@ -1,18 +1,22 @@
 """Every drafting method, by the name the command line uses; each method is one module here.
 
 Names are known without importing the method modules (they import torch), so a strategy name is
-checked at once; a method's definition (its knobs, search space and builder) is imported on first
-use. Adding a method means one new module and one line in MODULES.
+checked at once; a method's definition (its knobs, search space, builder and serving forms)
+is imported on first use. The published checkpoint formats a method reads are declared, torch-free,
+in strategies/published/formats/ under its module's name, so a --drafter is told before torch loads.
+Adding a method means its module (and its formats' modules) and one line in MODULES.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # base.py imports torch; names and the parser must not
     from specbench.strategies.base import Method
+    from specbench.strategies.published.formats import Format
 
 MODULES = {  # strategy name -> module in specbench.strategies
     "ngram": "ngram",
@@ -24,12 +28,20 @@ MODULES = {  # strategy name -> module in specbench.strategies
     "suffix": "suffix",
 }
 DRAFTER_NAMES = tuple(MODULES)
+SERVED = ("ngram", "eagle", "dflash")  # what `specbench serve` measures without --strategy
 
 
 @functools.cache
 def definition(name: str) -> Method:
     """The Method a method module declares as STRATEGY."""
     return importlib.import_module(f"specbench.strategies.{MODULES[name]}").STRATEGY
+
+
+@functools.cache
+def formats(name: str) -> tuple[Format, ...]:
+    """The published checkpoint formats a method reads (torch-free): strategies/published/formats/<its module>.py."""
+    module = f"specbench.strategies.published.formats.{MODULES[name]}"
+    return importlib.import_module(module).FORMATS if importlib.util.find_spec(module) else ()
 
 
 def definitions() -> dict[str, Method]:

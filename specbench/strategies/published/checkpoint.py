@@ -17,11 +17,11 @@ from safetensors import SafetensorError, safe_open
 from specbench.core.errors import SpecbenchError
 from specbench.core.files import read_json
 from specbench.model_source import looks_like_path, model_path
+from specbench.strategies.drafter_config import read_drafter_config
 
 if TYPE_CHECKING:
     import torch
 
-CONFIG = "config.json"
 SAFETENSORS, BIN = "model.safetensors", "pytorch_model.bin"
 INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 
@@ -94,15 +94,6 @@ def _bin_state(path: Path) -> dict[str, torch.Tensor]:
         return torch.load(path, map_location="cpu", weights_only=True)
     except (OSError, RuntimeError, EOFError) as exc:  # pickle errors surface as RuntimeError / EOFError
         raise SpecbenchError(f"{path}: not a readable PyTorch weights file ({str(exc).splitlines()[0]})") from None
-
-
-def read_drafter_config(path: Path, name: str | None = None) -> dict:
-    """A drafter directory's config.json; errors call it `name` (a hub id it came from) or its path."""
-    path = Path(path)
-    what = f"drafter {name}" if name else f"drafter directory {path}"
-    if not path.is_dir():
-        raise SpecbenchError(f"{what} does not exist")
-    return read_json(path / CONFIG, f"{what}: config file")
 
 
 def open_checkpoint(name: str | Path) -> Checkpoint:

@@ -183,6 +183,11 @@ def check_d2t(state: dict[str, torch.Tensor], vocab: int, name: str) -> None:
                              f"below {vocab}")
 
 
+def knob_defaults(source: DrafterSource) -> dict:
+    """None: an EAGLE-3 checkpoint runs with specbench's eagle knob defaults."""
+    return {}
+
+
 def load(source: DrafterSource, target, options: EagleOptions) -> EagleDrafter:
     name, raw = source.checkpoint.name, source.checkpoint.config
     config = hf_config(raw, name)

@@ -29,7 +29,7 @@ from torch import nn
 
 from specbench.core.errors import SpecbenchError
 from specbench.engine.kv_cache import cache_keyword, layer_cache, layer_kv
-from specbench.strategies.drafter_dir import read_drafter_config
+from specbench.strategies.drafter_config import read_drafter_config
 from specbench.strategies.layers import KV, lm_head
 from specbench.strategies.mtp import MtpDrafter, MtpOptions
 from specbench.strategies.published.checkpoint import Checkpoint

@@ -40,14 +40,14 @@ from specbench.core.files import atomic_path, write_json
 from specbench.models import Target, fingerprint
 from specbench.strategies.base import default_drafter_dir
 from specbench.strategies.dflash import BlockConfig
+from specbench.strategies.drafter_config import CONFIG
 from specbench.strategies.drafter_dir import WEIGHTS, load_drafter, write_checkpoint
+from specbench.strategies.published import module
 from specbench.strategies.published.block import MASK, published_name
-from specbench.strategies.published.checkpoint import CONFIG
 from specbench.strategies.published.convert import Conversion, free_token_id, to_deepspec
-from specbench.strategies.published.formats import DrafterSource, open_source
+from specbench.strategies.published.formats import SPECBENCH, DrafterSource, format_named, open_source
+from specbench.strategies.registry import DRAFTER_NAMES, definition, formats
 
-DRAFTERS = ("eagle", "dflash", "dspark", "draft")  # the methods whose vLLM form loads a drafter checkpoint
-AS_PUBLISHED = {"eagle3", "dflash", "deepspec-dflash", "deepspec-dspark", "draft-lm"}  # vLLM loads these as they are
 MASK_FILE = "mask_embedding.pt"
 
 
@@ -144,7 +144,8 @@ def refuse_draft_vocab(source: DrafterSource, state: dict[str, torch.Tensor], la
                                         "draft-vocabulary map")
 
 
-def write_eagle3(source: DrafterSource, target: Target, out: Path) -> Conversion:
+def write_eagle3(source: DrafterSource, target: Target, out: Path, mask_token_id: int | None = None) -> Conversion:
+    """A specbench eagle drafter -> vLLM's EAGLE-3 (which has no mask slot: mask_token_id is not read)."""
     config, state = load_drafter(source.path, "eagle", fingerprint(target.model))
     hf, weights = eagle3_state(config, state, target)
     write_checkpoint(out, hf, weights, torch.float32)
@@ -195,22 +196,39 @@ def write_dflash(source: DrafterSource, target: Target, out: Path, mask_token_id
                        "token", "vLLM sees the whole context (specbench's dflash.context_window 0)"])
 
 
+def write_dspark(source: DrafterSource, target: Target, out: Path, mask_token_id: int | None) -> Conversion:
+    """A specbench dspark drafter -> DeepSpec's DSpark layout, which vLLM's dspark method loads."""
+    return to_deepspec(source, target, out, choose_mask_id(target, mask_token_id))
+
+
+def _vllm_as_is(source: DrafterSource) -> bool:
+    fmt = format_named(source.format)
+    return fmt is not None and fmt.vllm_as_is
+
+
+def _writer(strategy: str):
+    """The function that writes a specbench drafter of `strategy` for vLLM: its format's Format.vllm_writer."""
+    declared = formats(strategy) if strategy in DRAFTER_NAMES else ()
+    found = next((fmt.vllm_writer for fmt in declared if fmt.vllm_writer), None)
+    if found is None:
+        return None
+    name, function = found.rsplit(".", 1)
+    return getattr(module(name), function)
+
+
 def to_vllm(source: DrafterSource, target: Target, out: Path, mask_token_id: int | None = None) -> Conversion:
     """A specbench drafter directory -> the layout vLLM's method for its strategy loads (the table above)."""
-    if source.format in AS_PUBLISHED:
+    if _vllm_as_is(source):
         raise SpecbenchError(f"{source.checkpoint.name} is {source.format}, which vLLM loads as it is: "
                              f"give it to vLLM directly")
-    if source.format != "specbench":
+    if source.format != SPECBENCH:
         raise _refuse(source.checkpoint.name, f"{source.format} has no vLLM layout")
-    if source.strategy == "eagle":
-        return write_eagle3(source, target, out)
-    if source.strategy == "dflash":
-        return write_dflash(source, target, out, mask_token_id)
-    if source.strategy == "dspark":
-        return to_deepspec(source, target, out, choose_mask_id(target, mask_token_id))
-    raise _refuse(f"a specbench {source.strategy} drafter",
-                  "vLLM's MTP runs the MTP layers of the target's own checkpoint; specbench's separate MTP modules "
-                  "have no vLLM counterpart" if source.strategy == "mtp" else "vLLM has no method for it")
+    write = _writer(source.strategy)
+    if write is None:
+        method = definition(source.strategy) if source.strategy in DRAFTER_NAMES else None
+        raise _refuse(f"a specbench {source.strategy} drafter",
+                      (method and method.no_vllm_drafter) or "vLLM has no method for it")
+    return write(source, target, out, mask_token_id)
 
 
 def _digest(path: Path) -> str:
@@ -228,14 +246,14 @@ def vllm_drafter_dir(strategy: str, drafter_dir: Path | None, target: Target, ca
     `cache_root/<strategy>-<hash of the drafter's files and the target's fingerprint>` on the first call
     and re-used after. ngram needs no directory (vLLM's `ngram` method).
     """
-    if strategy not in DRAFTERS:
-        raise _refuse(f"strategy {strategy}", "vLLM has no drafter method for it" if strategy != "mtp" else
-                      "specbench's separate MTP modules have no vLLM counterpart")
-    if strategy == "draft":  # a causal LM, which vLLM loads as it is
-        return default_drafter_dir(target, strategy, drafter_dir)
+    method = definition(strategy)
+    if not method.vllm_drafter:
+        raise _refuse(f"strategy {strategy}", method.no_vllm_drafter or "vLLM has no drafter method for it")
     path = Path(default_drafter_dir(target, strategy, drafter_dir))
+    if _writer(strategy) is None:  # a causal LM, which vLLM loads as it is
+        return path
     source = open_source(path)
-    if source.format in AS_PUBLISHED:
+    if _vllm_as_is(source):
         return path
     key = hashlib.sha256(f"{_digest(path)}{fingerprint(target.model)}".encode()).hexdigest()[:16]
     out = Path(cache_root) / f"{strategy}-{key}"
