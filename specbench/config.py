@@ -21,7 +21,7 @@ from typing import Any
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from specbench.backends.protocol import EnginePlan
-from specbench.backends.registry import check_engines
+from specbench.backends.registry import REFERENCE, check_engines
 from specbench.core.errors import SpecbenchError
 from specbench.core.files import read_toml
 from specbench.core.ranges import check_device, check_dtype, check_ranges, check_sizes
@@ -107,10 +107,11 @@ class RunConfig(DecodeSettings):
         for strategy, entry in config.draft_schedule.items():
             check_draft_schedule(strategy, entry)
         schedule = {parse_strategy(name).name: entry for name, entry in config.draft_schedule.items()}
-        engines = check_engines(config.engine, EnginePlan(specs, config.knobs, config.controller, config.batch_sizes,
-                                                          config.temperature, config.engine_args))
+        engine = EnginePlan(tuple(specs), config.knobs, config.controller, config.batch_sizes, config.temperature,
+                            config.engine_args, model, config.device, config.dtype, config.seed, sources, schedule)
+        engines = check_engines(config.engine, engine)
         config = dataclasses.replace(config, limit=limit, draft_schedule=schedule)
-        return RunPlan(config, tuple(specs), sources, suite, model, engines, profile)
+        return RunPlan(config, tuple(specs), sources, suite, model, engines, profile, engine, REFERENCE)
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,10 @@ class RunPlan:
     model: str  # the target's directory, or the hub id it is cached under
     engines: tuple[str, ...]  # the engines listed, aliases expanded
     profile: GpuProfile | None  # the --gpu profile to project onto
+    engine: EnginePlan  # what the engines are checked against and made from
+    # the engine whose `ar` runs in every run (listed or not): the other engines' `ar` is checked against its
+    # greedy outputs, and the noise check, the projection and the load axis read its rows
+    reference: str
 
 
 def check_draft_schedule(strategy: str, entry: Any) -> None:

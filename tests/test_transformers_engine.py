@@ -68,8 +68,8 @@ def test_counts_match_specbench_on_the_same_drafts(tiny_model_dir, tiny_draft_di
     plan = RunConfig(model=str(tiny_model_dir), drafters=[str(tiny_draft_dir)], strategies=["ngram", "draft"],
                      device="cpu").plan()
     target = load_target(plan.model, torch.device("cpu"), torch.float32)
-    theirs = TransformersBackend(plan, plan.strategies).start(target)
-    ours = SpecbenchBackend(plan, plan.strategies).start(target)
+    theirs = TransformersBackend(plan.engine).start(target)
+    ours = SpecbenchBackend(plan.engine).start(target)
     prompt = [int(t) for t in target.tokenizer.encode("def f1(x): return x + 1 # the quick brown fox 1 def f2(x):")]
     for mine, other in zip(ours, theirs):
         gen, reference = other.runner(prompt, 20, Sampling(), 0), mine.runner(prompt, 20, Sampling(), 0)

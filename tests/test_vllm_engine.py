@@ -281,7 +281,7 @@ def test_bad_engine_input_is_one_line_exit_2_nothing_written(args, message, tmp_
 def test_without_vllm_the_engine_says_how_to_install_it(monkeypatch):
     monkeypatch.setattr(vllm_backend.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(SpecbenchError, match=r'pip install -e "\.\[vllm\]"'):
-        vllm_backend.VllmBackend.check(EnginePlan([], {}, None, [1], 0.0, {}))
+        vllm_backend.VllmBackend.check(EnginePlan((), {}, None, [1], 0.0, {}, "", "auto", "auto", 0, {}, {}))
 
 
 def test_tune_on_vllm_writes_a_speculative_config_vllm_accepts(tmp_path):

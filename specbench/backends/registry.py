@@ -25,6 +25,9 @@ MODULES = {  # engine name -> module in specbench.backends
 }
 ALIASES = {"both": (SPECBENCH, "vllm")}
 ENGINE_NAMES = tuple(MODULES)
+# the engine whose `ar` runs in every run: its greedy outputs are the lossless reference, and its rows are what
+# the noise check, the projection and the load axis read
+REFERENCE = SPECBENCH
 
 
 @functools.cache
@@ -54,9 +57,9 @@ def parse_engines(text: str) -> tuple[str, ...]:
     return tuple(names)
 
 
-def run_order(engines: tuple[str, ...]) -> tuple[str, ...]:
-    """The engines a run starts: specbench's first (its `ar` is the reference every run has), then the listed."""
-    return (SPECBENCH, *(name for name in engines if name != SPECBENCH))
+def run_order(engines: tuple[str, ...], reference: str) -> tuple[str, ...]:
+    """The engines a run starts: the reference first (its `ar` runs in every run), then the listed."""
+    return (reference, *(name for name in engines if name != reference))
 
 
 def check_engines(text: str, plan: EnginePlan) -> tuple[str, ...]:
@@ -71,7 +74,6 @@ def check_engines(text: str, plan: EnginePlan) -> tuple[str, ...]:
     for name in engines:
         backend(name).check(plan)
     return engines
-
 
 
 def parse_engine_args(text: str | None) -> dict[str, Any] | None:

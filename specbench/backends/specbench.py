@@ -1,8 +1,8 @@
 """specbench's own engine (engine/): every method, their combinations and controllers, at every batch size.
 
-It is the reference engine: its `ar` runs in every run, its outputs are the lossless reference, and the
-other engines' agreement and transfer are read against it. torch and the drafters load in `start`, so
-that `check` runs before either.
+A prompt alone decodes in the single-sequence loop (engine/decode.py); a batch in lockstep (engine/batch.py),
+each sequence with its own drafter copy, controller and seeded Rng. It is the runs' reference engine
+(registry.REFERENCE). torch and the drafters load in `start`, so that `check` runs before either.
 """
 
 from __future__ import annotations
@@ -10,16 +10,14 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any
 
+from specbench.backends.protocol import Decoded
 from specbench.core.engine_names import SPECBENCH
 from specbench.core.records import EngineReport
 from specbench.draft_schedule import cap_at
 from specbench.strategies.controllers import CappedController
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from specbench.backends.protocol import EnginePlan
-    from specbench.config import RunPlan
     from specbench.engine.decode import Generation
     from specbench.engine.protocol import Controller
     from specbench.engine.sampling import Sampling
@@ -57,32 +55,54 @@ def decode_one(target: Target, strategy: Strategy, schedule: Schedule, prompt: l
                     new_controller(strategy, schedule, 1), seed)
 
 
+def decode_batch(target: Target, strategy: Strategy, schedule: Schedule, prompts: list[list[int]],
+                 max_new_tokens: int, sampling: Sampling, seeds: list[int]) -> Decoded:
+    """One batch in lockstep, each sequence with its own drafter copy, controller and seeded Rng."""
+    import torch
+
+    from specbench.engine.batch import drafter_copies, generate_batch
+    from specbench.engine.sampling import seeded
+
+    torch.manual_seed(seeds[0])
+    drafters = drafter_copies(strategy.drafter, len(prompts)) if strategy.drafter else None
+    controllers = ([new_controller(strategy, schedule, len(prompts)) for _ in prompts]
+                   if strategy.drafter else None)
+    rngs = [seeded(seed, target.device) for seed in seeds]
+    batch = generate_batch(target.model, prompts, max_new_tokens, sampling, target.eos_ids, drafters, controllers,
+                           rngs)
+    return Decoded(batch.sequences, batch)
+
+
 class SpecbenchBackend:
     name = SPECBENCH
     title = "specbench"
     takes_engine_args = False
-    batches = True
 
     @staticmethod
     def check(plan: EnginePlan) -> None:
         """Every method, combination and controller runs here: nothing to refuse."""
 
-    def __init__(self, plan: RunPlan, specs: tuple[StrategyName, ...]):
-        self.config = plan.config
-        self.specs = specs
-        self.sources = plan.drafter_sources
+    def __init__(self, plan: EnginePlan):
+        self.plan = plan
         self.target: Target | None = None
         self.notes: list[str] = []
 
     def start(self, target: Target) -> list[Strategy]:
         self.target = target
-        return [self.strategy(spec, self.config.knobs, self.config.controller) for spec in self.specs]
+        return [self.strategy(spec, self.plan.knobs, self.plan.controller) for spec in self.plan.specs]
+
+    def decode(self, strategy: Strategy, prompts: list[list[int]], seeds: list[int], sampling: Sampling,
+               max_new_tokens: int, batch_size: int = 1) -> Decoded:
+        """A prompt alone at batch size 1; above, the batch in lockstep, however few prompts it holds."""
+        if batch_size == 1:
+            return Decoded([strategy.runner(prompts[0], max_new_tokens, sampling, seeds[0])])
+        return decode_batch(self.target, strategy, self.plan.draft_schedule, prompts, max_new_tokens, sampling, seeds)
 
     def strategy(self, spec: StrategyName, knobs: dict[str, dict[str, Any]], controller: str | None) -> Strategy:
         from specbench.strategies.build import build_strategy
 
-        strategy = build_strategy(spec, self.target, knobs, self.sources, controller)
-        strategy.runner = functools.partial(decode_one, self.target, strategy, self.config.draft_schedule)
+        strategy = build_strategy(spec, self.target, knobs, self.plan.drafter_sources, controller)
+        strategy.runner = functools.partial(decode_one, self.target, strategy, self.plan.draft_schedule)
         return strategy
 
     def release(self, strategy: Strategy) -> None:
@@ -92,21 +112,12 @@ class SpecbenchBackend:
     def untunable(method: str) -> tuple[str, ...]:
         return ()
 
-    def deployed_config(self, strategy: Strategy) -> dict[str, Any] | None:
-        return None
-
-    def target_costs(self, contexts: list[int], lengths: list[int], repeats: int, warmup: int) -> None:
-        """Timed directly by the cost table (measure/cost_timing.py), cached across runs."""
-
     def report(self) -> EngineReport:
         """Nothing of its own: its start-up is the run's (the target's loading and the warm-up)."""
         return EngineReport(SPECBENCH)
 
     def close(self) -> None:
         """Nothing runs outside this process."""
-
-    def keep_log(self, directory: Path) -> None:
-        """It logs nothing of its own."""
 
 
 BACKEND = SpecbenchBackend

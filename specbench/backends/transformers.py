@@ -16,14 +16,12 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from specbench.backends.protocol import one_at_a_time
 from specbench.core.errors import SpecbenchError
 from specbench.core.records import EngineReport
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
-    from specbench.backends.protocol import EnginePlan
-    from specbench.config import RunPlan
+    from specbench.backends.protocol import Decoded, EnginePlan
     from specbench.engine.decode import Generation
     from specbench.engine.sampling import Sampling
     from specbench.models import Target
@@ -120,12 +118,13 @@ class GenerateRunner:
 
 
 class TransformersBackend:
-    """transformers' `generate` in a run: `ar`, `draft` and `ngram`, one sequence at a time."""
+    """transformers' `generate` in a run: `ar`, `draft` and `ngram`, one sequence at a time. Its forwards are
+    not timed apart (it is no `TimesTarget`): `generate` keeps no cache between calls to time a verify
+    forward through."""
 
     name = TRANSFORMERS
     title = "transformers"
     takes_engine_args = False
-    batches = False
 
     @staticmethod
     def check(plan: EnginePlan) -> None:
@@ -143,17 +142,19 @@ class TransformersBackend:
             raise SpecbenchError(f"--engine {TRANSFORMERS} measures batch size 1 only (generate's batches pad "
                                  "and run in lockstep, which is not how it is timed here)")
 
-    def __init__(self, plan: RunPlan, specs: tuple[StrategyName, ...]):
-        self.config = plan.config
-        self.specs = specs
-        self.sources = plan.drafter_sources
+    def __init__(self, plan: EnginePlan):
+        self.plan = plan
         self.target: Target | None = None
         self.start_s: dict[str, float] = {}
         self.notes: list[str] = []
 
     def start(self, target: Target) -> list[Strategy]:
         self.target = target
-        return [self.strategy(spec, self.config.knobs, self.config.controller) for spec in self.specs]
+        return [self.strategy(spec, self.plan.knobs, self.plan.controller) for spec in self.plan.specs]
+
+    def decode(self, strategy: Strategy, prompts: list[list[int]], seeds: list[int], sampling: Sampling,
+               max_new_tokens: int, batch_size: int = 1) -> Decoded:
+        return one_at_a_time(strategy, prompts, seeds, sampling, max_new_tokens)
 
     def strategy(self, spec: StrategyName, knobs: dict[str, dict[str, Any]], controller: str | None) -> Strategy:
         """The strategy's `generate` arguments; `draft` loads its draft model (the one specbench's draft uses)."""
@@ -171,7 +172,7 @@ class TransformersBackend:
         described = {TRANSFORMERS: {"generate": dict(arguments)}} if arguments else {}
         if spec.name == "draft":
             started = time.perf_counter()
-            assistant = build_strategy(spec, self.target, knobs, self.sources).drafter.model
+            assistant = build_strategy(spec, self.target, knobs, self.plan.drafter_sources).drafter.model
             for key in ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold"):
                 setattr(assistant.generation_config, key, arguments.pop(key))
             arguments["assistant_model"] = assistant
@@ -191,17 +192,10 @@ class TransformersBackend:
         """The arguments of `generate` measured."""
         return strategy.drafter_sources.get(TRANSFORMERS, {}).get("generate")
 
-    def target_costs(self, contexts: list[int], lengths: list[int], repeats: int, warmup: int) -> None:
-        """Not timed apart: `generate` keeps no cache between calls to time a verify forward through."""
-
     def report(self) -> EngineReport:
         return EngineReport(TRANSFORMERS, dict(self.start_s))
 
     def close(self) -> None:
         """Everything ran in this process."""
-
-    def keep_log(self, directory: Path) -> None:
-        """It logs nothing of its own."""
-
 
 BACKEND = TransformersBackend

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from specbench.backends.protocol import one_at_a_time
 from specbench.core.errors import SpecbenchError
 from specbench.core.files import write_atomic
 from specbench.core.records import EngineReport
@@ -45,8 +46,7 @@ from specbench.strategies.registry import definition
 if TYPE_CHECKING:
     import torch
 
-    from specbench.backends.protocol import EnginePlan, TargetTimes
-    from specbench.config import RunPlan
+    from specbench.backends.protocol import Decoded, EnginePlan, TargetTimes
     from specbench.engine.decode import Generation
     from specbench.engine.sampling import Sampling
     from specbench.models import Target
@@ -433,7 +433,6 @@ class VllmBackend:
     name = VLLM
     title = "vLLM"
     takes_engine_args = True
-    batches = False
 
     @staticmethod
     def check(plan: EnginePlan) -> None:
@@ -447,14 +446,14 @@ class VllmBackend:
         if importlib.util.find_spec("vllm") is None:
             raise SpecbenchError(INSTALL_VLLM)
 
-    def __init__(self, plan: RunPlan, specs: tuple[StrategyName, ...]):
+    def __init__(self, plan: EnginePlan):
         """Every strategy's vLLM form and the engine arguments, refused before any model loads."""
         from specbench.models import resolve_device, resolve_dtype
 
-        config, self.sources = plan.config, plan.drafter_sources
-        self.plans = [translate(s, config.knobs, config.controller, self.sources) for s in specs]
-        dtype = resolve_dtype(config.dtype, resolve_device(config.device))  # the same as specbench's target
-        self.kwargs = engine_kwargs(plan.model, dtype, config.seed, config.engine_args)
+        self.sources = plan.drafter_sources
+        self.plans = [translate(s, plan.knobs, plan.controller, self.sources) for s in plan.specs]
+        dtype = resolve_dtype(plan.dtype, resolve_device(plan.device))  # the same as specbench's target
+        self.kwargs = engine_kwargs(plan.model, dtype, plan.seed, plan.engine_args)
         self.target: Target | None = None
         self.engine: VllmEngine | None = None
         self.notes: list[str] = []
@@ -484,6 +483,10 @@ class VllmBackend:
             if config else {}
         return Strategy(strategy.name, None, None, drafter_sources=described, engine=VLLM,
                         runner=self.engine.start(strategy))
+
+    def decode(self, strategy: Strategy, prompts: list[list[int]], seeds: list[int], sampling: Sampling,
+               max_new_tokens: int, batch_size: int = 1) -> Decoded:
+        return one_at_a_time(strategy, prompts, seeds, sampling, max_new_tokens)
 
     def strategy(self, spec: StrategyName, knobs: dict[str, dict[str, Any]], controller: str | None) -> Strategy:
         translated = with_drafter(translate(spec, knobs, controller, self.sources), self.sources, self.target,

@@ -8,9 +8,9 @@ from typing import Any, Callable
 
 import torch
 
-from specbench.benchmark.decoding import Decoded, decode, prompt_seed, strategy_order
+from specbench.backends.protocol import Decoded
+from specbench.benchmark.decoding import decode, prompt_seed, strategy_order
 from specbench.benchmark.prepare import PreparedRun, fits
-from specbench.core.engine_names import SPECBENCH
 from specbench.core.records import Row
 from specbench.engine.decode import Generation
 from specbench.measure.host import peak_rss_bytes
@@ -76,11 +76,11 @@ def make_row(model, strategy: Strategy, item: SuiteItem, turn: int, repeat: int,
     return make_rows(model, strategy, [item], turn, repeat, [prompt], Decoded([gen]), [reference], peak, 1, order)[0]
 
 
-def engine_agreement(model, prompt: list[int], engine_ar: list[int], specbench_ar: list[int]) -> dict[str, Any]:
-    """Another engine's `ar` against specbench's on one prompt: kernels differ, so a near-tie may flip; where
-    they part and the target's logit margin there (from specbench's forward) say whether it was a tie."""
-    first = first_divergence(engine_ar, specbench_ar)
-    margin = divergence_margin(model, prompt, engine_ar, specbench_ar, first) if first is not None else None
+def engine_agreement(model, prompt: list[int], engine_ar: list[int], reference_ar: list[int]) -> dict[str, Any]:
+    """Another engine's `ar` against the reference engine's on one prompt: kernels differ, so a near-tie may
+    flip; where they part and the target's logit margin there (from specbench's forward) say whether it was a tie."""
+    first = first_divergence(engine_ar, reference_ar)
+    margin = divergence_margin(model, prompt, engine_ar, reference_ar, first) if first is not None else None
     return {"engines_agree": first is None, "engines_first_divergence": first, "engines_divergence_margin": margin}
 
 
@@ -95,8 +95,9 @@ def measure_group(bench: PreparedRun, batch_size: int, items: list[SuiteItem], d
     repeat) to `ar`'s output ids measured so far, an interrupted run's included; the greedy reference
     of a sequence is the first of them, batch size 1's where it ran, so batched `ar` is checked against
     it too. Another engine's strategies are checked against that engine's own `ar`, which is checked
-    against specbench's.
+    against the reference engine's.
     """
+    reference = bench.plan.reference
     tokenizer = bench.target.tokenizer
     greedy = bench.sampling.greedy
     answers: dict[str, list[str]] = {item.id: [] for item in items}
@@ -118,7 +119,7 @@ def measure_group(bench: PreparedRun, batch_size: int, items: list[SuiteItem], d
                 continue
             seeds = [prompt_seed(bench.config.seed, item, turn, repeat) for item in members]
             generations = []
-            for position, strategy in enumerate(strategy_order(bench, batch_size, keys[0] if batch_size == 1
+            for position, strategy in enumerate(strategy_order(bench, keys[0] if batch_size == 1
                                                                else (keys[0], batch_size))):
                 if bench.target.device.type == "cuda":
                     torch.cuda.reset_peak_memory_stats(bench.target.device)
@@ -126,17 +127,17 @@ def measure_group(bench: PreparedRun, batch_size: int, items: list[SuiteItem], d
                     decoded = decode(bench, strategy, prompts, seeds, batch_size)
                 generations.append((position, strategy, decoded, peak_memory(bench.target.device)))
             ars = {strategy.engine: decoded for _, strategy, decoded, _ in generations if strategy.name == BASELINE}
-            for key, gen in zip(keys, ars[SPECBENCH].sequences):
+            for key, gen in zip(keys, ars[reference].sequences):
                 previous.setdefault(key, gen.tokens)
             generations.sort(key=lambda g: bench.runs.index(g[1]))  # rows in run order, `ar` first
             rows = []
             for position, strategy, decoded, peak in generations:
-                own_ar = [previous[key] for key in keys] if strategy.engine == SPECBENCH else \
+                own_ar = [previous[key] for key in keys] if strategy.engine == reference else \
                     [g.tokens for g in ars[strategy.engine].sequences]
                 references = own_ar if greedy else [None] * len(keys)
                 made = make_rows(bench.target.model, strategy, members, turn, repeat, prompts, decoded, references,
                                  peak, batch_size, position)
-                if greedy and strategy.engine != SPECBENCH and strategy.name == BASELINE:  # against specbench's
+                if greedy and strategy.engine != reference and strategy.name == BASELINE:  # against the reference
                     made = [dataclasses.replace(row, **engine_agreement(bench.target.model, prompt, row.output_ids,
                                                                         previous[key]))
                             for row, prompt, key in zip(made, prompts, keys)]

@@ -13,13 +13,13 @@ from functools import cache, partial
 from pathlib import Path
 from typing import Any, Callable
 
+from specbench.backends.protocol import KeepsLog, TimesTarget
 from specbench.benchmark.decoding import warm_up
 from specbench.benchmark.measuring import measure_group
 from specbench.benchmark.modelled_speedup import time_proposals
 from specbench.benchmark.prepare import PreparedRun, prepare
 from specbench.benchmark.summarise import finish
 from specbench.config import RunPlan
-from specbench.core.engine_names import SPECBENCH
 from specbench.core.errors import Interrupted, SpecbenchError
 from specbench.core.records import Row, RunResult
 from specbench.measure.cost_table import CHAIN, TREE, CostTable, Grid
@@ -39,7 +39,9 @@ ENGINE_VERIFY_LENGTHS = (1, 2, 3, 4, 6, 8, 12, 16)  # another engine's chains (l
 
 def cost_inputs(bench: PreparedRun) -> CostInputs:
     """The measured forward costs of this target and these strategies (stored under results/costs/,
-    reused by later runs), at the verify lengths, masks and contexts the run can reach."""
+    reused by later runs), at the verify lengths, masks and contexts the run can reach: the reference
+    engine's strategies priced with the forwards specbench times, another engine's with its own where it
+    times them (`TimesTarget`)."""
     contexts = [64, 256] + [c for c in (1024, 4096) if c <= (context_limit(bench.target) or 0)]
     longest = max(len(encode_turn(bench.target.tokenizer, i)) for i in bench.suite.items)
     contexts = [c for c in contexts if c <= 4 * (longest + bench.config.max_new_tokens)] or contexts[:1]
@@ -50,11 +52,13 @@ def cost_inputs(bench: PreparedRun) -> CostInputs:
     if batched:  # the load axis's model at the run's batch sizes (chains only run batched)
         table = measure_costs(bench.target.model, bench.strategies, context, bench.config.out,
                               replace(grid, batch_sizes=batched, verify_lengths=BATCHED_VERIFY_LENGTHS, masks=(CHAIN,)))
-    tables = {SPECBENCH: table}
+    tables = {bench.plan.reference: table}
     for name, engine in bench.backends.items():
-        if name == SPECBENCH or not any(s.engine == name for s in bench.engine_strategies if s.name != BASELINE):
+        if name == bench.plan.reference or not any(s.engine == name for s in bench.engine_strategies
+                                                   if s.name != BASELINE):
             continue
-        timed = engine.target_costs(list(contexts), list(ENGINE_VERIFY_LENGTHS), grid.repeats, grid.warmup)
+        timed = engine.target_costs(list(contexts), list(ENGINE_VERIFY_LENGTHS), grid.repeats, grid.warmup) \
+            if isinstance(engine, TimesTarget) else None
         if timed:
             tables[name] = engine_table(table, name, timed)
         else:
@@ -90,7 +94,8 @@ def run_benchmark(plan: RunPlan, progress: Progress | None = None, resume: str |
     finally:
         bench.close()
         for engine in bench.backends.values():  # what the engines printed, once they have stopped
-            engine.keep_log(run.path)
+            if isinstance(engine, KeepsLog):
+                engine.keep_log(run.path)
 
 
 def measure_run(bench: PreparedRun, run: RunDir, progress: Progress | None = None, on_estimate: Estimate | None = None,
@@ -103,7 +108,7 @@ def measure_run(bench: PreparedRun, run: RunDir, progress: Progress | None = Non
     rows = run.keep_complete_groups({s.label for s in bench.runs})  # an interrupted run's, read once
     done = {group_of(r) for r in rows}
     for r in rows:  # batch size 1's rows come first, and its outputs are the reference
-        if r.strategy == BASELINE and r.engine == SPECBENCH:
+        if r.strategy == BASELINE and r.engine == bench.plan.reference:
             previous.setdefault((r.prompt_id, r.turn, r.repeat), r.output_ids)
 
     def keep(measured: list[Row]) -> None:
@@ -123,9 +128,9 @@ def measure_run(bench: PreparedRun, run: RunDir, progress: Progress | None = Non
                      "load": noise.load_before, "cpus": noise.cpus, "busy": noise.busy_before(),
                      "skipped": list(bench.skipped), "context": context_limit(bench.target),
                      "startup_s": time.perf_counter() - started})
-    # the cost model prices proposals as specbench's engine times them, whose strategies run only where it is
-    # listed (else `ar` alone)
-    costs = cost_inputs(bench) if config.cost_model and SPECBENCH in bench.plan.engines else None
+    # the cost model prices proposals as the reference engine times them, whose strategies run only where it
+    # is listed (else `ar` alone)
+    costs = cost_inputs(bench) if config.cost_model and bench.plan.reference in bench.plan.engines else None
     priced = time_proposals(bench.target, bench.strategies, config.out)  # the load axis's, timed before measuring
     noise.restart()
     complete = False

@@ -5,12 +5,11 @@ sizes that run.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from specbench.backends.protocol import Backend
 from specbench.backends.registry import backend, run_order
 from specbench.config import RunConfig, RunPlan
-from specbench.core.engine_names import SPECBENCH
 from specbench.core.errors import SpecbenchError
 from specbench.engine.sampling import Sampling
 from specbench.measure.device_metrics import RunMetrics
@@ -30,14 +29,14 @@ class PreparedRun:
 
     plan: RunPlan
     target: Target
-    strategies: list[Strategy]
+    strategies: list[Strategy]  # the reference engine's (plan.reference)
     suite: Suite
     sampling: Sampling
     metrics: RunMetrics
     skipped: list[str] = field(default_factory=list)  # prompts that would not fit in the model's context
     batch_sizes: list[int] = field(default_factory=lambda: [1])  # what runs: none above the suite's size
     notes: list[str] = field(default_factory=list)  # what the run changed from its configuration
-    backends: dict[str, Backend] = field(default_factory=dict)  # every engine, started, specbench's first
+    backends: dict[str, Backend] = field(default_factory=dict)  # every engine, started, the reference first
     engine_strategies: list[Strategy] = field(default_factory=list)  # the other engines' strategies
 
     @property
@@ -51,7 +50,7 @@ class PreparedRun:
 
     @property
     def runs(self) -> list[Strategy]:
-        """Everything measured on each prompt: specbench's strategies, then the other engines'."""
+        """Everything measured on each prompt: the reference engine's strategies, then the other engines'."""
         return self.strategies + self.engine_strategies
 
     def close(self) -> None:
@@ -80,7 +79,7 @@ def prepare(plan: RunPlan) -> PreparedRun:
     try:
         for name, engine in backends.items():
             started = engine.start(target)
-            if name == SPECBENCH:
+            if name == plan.reference:
                 bench.strategies = started
             else:
                 bench.engine_strategies += started
@@ -92,10 +91,11 @@ def prepare(plan: RunPlan) -> PreparedRun:
 
 
 def open_backends(plan: RunPlan) -> dict[str, Backend]:
-    """Every engine of the run, made (and what they refuse refused) before any model loads. specbench's
-    own `ar` runs in every run, listed or not: it is the reference the engines' agreement is read against."""
-    return {name: backend(name)(plan, plan.strategies if name in plan.engines else plan.strategies[:1])
-            for name in run_order(plan.engines)}
+    """Every engine of the run, made (and what they refuse refused) before any model loads. The reference
+    engine's `ar` runs in every run, listed or not: the engines' agreement is read against it."""
+    alone = replace(plan.engine, specs=plan.strategies[:1])
+    return {name: backend(name)(plan.engine if name in plan.engines else alone)
+            for name in run_order(plan.engines, plan.reference)}
 
 
 def fit_batch_sizes(batch_sizes: list[int], prompts: int) -> tuple[list[int], list[str]]:

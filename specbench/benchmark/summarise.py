@@ -10,7 +10,7 @@ import pandas as pd
 
 from specbench.benchmark.modelled_speedup import load_axis
 from specbench.benchmark.prepare import PreparedRun
-from specbench.core.engine_names import SPECBENCH, label
+from specbench.core.engine_names import label
 from specbench.core.files import write_atomic
 from specbench.core.records import Projection, Row, RunProjection, RunResult, StrategySummary
 from specbench.measure.cost_table import CostTable
@@ -57,13 +57,14 @@ def summarise_run(bench: PreparedRun, result: RunResult, noise: NoiseMonitor | N
             result.summary.append(replace(summary, batch_size=int(batch_size), **metrics))
         result.by_category += [replace(s, batch_size=int(batch_size))
                                for s in summarise_strategies(part, bench.config.seed, by="category", **at)]
-    ratios = transfer(result.summary)
+    reference = bench.plan.reference
+    ratios = transfer(result.summary, reference)
     for summary in result.summary:
-        if summary.engine != SPECBENCH:
+        if summary.engine != reference:
             summary.transfer = ratios.get((summary.engine, summary.strategy, summary.batch_size))
     result.engine_pairs = engine_pairs(rows, result.summary, bench.sampling.greedy)
-    own = rows[rows.engine == SPECBENCH]  # the noise check, projection and load axis read specbench's engine
-    own_summary = [s for s in result.summary if s.engine == SPECBENCH]
+    own = rows[rows.engine == reference]  # the noise check, projection and load axis read the reference engine
+    own_summary = [s for s in result.summary if s.engine == reference]
     smallest = int(own.batch_size.min())
     first = own[own.batch_size == smallest]
     if noise is not None:

@@ -113,7 +113,7 @@ def _time_rounds(fns: list[Callable[[], None]], repeats: int, warmup: int, devic
 
 
 def engine_table(table: CostTable, engine: str, timed: list) -> CostTable:
-    """`table` with the target's forwards as another engine times them (a backend's `target_costs`, batch 1,
+    """`table` with the target's forwards as another engine times them (its `target_costs`, TimesTarget, batch 1,
     chains): that engine's strategies are priced with its own forwards and with the proposals of the same
     drafters (their weights and knobs), timed in specbench's engine."""
     rows = [{"batch": 1, "tokens": t.tokens, "context": t.context, "mask": CHAIN, **_timing(t.seconds)}

@@ -7,7 +7,8 @@ import functools
 import re
 from dataclasses import dataclass, field
 
-from specbench.backends.registry import ENGINE_NAMES
+from specbench.backends.protocol import Tunable
+from specbench.backends.registry import ENGINE_NAMES, backend
 from specbench.config import RunConfig, RunPlan
 from specbench.core.engine_names import SPECBENCH
 from specbench.core.errors import SpecbenchError
@@ -64,6 +65,9 @@ class TuneConfig:
         if len(self.measured_plan.engines) > 1:
             raise SpecbenchError(f"--engine {self.workload.engine}: a study measures one engine; tune with --engine "
                                  f"{' or '.join(ENGINE_NAMES)}")
+        if not issubclass(backend(self.measured_plan.engines[0]), Tunable):
+            raise SpecbenchError(f"--engine {self.workload.engine}: this engine starts no configuration per trial, "
+                                 "so tune cannot measure in it")
         if self.load is None and self.slo:
             raise SpecbenchError("--slo is the objective of a study at a load: give --concurrency N or "
                                  "--request-rate R")

@@ -26,16 +26,16 @@ import optuna
 import torch
 from optuna.trial import TrialState
 
+from specbench.backends.protocol import Deploys
 from specbench.benchmark.prepare import PreparedRun, prepare
-from specbench.core.engine_names import SPECBENCH
+from specbench.config import RunPlan
 from specbench.core.errors import SpecbenchError
 from specbench.core.files import write_atomic, write_json
 from specbench.core.records import StudyRecord, TunedStudy
 from specbench.measure.hardware import GpuProfile
 from specbench.models import fingerprint
 from specbench.strategies.knobs import make_options
-from specbench.strategies.names import StrategyName, parse_strategy
-from specbench.strategies.published.formats import open_source
+from specbench.strategies.names import StrategyName
 from specbench.strategies.registry import definition
 from specbench.strategies.serving import engines_markdown
 from specbench.suites import SuiteItem
@@ -100,8 +100,7 @@ class StudyPlan:
 
 def plan_study(config: TuneConfig, spec: StrategyName, bench: PreparedRun) -> StudyPlan:
     workload = config.workload
-    (engine,) = bench.plan.engines
-    space = study_space(spec, bench.strategies[1], workload.knobs, workload.controller, engine)
+    space = study_space(spec, bench.strategies[1], workload.knobs, workload.controller, bench.plan.reference)
     tuning, holdout = split_items(bench.suite.items, config.holdout, workload.seed)
     identity = {
         **question(config, spec), "space": space.space.fingerprint(), "space_text": space.space.describe(),
@@ -133,7 +132,7 @@ def tune(config: TuneConfig, progress: Progress | None = None) -> TuneReport:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     specs = config.specs()
     url = open_checked(config)
-    bench = measured_engine(prepare(config.measured_plan))
+    bench = prepare(measured(config.measured_plan))
     records = []
     try:
         for index, spec in enumerate(specs):
@@ -146,11 +145,16 @@ def tune(config: TuneConfig, progress: Progress | None = None) -> TuneReport:
     return TuneReport(records, rank(records) if len(records) > 1 else [])
 
 
-def measured_engine(bench: PreparedRun) -> PreparedRun:
-    """The bench a study measures on: the one engine tuned, its `ar` and strategies in place of specbench's."""
-    if bench.plan.engines == (SPECBENCH,):
-        return bench
-    return dataclasses.replace(bench, strategies=bench.engine_strategies, engine_strategies=[])
+def measured(plan: RunPlan, spec: StrategyName | None = None) -> RunPlan:
+    """The plan a study measures: its one engine is the reference, whose `ar` every trial is paired with. With
+    `spec`, `ar` and that strategy alone, with its drafters only (a spawned worker's, not planned again)."""
+    (engine,) = plan.engines
+    if spec is not None:
+        specs = (plan.strategies[0], spec)
+        sources = {name: source for name, source in plan.drafter_sources.items() if name in spec.members}
+        plan = dataclasses.replace(plan, strategies=specs, drafter_sources=sources,
+                                   engine=dataclasses.replace(plan.engine, specs=specs, drafter_sources=sources))
+    return dataclasses.replace(plan, reference=engine)
 
 
 def tune_study(config: TuneConfig, plan: StudyPlan, name: str, url: str, trials: int,
@@ -189,7 +193,7 @@ def _run_workers(config: TuneConfig, plan: StudyPlan, study: optuna.Study, evalu
     quotas = [remaining // workers + (i < remaining % workers) for i in range(workers)]
     context = multiprocessing.get_context("spawn")
     children = [context.Process(target=_spawned_worker, name=f"specbench-tune-{i}",
-                                args=(config, plan.spec.name, plan.identity, name, url, trials, quotas[i], i))
+                                args=(config, plan.spec, plan.identity, name, url, trials, quotas[i], i))
                 for i in range(1, workers)]
     threads = torch.get_num_threads()
     if workers > 1:
@@ -216,17 +220,13 @@ def _threads_per_worker(workers: int) -> int:
     return max(1, (os.cpu_count() or 1) // workers)
 
 
-def _spawned_worker(config: TuneConfig, spec_name: str, identity: dict[str, Any], name: str, url: str,
+def _spawned_worker(config: TuneConfig, spec: StrategyName, identity: dict[str, Any], name: str, url: str,
                     trials: int, quota: int, index: int) -> None:
     """A worker process: its own model, prompts and ar times, the same study."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     torch.set_num_threads(_threads_per_worker(config.workers))
     try:
-        spec = parse_strategy(spec_name)
-        # this strategy's drafters only: a run's --drafter values must all be used by its strategies
-        drafters = [d for d in config.workload.drafters if open_source(d).strategy in spec.members]
-        bench = measured_engine(prepare(dataclasses.replace(config.workload, strategies=[spec_name],
-                                                            drafters=drafters).plan()))
+        bench = prepare(measured(config.measured_plan, spec))
         plan = plan_study(config, spec, bench)
         study = optuna.load_study(study_name=name, storage=open_storage(url, config.heartbeat_s),
                                   sampler=make_sampler(config.workload.seed + index, trials),
@@ -338,7 +338,8 @@ def finish_study(config: TuneConfig, plan: StudyPlan, study: optuna.Study, url: 
                                          workload.seed) if defaults is not None else None}
     record.toml = str(tuned_dir / f"{name}.toml")
     write_atomic(Path(record.toml), tuned_toml(record, knobs, controller, workload, speedup_figures(record)))
-    deployed = plan.bench.backends[tuned.engine].deployed_config(tuned)
+    engine = plan.bench.backends[tuned.engine]
+    deployed = engine.deployed_config(tuned) if isinstance(engine, Deploys) else None
     if deployed is not None:  # what was measured, as the engine's users configure it
         deployed_file = tuned_dir / f"{name}.{tuned.engine}.json"
         write_json(deployed_file, deployed)

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from specbench.backends.registry import backend
-from specbench.core.engine_names import SPECBENCH
 from specbench.core.errors import SpecbenchError
 from specbench.strategies.build import Strategy
 from specbench.strategies.names import StrategyName
@@ -87,9 +86,9 @@ def engine_knobs_only(space: SearchSpace, name: str, engine: str) -> SearchSpace
 
 
 def study_space(spec: StrategyName, built: Strategy | None, fixed_knobs: dict[str, dict[str, Any]],
-                fixed_controller: str | None, engine: str = SPECBENCH) -> StudySpace:
-    """The space of `spec`, given the strategy built with its defaults (for the drafters' limits; None: a
-    server runs it)."""
+                fixed_controller: str | None, engine: str) -> StudySpace:
+    """The space of `spec` in `engine`, given the strategy built with its defaults (for the drafters' limits;
+    None: a server runs it)."""
     limits = _limits(spec, built)
     space = SearchSpace()
     for name in spec.members:
