@@ -18,13 +18,15 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from specbench.core.errors import SpecbenchError
 from specbench.core.version import __version__
 
 if TYPE_CHECKING:
     from specbench.core.records import RunResult
     from specbench.recommender import Recommendation
+    from specbench.serving.sweep import Progress as ServeProgress
     from specbench.serving.sweep import ServeResult
-    from specbench.tuning.study_runner import TuneReport
+    from specbench.tuning.trials import TuneReport
 
 __all__ = ["__version__", "recommend", "run", "serve", "tune"]
 
@@ -50,22 +52,24 @@ def tune(strategies: str | list[str] = (), **settings: Any) -> TuneReport:
     return tune_studies(TuneConfig(_run_config(workload, "specbench.tune"), tuple(names), **study))
 
 
-def serve(**settings: Any) -> ServeResult:
+def serve(resume: str | Path | None = None, api_key: str | None = None, progress: ServeProgress | None = None,
+          **settings: Any) -> ServeResult:
     """`specbench serve`: each strategy on its own `vllm serve` (or the running `endpoints`) at each load level
     (`concurrency`, `request_rates`), against plain decoding at the same load. The load's settings are
-    ServeConfig's; the others the run's, as `run` takes them, with vLLM as the engine."""
-    from specbench.serving.config import SERVE_STRATEGIES, ServeConfig
-    from specbench.serving.run_dir import ServeRun
-    from specbench.serving.sweep import plan, serve_sweep, strategy_names
+    ServeLoad's (`headers` and `api_key` sent to the endpoints); the others the run's, as `run` takes them.
+    `resume` continues an interrupted serve run with its saved settings; `progress(strategy, level, answered,
+    requests)` is told the requests of every level to measure."""
+    from specbench.serving.config import ServeLoad, serve_config
+    from specbench.serving.sweep import resume as resume_run
+    from specbench.serving.sweep import serve as serve_run
 
-    load, run_settings = _split(settings, ServeConfig, "run")
-    defaults = {"engine": "specbench", "strategies": ["ar"]} if load.get("endpoints") else \
-        {"engine": "vllm", "strategies": SERVE_STRATEGIES}
-    config = ServeConfig(_run_config({**defaults, **run_settings}, "specbench.serve"), **load).validate()
-    prepared = plan(config)
-    run_dir = ServeRun.create(config, strategy_names(config), config.run.model or "the embedded model",
-                              config.run.suite)
-    return serve_sweep(run_dir, prepared)
+    load, run_settings = _split(settings, ServeLoad)
+    if resume is not None:
+        given = sorted(name for name in settings if name != "headers")
+        if given:
+            raise SpecbenchError(f"a resumed serve run keeps its saved settings: drop {', '.join(given)}")
+        return resume_run(Path(resume), api_key, load.get("headers"), progress)
+    return serve_run(serve_config(_settings(run_settings, "specbench.serve"), api_key, **load), progress)
 
 
 def recommend(results: str | Path = "results", **workload: Any) -> Recommendation:
@@ -80,17 +84,24 @@ def recommend(results: str | Path = "results", **workload: Any) -> Recommendatio
 
 def _run_config(settings: dict[str, Any], where: str):
     """A RunConfig from settings named as a TOML config names them, paths given as Path objects too."""
-    from specbench.config import RunConfig, checked_settings
+    from specbench.config import RunConfig
+
+    return RunConfig(**_settings(settings, where))
+
+
+def _settings(settings: dict[str, Any], where: str) -> dict[str, Any]:
+    """RunConfig's fields from settings named as a TOML config names them, paths given as Path objects too."""
+    from specbench.config import checked_settings
 
     def text(value: Any) -> Any:
         if isinstance(value, os.PathLike):
             return os.fspath(value)
         return [text(v) for v in value] if isinstance(value, (list, tuple)) else value
 
-    return RunConfig(**checked_settings({key: text(value) for key, value in settings.items()}, where))
+    return checked_settings({key: text(value) for key, value in settings.items()}, where)
 
 
-def _split(settings: dict[str, Any], kind: type, inner: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def _split(settings: dict[str, Any], kind: type, inner: str = "") -> tuple[dict[str, Any], dict[str, Any]]:
     """`settings` split into the fields of `kind` (but its `inner` configuration) and the rest."""
     own = {f.name for f in dataclasses.fields(kind)} - {inner}
     return ({k: v for k, v in settings.items() if k in own}, {k: v for k, v in settings.items() if k not in own})

@@ -12,16 +12,32 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+from transformers.utils import logging as hf_logging
 
 from specbench.core.errors import SpecbenchError
 from specbench.core.files import atomic_path, write_json
-from specbench.models import quiet_loading
 
 SOURCE = "specbench_source.json"  # beside the converted model: the file it came from
+
+
+@contextmanager
+def quiet_loading() -> Iterator[None]:
+    """No "Loading weights" bars or load-time notices from transformers; the previous settings come back after."""
+    bars, verbosity = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 def file_digest(path: Path) -> str:

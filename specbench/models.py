@@ -1,24 +1,24 @@
 """Loading the target and its tokenizer (HF id, local directory or the embedded default).
 
 Loading is offline and quiet: model_source.py resolves the files locally, and transformers'
-progress bars and notices are silenced while a model loads (the CLI draws its own progress).
+progress bars and notices are silenced while a model loads (gguf_model.quiet_loading, which a GGUF
+conversion uses too; the CLI draws its own progress).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
-from transformers.utils import logging as hf_logging
 
 from specbench.core.errors import SpecbenchError
 from specbench.core.ranges import DTYPE_CHOICES
 from specbench.engine.kv_cache import check_supported
+from specbench.gguf_model import convert_gguf, quiet_loading
 from specbench.model_source import ASSETS as ASSETS  # re-exported: where the embedded default lives
 from specbench.model_source import DEFAULT_DIR as DEFAULT_DIR
 from specbench.model_source import DEFAULT_MODEL, known_model, model_path
@@ -78,20 +78,6 @@ def resolve_dtype(dtype: str, device: torch.device, flags: frozenset[str] | None
     return DTYPES[dtype]
 
 
-@contextmanager
-def quiet_loading() -> Iterator[None]:
-    """No "Loading weights" bars or load-time notices from transformers; the previous settings come back after."""
-    bars, verbosity = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(verbosity)
-        if bars:
-            hf_logging.enable_progress_bar()
-
-
 def load_lm(name: str, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
     try:
         with quiet_loading():
@@ -107,8 +93,6 @@ def local_model(name: str | None) -> str:
     path = model_path(name)
     known = known_model(name)
     if known is not None and not known.converted():
-        from specbench.gguf_model import convert_gguf
-
         convert_gguf(known.source_file(), known.target_dir)
     return path
 

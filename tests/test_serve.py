@@ -108,7 +108,7 @@ def ngram_server(tmp_path_factory):
     from specbench.config import RunConfig
     from specbench.serving.vllm_args import server_arguments
 
-    config = RunConfig(strategies=["ngram"], engine="vllm", engine_args=json.loads(SMALL)).validate()
+    config = RunConfig(strategies=["ngram"], engine="vllm", engine_args=json.loads(SMALL)).plan()
     arguments = server_arguments(config, lambda: None)["ngram"]
     arguments["speculative_config"] = vllm_schedule(arguments["speculative_config"], 2)
     log = tmp_path_factory.mktemp("endpoint") / "server.log"
@@ -155,13 +155,12 @@ def test_a_server_killed_during_a_level_leaves_it_incomplete_and_resume_measures
     """SIGKILL to the server's process group after two answers of concurrency 2: that level is written with its
     failed requests as errors and marked incomplete, concurrency 1 is kept, and --resume (the server started
     again on its port) measures concurrency 2 alone."""
-    from specbench.config import RunConfig
-    from specbench.serving.config import ServeConfig
+    from specbench.serving.config import serve_config
     from specbench.serving.run_dir import ServeRun
     from specbench.serving.sweep import plan, serve_sweep, strategy_names
 
-    config = ServeConfig(run=RunConfig(strategies=["ar"], limit=7, max_new_tokens=24, out=str(tmp_path)),
-                         concurrency=[1, 2], requests=6, warmup=1, endpoints={"ngram": ngram_server.url}).validate()
+    config = serve_config({"limit": 7, "max_new_tokens": 24, "out": str(tmp_path)}, concurrency=[1, 2], requests=6,
+                          warmup=1, endpoints={"ngram": ngram_server.url})
     prepared = plan(config)
     run = ServeRun.create(config, strategy_names(config), "the embedded model", config.run.suite)
 

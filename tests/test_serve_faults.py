@@ -30,7 +30,7 @@ def keyed_server(tmp_path_factory):
     from specbench.config import RunConfig
     from specbench.serving.vllm_args import server_arguments
 
-    config = RunConfig(strategies=["ar"], engine="vllm", engine_args=json.loads(SMALL_SERVER)).validate()
+    config = RunConfig(strategies=["ar"], engine="vllm", engine_args=json.loads(SMALL_SERVER)).plan()
     arguments = {**server_arguments(config, lambda: None)["ar"], "api_key": KEY}
     with Server("ar", arguments, tmp_path_factory.mktemp("keyed") / "server.log", start_timeout=900) as server:
         yield server
@@ -132,16 +132,12 @@ def test_a_slow_first_byte_is_part_of_the_ttft(proxy, tmp_path):
 
 
 def test_an_endpoint_that_dies_mid_level_is_marked_and_resume_measures_it(proxy, tmp_path):
-    from specbench.config import RunConfig
-    from specbench.serving.config import ServeConfig
+    from specbench.serving.config import serve_config
     from specbench.serving.run_dir import ServeRun
     from specbench.serving.sweep import plan, serve_sweep, strategy_names
 
-    config = ServeConfig(run=RunConfig(strategies=["ar"], max_new_tokens=16, out=str(tmp_path)), concurrency=[1],
-                         requests=4, warmup=1, endpoints={"ar": proxy.url},
-                         headers={"Authorization": f"Bearer {KEY}"})
-    config.run.limit = config.prompts_needed
-    config.validate()
+    config = serve_config({"max_new_tokens": 16, "out": str(tmp_path)}, KEY, concurrency=[1], requests=4, warmup=1,
+                          endpoints={"ar": proxy.url})
     run = ServeRun.create(config, strategy_names(config), "the embedded model", config.run.suite)
 
     def die_after_two_answers(name, level, done, total) -> None:

@@ -265,12 +265,12 @@ def test_a_cpu_servers_kv_cache_is_sized_for_the_levels():
     from specbench.config import RunConfig
     from specbench.serving.vllm_args import server_arguments
 
-    config = RunConfig(strategies=["ngram"], engine="vllm").validate()
+    config = RunConfig(strategies=["ngram"], engine="vllm").plan()
     sized = server_arguments(config, lambda: None, kv_tokens=100_000)
     assert sized["ar"]["kv_cache_memory_bytes"] == sized["ngram"]["kv_cache_memory_bytes"] > 0
     small = server_arguments(config, lambda: None, kv_tokens=10)["ar"]["kv_cache_memory_bytes"]
     assert small < sized["ar"]["kv_cache_memory_bytes"]  # at least max_model_len's tokens, however few in flight
-    given = RunConfig(strategies=["ngram"], engine="vllm", engine_args={"gpu_memory_utilization": 0.5}).validate()
+    given = RunConfig(strategies=["ngram"], engine="vllm", engine_args={"gpu_memory_utilization": 0.5}).plan()
     assert "kv_cache_memory_bytes" not in server_arguments(given, lambda: None, kv_tokens=100_000)["ar"]
 
 
@@ -319,17 +319,12 @@ def test_each_request_of_a_level_has_a_prompt_of_its_own():
     prompts have the length asked and no special token."""
     from transformers import AutoTokenizer
 
-    from specbench.cli.serve import serve_config
     from specbench.model_source import model_path
+    from specbench.serving.config import serve_config
     from specbench.serving.prompts import synthetic_prompts
     from specbench.serving.sweep import workload
 
-    flags = dict.fromkeys(["strategy", "request_rate", "max_concurrency", "burstiness", "requests", "level_seconds",
-                           "request_timeout", "slo", "slo_share", "endpoint", "model", "drafter", "suite",
-                           "categories", "limit", "max_new_tokens", "temperature", "seed", "dtype", "device", "set",
-                           "engine_args", "out", "tokenizer", "endpoint_type", "repeat_prompts", "input_len",
-                           "output_len"])
-    config = serve_config(**{**flags, "concurrency": "1,4,8", "warmup": 3, "output_len": 16})
+    config = serve_config({}, concurrency=[1, 4, 8], warmup=3, output_len=16)
     work = workload(config)
     assert config.prompts_needed == 3 + 32 and len({p.id for p in work.prompts}) == 35
     assert work.max_tokens == 16 and work.ignore_eos
@@ -389,7 +384,8 @@ def test_summary_pairs_levels_and_keeps_an_incomplete_one_visible(tmp_path):
     from specbench.serving.run_dir import ServeRun
     from specbench.serving.sweep import summarise
 
-    config = ServeConfig(RunConfig(strategies=["ngram"], out=str(tmp_path)), concurrency=[1, 4], slo={"tpot": 15})
+    config = ServeConfig(plan=RunConfig(strategies=["ngram"], out=str(tmp_path)).plan(), concurrency=[1, 4],
+                         slo={"tpot": 15})
     run = ServeRun.create(config, ["ar", "ngram"], "m", "s")
     ids = [1, 2, 3, 4]
     fast = [record(i, 0.1, 0.1 + 0.01 * 3, 4, ids=ids) for i in range(4)]
@@ -428,7 +424,7 @@ def test_a_level_with_errors_gives_no_verdict_and_exports_no_setting(tmp_path):
     from specbench.serving.run_dir import ServeRun
     from specbench.serving.sweep import summarise
 
-    config = ServeConfig(RunConfig(strategies=["ngram"], out=str(tmp_path)), concurrency=[1, 4])
+    config = ServeConfig(plan=RunConfig(strategies=["ngram"], out=str(tmp_path)).plan(), concurrency=[1, 4])
     run = ServeRun.create(config, ["ar", "ngram"], "m", "s")
     fast = [record(i, 0.1, 0.1 + 0.01 * 3, 4) for i in range(4)]
     slow = [record(i, 0.1, 0.1 + 0.02 * 3, 4) for i in range(4)]
@@ -464,7 +460,7 @@ def test_a_speedup_whose_interval_holds_one_is_undecided(tmp_path):
     from specbench.serving.run_dir import ServeRun
     from specbench.serving.sweep import summarise
 
-    run = ServeRun.create(ServeConfig(RunConfig(strategies=["ngram"], out=str(tmp_path)), concurrency=[1]),
+    run = ServeRun.create(ServeConfig(plan=RunConfig(strategies=["ngram"], out=str(tmp_path)).plan(), concurrency=[1]),
                           ["ar", "ngram"], "m", "s")
     halves = [record(i, 0.1, 0.1 + (0.01 if i % 2 else 0.04) * 3, 4) for i in range(8)]  # twice and half ar's speed
     for strategy, records in (("ar", [record(i, 0.1, 0.1 + 0.02 * 3, 4) for i in range(8)]), ("ngram", halves)):
@@ -490,8 +486,8 @@ def test_a_crossover_is_where_the_interval_lies_below_one(tmp_path):
     from specbench.serving.run_dir import ServeRun
     from specbench.serving.sweep import summarise
 
-    run = ServeRun.create(ServeConfig(RunConfig(strategies=["ngram"], out=str(tmp_path)), concurrency=[1, 4, 8]),
-                          ["ar", "ngram"], "m", "s")
+    config = ServeConfig(plan=RunConfig(strategies=["ngram"], out=str(tmp_path)).plan(), concurrency=[1, 4, 8])
+    run = ServeRun.create(config, ["ar", "ngram"], "m", "s")
     ar = [record(i, 0.1, 0.1 + 0.02 * 3, 4) for i in range(8)]
     ngram = {1: [record(i, 0.1, 0.1 + 0.01 * 3, 4) for i in range(8)],
              4: [record(i, 0.1, 0.1 + (0.01 if i % 2 else 0.05) * 3, 4) for i in range(8)],  # 0.89, holds 1
@@ -516,7 +512,7 @@ def test_resume_takes_no_other_option_and_refuses_a_complete_run(tmp_path):
     from specbench.serving.config import ServeConfig
     from specbench.serving.run_dir import ServeRun
 
-    run = ServeRun.create(ServeConfig(RunConfig(out=str(tmp_path)), concurrency=[1]), ["ar"], "m", "s")
+    run = ServeRun.create(ServeConfig(plan=RunConfig(out=str(tmp_path)).plan(), concurrency=[1]), ["ar"], "m", "s")
     result = runner.invoke(app, ["serve", "--resume", str(run.path), "--limit", "3"])
     assert result.exit_code == 2 and "drop --limit" in result.output
     run.finish(complete=True)

@@ -6,6 +6,7 @@ import os
 import shlex
 import signal
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Annotated, Any, Callable, Iterator
 
 import typer
@@ -92,6 +93,17 @@ def interruptible(how_to_resume: Callable[[Interrupted], str],
         raise typer.Exit(143 if received else 130) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def resumable(command: str, resume: Path | None):
+    """`interruptible` for a command that `--resume` finishes: an interruption says how (`resume`: the run being
+    resumed, if it is one)."""
+    def how_to_resume(path: Path) -> str:
+        return f"resume it with: specbench {command} --resume {shlex.quote(str(path))}"
+
+    before = (f"interrupted before anything new was measured; {how_to_resume(resume)}" if resume else
+              "interrupted before anything was measured")
+    return interruptible(lambda stop: how_to_resume(stop.path), before)
 
 
 def command_line(ctx: typer.Context) -> str:

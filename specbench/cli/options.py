@@ -18,10 +18,10 @@ from specbench.core.ranges import DEVICE_CHOICES, DTYPE_CHOICES
 DEFAULTS = RunConfig()
 
 
-def default(name: str, when_none: str = "") -> str:
-    """A RunConfig default as help shows it."""
-    value = getattr(DEFAULTS, name)
-    return when_none if value is None else ",".join(value) if isinstance(value, list) else str(value)
+def default(name: str, when_none: str = "", of: object = DEFAULTS) -> str:
+    """A default of RunConfig's (or of the settings `of`) as help shows it."""
+    value = getattr(of, name)
+    return when_none if value is None else ",".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
 Model = Annotated[Optional[str], typer.Option("--model", help="The target: a model specbench knows by name (`specbench models`: default, smollm2-135m), an HF model id (from the local cache: nothing is downloaded) or a local directory.", show_default="the embedded model")]

@@ -52,14 +52,15 @@ def recommend(
         results_dir = results or Path("results")
         if concurrency is not None:
             from specbench.core.ranges import check_range
-            from specbench.recommender.under_load import lines, recommend_for_load
+            from specbench.output.recommend_report import under_load_lines
+            from specbench.recommender.under_load import recommend_for_load
 
             check_range("--concurrency", concurrency)
             rec = recommend_for_load(results_dir, concurrency, model)
             if as_json:
                 sys.stdout.write(dumps(rec, indent=2) + "\n")
             else:
-                for line in lines(rec):
+                for line in under_load_lines(rec):
                     out.print(line, highlight=False, markup=False, soft_wrap=True)
             return
         workload = make_workload(gpu, task, batch_size, context_len, temperature, vram_used, pcie, bw_util,
@@ -77,7 +78,7 @@ def recommend(
 def print_recommendation(rec: Recommendation, report: LearnReport | None, explain: bool) -> None:
     """The choice and why, the alternatives, the path through the evidence and the prior (`explain`), the
     learned tree beside the prior, and the results that could not be read."""
-    from specbench.recommender.render import (
+    from specbench.output.recommend_report import (
         alternatives_table,
         explain_nodes,
         learn_lines,

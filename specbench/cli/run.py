@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
@@ -14,10 +13,10 @@ from specbench.cli import options
 from specbench.cli.app import (
     app,
     err,
-    interruptible,
     print_report,
     print_table,
     progress_bar,
+    resumable,
     size_list,
     split_list,
     table_format,
@@ -114,12 +113,7 @@ def measure(plan: RunPlan, resume: Path | None) -> RunResult:
     from specbench.benchmark.pipeline import run_benchmark
     from specbench.output.run_report import estimate_lines
 
-    def how_to_resume(run_dir: Path) -> str:
-        return f"resume it with: specbench run --resume {shlex.quote(str(run_dir))}"
-
-    before = (f"interrupted before anything new was measured; {how_to_resume(resume)}" if resume else
-              "interrupted before anything was measured")
-    with interruptible(lambda stop: how_to_resume(stop.path), before), progress_bar() as bar:
+    with resumable("run", resume), progress_bar() as bar:
         task = bar.add_task("prompts", total=None, detail="loading models")
 
         def advance(prompt_id: str, done: int, total: int) -> None:

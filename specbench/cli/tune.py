@@ -19,7 +19,7 @@ from specbench.tuning.config import OBJECTIVES, TuneConfig
 from specbench.tuning.study import open_checked
 
 if TYPE_CHECKING:
-    from specbench.tuning.study_runner import TuneReport
+    from specbench.tuning.trials import TuneReport
 
 
 @app.command()
@@ -75,7 +75,7 @@ def tune(
         open_checked(cfg)
         report = run_studies(cfg)
 
-    from specbench.tuning.summary import render_markdown, render_rich
+    from specbench.output.tune_report import render_markdown, render_rich
 
     if as_json:
         sys.stdout.write(dumps(report.as_json(), indent=2) + "\n")

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+import shlex
+from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.table import Table
 
+from specbench.output.run_report import Line
 from specbench.strategies.names import BASELINE
+
+if TYPE_CHECKING:
+    from specbench.serving.sweep import ServeResult
 
 
 def _num(value: float | None, digits: int = 0) -> str:
@@ -137,3 +142,15 @@ def requests_to_show(share: float) -> int:
 LEGEND = ("tok/s: output tokens/s of the server; TTFT, TPOT: ms; tau: tokens per verify step (server's counters); "
           "TPOT speedup: ar's TPOT over the strategy's, paired by request; err: share of requests that failed; "
           "diff: greedy answers differing from ar's / compared")
+
+
+def serve_report(result: ServeResult) -> tuple[list[Line], list[Table | Line], list[Line]]:
+    """What is said of a serve run: its notes, first; a table per level with the legend and the decisions under
+    them; and last, how to resume it where it is incomplete."""
+    notes = [Line(f"note: {note}") for note in result.notes]
+    body: list[Table | Line] = [*level_tables(result.levels, bool(result.slo)), Line(LEGEND, "dim")]
+    body += [Line(line, "bold red" if line.startswith("LOSSLESS") else None)
+             for line in decisions(result.strategies, result.levels)]
+    after = [] if result.complete else \
+        [Line(f"incomplete: resume it with: specbench serve --resume {shlex.quote(str(result.path))}")]
+    return notes, body, after

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from specbench.output.recommend_report import speedup_text
 from specbench.recommender.evidence import SOURCES, Candidate
 from specbench.recommender.prior import members
 from specbench.recommender.workload import Workload
@@ -18,12 +19,6 @@ class Assessed:
     candidate: Candidate
     need_bytes: float | None  # memory the workload needs with this strategy, None when unknown
     excluded: str | None  # why it cannot be recommended; None when it can
-
-
-def speedup_text(speedup: float | None, ci: tuple[float, float] | None) -> str:
-    if speedup is None:
-        return "no figure"
-    return f"{speedup:.2f}x" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
 
 
 def assess(candidate: Candidate, workload: Workload, avoid: dict[frozenset[str], str]) -> Assessed:

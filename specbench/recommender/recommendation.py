@@ -15,6 +15,7 @@ from typing import Any
 
 from specbench.core.engine_names import SPECBENCH
 from specbench.core.errors import SpecbenchError
+from specbench.output.recommend_report import speedup_text
 from specbench.recommender.evidence import (
     SOURCES,
     Candidate,
@@ -25,7 +26,7 @@ from specbench.recommender.evidence import (
     planned_strategies,
 )
 from specbench.recommender.prior import PriorOutcome, Step, evaluate
-from specbench.recommender.rank import Assessed, rank, speedup_text, why_lost
+from specbench.recommender.rank import Assessed, rank, why_lost
 from specbench.recommender.workload import CREATIVE_TASKS, HIGH_PRECISION_TASKS, Workload, check_task
 from specbench.strategies.names import BASELINE
 from specbench.suites import SPEED_BENCH_CATEGORIES, load_suite

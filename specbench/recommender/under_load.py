@@ -60,24 +60,3 @@ def recommend_for_load(results_dir: Path, concurrency: int, model: str | None = 
     paying = [c for c in candidates if c["tpot_speedup"] > 1 and not c["mismatches"]]
     return {"concurrency": concurrency, "choice": paying[0] if paying else None, "candidates": candidates,
             "runs": sorted({c["run"] for c in candidates})}
-
-
-def lines(rec: dict[str, Any]) -> list[str]:
-    """The recommendation as sentences."""
-    choice, n = rec["choice"], rec["concurrency"]
-    if choice is None:
-        head = f"at concurrency {n}: plain decoding (ar); no strategy measured there pays losslessly"
-    else:
-        low, high = choice["tpot_speedup_ci"]
-        head = (f"at concurrency {n}: {choice['strategy']}, TPOT {choice['tpot_speedup']:.2f}x ar's "
-                f"(95% CI {low:.2f}-{high:.2f})")
-        if low <= 1:
-            head += " (the interval includes 1: not clearly faster than ar)"
-        if choice["crossover"] is not None:
-            head += f"; it stops paying at concurrency {choice['crossover']}"
-    out = [head]
-    for c in rec["candidates"]:
-        why = " (greedy mismatches: not offered)" if c["mismatches"] else ""
-        stops = f", stops paying at {c['crossover']}" if c["crossover"] is not None else ""
-        out.append(f"  {c['strategy']}: TPOT speedup {c['tpot_speedup']:.2f}{stops}{why}  [{c['run']}]")
-    return out

@@ -2,24 +2,30 @@
 
 Torch-free, so bad input (a level of 0, an SLO that does not parse, a URL that is not http(s)) is
 refused at once and nothing is written. The prompts, the target, the strategies and their knobs are
-a RunConfig's, checked by its own validation.
+a RunConfig's, checked and resolved once into the `RunPlan` a `ServeConfig` holds.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from copy import deepcopy
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 from urllib.parse import urlparse
 
-from specbench.config import RunConfig
+from specbench.backends.vllm import VLLM
+from specbench.config import RunConfig, RunPlan
+from specbench.core.engine_names import SPECBENCH
 from specbench.core.errors import SpecbenchError
 from specbench.core.ranges import check_ranges, check_sizes
+from specbench.serving.endpoint import request_headers
+from specbench.strategies.names import BASELINE
 from specbench.strategies.registry import SERVED
 
 SLO_KEYS = ("ttft", "tpot", "e2e")  # milliseconds each
 MIN_LEVEL_REQUESTS = 8  # measured requests of a level without --requests, at least four per client above two
 SERVE_STRATEGIES = list(SERVED)
+DEFAULT_CONCURRENCY = [1, 4, 16]  # closed-loop levels without --concurrency or --request-rate
 ENDPOINT_TYPES = ("completions", "chat")  # /v1/completions with token ids, /v1/chat/completions with the turn's text
 
 
@@ -44,9 +50,10 @@ class Level:
         return float(self.concurrency if self.concurrency is not None else self.request_rate)
 
 
-@dataclass
-class ServeConfig:
-    run: RunConfig  # target, prompts, strategies and their knobs, decoding settings, vLLM engine arguments
+@dataclass(frozen=True)
+class ServeLoad:
+    """A serve run's load and how its requests are sent."""
+
     concurrency: list[int] = field(default_factory=list)  # closed-loop levels
     request_rates: list[float] = field(default_factory=list)  # open-loop levels, requests per second
     max_concurrency: int | None = None  # open loop: requests in flight at most
@@ -92,16 +99,8 @@ class ServeConfig:
                              f"{self.requests_at(largest)} at {largest.label}): give a larger --suite or --limit, "
                              "--input-len N (synthetic prompts), fewer --requests, or --repeat-prompts")
 
-    def as_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        del data["headers"]
-        return data
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ServeConfig:
-        return cls(**{**data, "run": RunConfig(**data["run"])})
-
-    def validate(self) -> ServeConfig:
+    def validate(self, engine_args: dict[str, Any]) -> None:
+        """The load checked, with the `engine_args` of the run it serves."""
         if not self.levels:
             raise SpecbenchError("give the load: --concurrency 1,4,16 (closed loop) or --request-rate 1,2,4 "
                                  "(open loop)")
@@ -112,7 +111,7 @@ class ServeConfig:
                       "--max-concurrency": self.max_concurrency, "--burstiness": self.burstiness,
                       "--requests": self.requests, "--warmup": self.warmup, "--level-seconds": self.level_seconds,
                       "--request-timeout": self.request_timeout, "--slo-share": self.slo_share})
-        if self.endpoints and self.run.engine_args:
+        if self.endpoints and engine_args:
             raise SpecbenchError("--engine-args configure the servers specbench starts; --endpoint servers are "
                                  "already running")
         if self.tokenizer is not None and not self.endpoints:
@@ -120,8 +119,74 @@ class ServeConfig:
                                  "use --model's")
         if self.endpoint_type not in ENDPOINT_TYPES:
             raise SpecbenchError(f"--endpoint-type {self.endpoint_type}: expected one of {', '.join(ENDPOINT_TYPES)}")
-        self.run = self.run.validate("serve configuration")
-        return self
+
+
+@dataclass(frozen=True)
+class ServeConfig(ServeLoad):
+    """A serve run: its load, and the plan of the run it serves (the target, the prompts, the strategies and their
+    knobs, the decoding settings, vLLM's engine arguments), resolved once."""
+
+    plan: RunPlan = field(kw_only=True)
+
+    @property
+    def run(self) -> RunConfig:
+        """The run's checked configuration, as the plan holds it."""
+        return self.plan.config
+
+    def as_json(self) -> dict[str, Any]:
+        load = {f.name: getattr(self, f.name) for f in fields(ServeLoad) if f.name != "headers"}
+        return {"run": asdict(self.run), **deepcopy(load)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], headers: dict[str, str]) -> ServeConfig:
+        """A saved serve run's configuration, checked and planned again, sending `headers`."""
+        load = ServeLoad(**{k: v for k, v in data.items() if k != "run"}, headers=headers)
+        load.validate(data["run"]["engine_args"])
+        return cls.planned(load, RunConfig(**data["run"]))
+
+    @classmethod
+    def planned(cls, load: ServeLoad, run: RunConfig) -> ServeConfig:
+        """`load` serving `run`, planned (the load already checked)."""
+        return cls(plan=run.plan("serve configuration"), **{f.name: getattr(load, f.name) for f in fields(load)})
+
+
+def serve_config(run: dict[str, Any], api_key: str | None = None, **load: Any) -> ServeConfig:
+    """A serve run's configuration, every bad input refused before anything is written: `run` the run's
+    settings (RunConfig's fields, checked for their types), `load` ServeLoad's, `api_key` sent with the
+    `headers` to the --endpoint servers.
+
+    Its defaults, the command's and the library's: closed loops of DEFAULT_CONCURRENCY clients without a load;
+    `ar` alone at --endpoint servers, else SERVE_STRATEGIES on vLLM; without a --limit (and without --input-len),
+    as many of the suite's prompts as the levels' distinct requests need."""
+    endpoints = load.get("endpoints")
+    if endpoints and any(run.get(name) for name in ("strategies", "drafters", "knobs")):
+        raise SpecbenchError("--endpoint measures servers as they run: --strategy, --drafter and --set configure the "
+                             "servers specbench starts; drop them")
+    if load.get("output_len") is not None and run.get("max_new_tokens") is not None:
+        raise SpecbenchError("--output-len fixes every answer's length; drop --max-new-tokens")
+    if load.get("concurrency") is None and load.get("request_rates") is None:
+        load = {**load, "concurrency": list(DEFAULT_CONCURRENCY)}
+    headers = load.pop("headers", {})
+    checked = ServeLoad(**load)
+    defaults = {"engine": SPECBENCH, "strategies": [BASELINE]} if endpoints else \
+        {"engine": VLLM, "strategies": SERVE_STRATEGIES}
+    config = RunConfig(**{**defaults, **run})
+    checked.validate(config.engine_args)
+    if run.get("limit") is None and checked.input_len is None:  # a prompt of its own for each request
+        config = replace(config, limit=checked.prompts_needed)
+    served = ServeConfig.planned(checked, config)
+    if "slo_share" in load and not checked.slo:  # after the ranges, so an out-of-range share is named as such
+        raise SpecbenchError("--slo-share is the share of requests that must meet --slo: give --slo too")
+    return replace(served, headers=endpoint_headers(served.endpoints, api_key, headers))
+
+
+def endpoint_headers(endpoints: dict[str, str], api_key: str | None, headers: dict[str, str]) -> dict[str, str]:
+    """The headers of every request to the --endpoint servers (none for the servers specbench starts)."""
+    if not endpoints:
+        if headers:
+            raise SpecbenchError("--header is sent to --endpoint servers; the servers specbench starts need none")
+        return {}
+    return request_headers(api_key, headers)
 
 
 def parse_slo(text: str | None) -> dict[str, float]:

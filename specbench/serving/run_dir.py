@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,7 @@ from specbench.core.errors import SpecbenchError
 from specbench.core.files import read_json, write_json
 from specbench.output.run_dir import RunDir, _now
 from specbench.serving.client import RequestRecord
-from specbench.serving.config import Level, ServeConfig
+from specbench.serving.config import Level, ServeConfig, ServeLoad, endpoint_headers
 
 SERVE_JSON = "serve.json"
 
@@ -34,14 +34,15 @@ def serve_name(config: ServeConfig, strategies: list[str]) -> str:
 
 
 class ServeRun:
-    def __init__(self, path: Path, meta: dict[str, Any]):
+    def __init__(self, path: Path, meta: dict[str, Any], config: ServeConfig | None = None):
         self.path = Path(path)
         self.meta = meta
-        self.headers: dict[str, str] = {}  # the endpoints' credentials, given again on resume, never written
+        self.config = config  # what is served, its endpoints' credentials with it; None where the run is only read
 
     @property
-    def config(self) -> ServeConfig:
-        return replace(ServeConfig.from_json(self.meta["config"]), headers=self.headers)
+    def load(self) -> ServeLoad:
+        """The run's load as saved, read without planning its run again (for summaries and reports)."""
+        return ServeLoad(**{k: v for k, v in self.meta["config"].items() if k != "run"})
 
     @property
     def strategies(self) -> list[str]:
@@ -52,8 +53,7 @@ class ServeRun:
         path = RunDir._new_path(Path(config.run.out) / "serve", serve_name(config, strategies))
         run = cls(path, {"status": "incomplete", "kind": "serve", "model": model, "suite": suite, "started": _now(),
                          "finished": None, "strategies": strategies, "levels": [lv.key for lv in config.levels],
-                         "config": config.as_json(), "notes": []})
-        run.headers = config.headers
+                         "config": config.as_json(), "notes": []}, config)
         run.save()
         return run
 
@@ -66,10 +66,14 @@ class ServeRun:
         return cls(path, meta)
 
     @classmethod
-    def resume(cls, path: str | Path) -> ServeRun:
+    def resume(cls, path: str | Path, api_key: str | None = None, headers: dict[str, str] | None = None) -> ServeRun:
+        """The unfinished run at `path` with its saved configuration checked and planned again, its endpoints sent
+        `api_key` and `headers`."""
         run = cls.open(path)
         if run.meta["status"] == "complete":
             raise SpecbenchError(f"{run.path} is complete: there is nothing to resume and nothing was changed")
+        saved = run.meta["config"]
+        run.config = ServeConfig.from_json(saved, endpoint_headers(saved["endpoints"], api_key, headers or {}))
         return run
 
     def save(self) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 
 import aiohttp
 
+from specbench.config import RunPlan
 from specbench.core.errors import Interrupted, SpecbenchError
 from specbench.core.files import read_json, write_atomic, write_json
 from specbench.serving import schedule
@@ -54,7 +55,7 @@ def strategy_names(config: ServeConfig) -> list[str]:
     """`ar` first, then the strategies (or the endpoints' names, `ar` among them if given)."""
     if config.endpoints:
         return sorted(config.endpoints, key=lambda name: name != BASELINE)
-    return [s.name for s in config.run.plan().strategies]
+    return [s.name for s in config.plan.strategies]
 
 
 def workload(config: ServeConfig, tokenizer=None) -> Workload:
@@ -66,7 +67,7 @@ def workload(config: ServeConfig, tokenizer=None) -> Workload:
     if config.input_len is not None:
         prompts = synthetic_prompts(tokenizer, config.prompts_needed, config.input_len, run.seed)
     else:
-        prompts = suite_prompts(tokenizer, run.plan().suite.items)
+        prompts = suite_prompts(tokenizer, config.plan.suite.items)
     return Workload(prompts, config.output_len or run.max_new_tokens, run.temperature, run.seed,
                     ignore_eos=config.output_len is not None, endpoint_type=config.endpoint_type)
 
@@ -75,12 +76,12 @@ def model_tokenizer(config: ServeConfig):
     """The target's tokenizer, for the servers specbench starts."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(config.run.plan().model, local_files_only=True)
+    return AutoTokenizer.from_pretrained(config.plan.model, local_files_only=True)
 
 
 def checked_tokenizer(config: ServeConfig) -> tuple[Any, list[str]]:
     """The endpoints' tokenizer, checked against every endpoint that can tokenize, and a note for each that cannot."""
-    model_dir = config.run.plan().model if config.run.model else None
+    model_dir = config.plan.model if config.run.model else None
     tokenizer = endpoint_tokenizer(config.tokenizer, model_dir, config.endpoints, config.headers)
     return tokenizer, [f"{name}: {url} has no /tokenize: the prompts' tokenizer was not checked against it"
                        for name, url in config.endpoints.items()
@@ -157,8 +158,25 @@ def plan(config: ServeConfig) -> ServePlan:
 
     work = workload(config)
     config.check_prompts(len(work.prompts))
-    target_loader = cache(lambda: load_target_for(config))
-    return ServePlan(work, server_arguments(config.run, target_loader, kv_tokens(config, work)))
+    target_loader = cache(lambda: load_target_for(config.plan))
+    return ServePlan(work, server_arguments(config.plan, target_loader, kv_tokens(config, work)))
+
+
+def serve(config: ServeConfig, progress: Progress | None = None) -> ServeResult:
+    """A new serve run of `config`: its prompts and servers' arguments made, then its directory, then every level.
+    `progress` is told the requests answered and to answer of all the levels together."""
+    prepared = plan(config)  # drafters converted, prompts encoded: before the run directory exists
+    run = ServeRun.create(config, strategy_names(config), config.run.model or "the embedded model", config.run.suite)
+    for note in prepared.notes:
+        run.note(note)
+    return serve_sweep(run, prepared, overall(run, progress) if progress else None)
+
+
+def resume(path: Path, api_key: str | None = None, headers: dict[str, str] | None = None,
+           progress: Progress | None = None) -> ServeResult:
+    """The levels an interrupted serve run has not finished, with its saved configuration; `progress` as serve's."""
+    run = ServeRun.resume(path, api_key, headers)
+    return serve_sweep(run, plan(run.config), overall(run, progress) if progress else None)
 
 
 def serve_sweep(run: ServeRun, prepared: ServePlan, progress: Progress | None = None) -> ServeResult:
@@ -171,6 +189,22 @@ def serve_sweep(run: ServeRun, prepared: ServePlan, progress: Progress | None = 
     result = summarise(run, prepared.arguments)
     write_summary(run, result)
     return result
+
+
+def overall(run: ServeRun, progress: Progress) -> Progress:
+    """`progress` told the requests of every level still to measure, where a level tells its own."""
+    config = run.config
+    total = sum(config.requests_at(level) for name in run.strategies for level in config.levels
+                if run.measured(name, level) is None)
+    ended = {"levels": 0, "level": 0}  # requests of the levels ended, of the level running
+
+    def tick(strategy: str, level: Level, done: int, requests: int) -> None:
+        if done == 0:
+            ended["levels"] += ended["level"]
+            ended["level"] = requests
+        progress(strategy, level, ended["levels"] + done, total)
+
+    return tick
 
 
 def measure_strategy(run: ServeRun, strategy: str, engine_args: dict[str, Any] | None, work: Workload,
@@ -204,18 +238,18 @@ def measure_strategy(run: ServeRun, strategy: str, engine_args: dict[str, Any] |
         server.stop()
 
 
-def load_target_for(config: ServeConfig):
+def load_target_for(plan: RunPlan):
+    """The target the plan names, loaded where it says: what a drafter's conversion to vLLM's layout reads."""
     from specbench.models import load_target, resolve_device, resolve_dtype
 
-    device = resolve_device(config.run.device)
-    return load_target(config.run.model, device, resolve_dtype(config.run.dtype, device))
+    device = resolve_device(plan.config.device)
+    return load_target(plan.config.model, device, resolve_dtype(plan.config.dtype, device))
 
 
 def summarise(run: ServeRun, arguments: dict[str, dict[str, Any]] | None = None) -> ServeResult:
     """Every measured level against `ar`'s at the same level; crossovers, capacities and (from the servers'
     `arguments`) the schedules."""
-    config = run.config
-    temperature = config.run.temperature
+    config, saved = run.load, run.meta["config"]["run"]
     levels, complete = [], True
     measured = {(s, lv.key): run.level_data(s, lv) for s in run.strategies for lv in config.levels}
     for level in config.levels:
@@ -233,8 +267,8 @@ def summarise(run: ServeRun, arguments: dict[str, dict[str, Any]] | None = None)
                      **level_summary(records, data["duration_s"], config.slo), "speculation": data["speculation"]}
             if base and strategy != BASELINE:
                 entry["baseline_errors"] = base_summary["errors"]
-                entry.update(against_baseline(records, records_of(base), entry, base_summary, config.run.seed))
-                if temperature == 0:
+                entry.update(against_baseline(records, records_of(base), entry, base_summary, saved["seed"]))
+                if saved["temperature"] == 0:
                     entry["lossless"] = greedy_agreement(records, records_of(base))
             levels.append(entry)
     result = ServeResult(run.path, levels, notes=list(run.meta["notes"]), complete=complete, slo=config.slo)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from specbench.backends import vllm as vllm_backend
-from specbench.config import RunConfig
+from specbench.config import RunPlan
 
 # KV-cache memory of a CPU server beyond its target's own need: a drafter's cache and whole blocks
 KV_CACHE_MARGIN = 2
@@ -23,7 +23,7 @@ def kv_cache_bytes(model_config, dtype_bytes: int, tokens: int) -> int:
     return KV_CACHE_MARGIN * tokens * 2 * model_config.num_hidden_layers * heads * head_dim * dtype_bytes
 
 
-def server_arguments(config: RunConfig, target_loader, kv_tokens: int | None = None) -> dict[str, dict[str, Any]]:
+def server_arguments(plan: RunPlan, target_loader, kv_tokens: int | None = None) -> dict[str, dict[str, Any]]:
     """Strategy name -> the engine arguments of its server (`ar`: no speculative_config). A knob vLLM has
     no counterpart for is refused before anything starts; `target_loader()` gives the loaded target, only
     called where a drafter is converted to vLLM's layout. On a CPU, `kv_tokens` (the tokens the levels keep
@@ -35,7 +35,6 @@ def server_arguments(config: RunConfig, target_loader, kv_tokens: int | None = N
 
     from specbench.models import resolve_device, resolve_dtype
 
-    plan = config.plan()
     config, sources = plan.config, plan.drafter_sources
     strategies = [vllm_backend.translate(s, config.knobs, config.controller, sources) for s in plan.strategies]
     device = resolve_device(config.device)

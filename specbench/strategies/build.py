@@ -61,6 +61,16 @@ def describe(source: DrafterSource | None, options: Any) -> dict[str, Any]:
     return {**where, "knobs": dataclasses.asdict(options)}
 
 
+def controller_factory(name: str, drafter, options: Any, controller: str | None = None) -> Callable[[], Controller]:
+    """What makes a fresh controller of method `name`'s drafter: `controller`, else the method's own, over the
+    drafter's budget."""
+    method = definition(name)
+    factory = CONTROLLERS[controller or method.default_controller]
+    # a block drafter knows how many drafts its block holds (DeepSpec's layout drafts one more)
+    budget = drafter.max_depth or method.budget(options)
+    return lambda: factory(budget, options)
+
+
 def build_strategy(spec: StrategyName, target, knobs: dict[str, dict[str, Any]],
                    sources: dict[str, DrafterSource], controller: str | None = None) -> Strategy:
     """The drafter(s) and controller factory of a parsed strategy; `controller` overrides every member's."""
@@ -74,11 +84,7 @@ def build_strategy(spec: StrategyName, target, knobs: dict[str, dict[str, Any]],
         drafter, options = build_member(name, target, knobs.get(name, {}), source)
         drafters.append(drafter)
         described[name] = describe(source, options)
-        method = definition(name)
-        factory = CONTROLLERS[controller or method.default_controller]
-        # a block drafter knows how many drafts its block holds (DeepSpec's layout drafts one more)
-        budget = drafter.max_depth or method.budget(options)
-        factories.append(lambda factory=factory, budget=budget, options=options: factory(budget, options))
+        factories.append(controller_factory(name, drafter, options, controller))
     if len(drafters) == 1:
         return Strategy(spec.name, drafters[0], factories[0], described, verifies_trees(spec))
     combined = CombinedDrafter(drafters, factories)

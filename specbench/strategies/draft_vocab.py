@@ -118,9 +118,7 @@ class DraftVocab(nn.Module):
     def target_probs(self, final: torch.Tensor) -> torch.Tensor:
         """The target's next-token distribution from its final normed state, renormalised over the draft
         vocabulary (the soft label a drafter over these tokens can match; SpecForge's target_p)."""
-        head = self.target.get_output_embeddings().weight.detach()
-        rows = head if self.full else self._rows()
-        return F.linear(final, rows).float().softmax(-1)
+        return self.compact(final).float().softmax(-1)
 
     def labels(self, target_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Target ids as draft ids, and whether each is in the draft vocabulary (draft id 0 where not)."""

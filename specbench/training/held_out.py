@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from specbench.engine.decode import generate
-from specbench.strategies.controllers import CONTROLLERS
+from specbench.strategies.build import controller_factory
 from specbench.strategies.registry import definition
 from specbench.training.reporter import Reporter
 
@@ -30,14 +30,13 @@ class HeldOut:
 def held_out(target, strategy: str, options: Any, drafter_dir: Path, prompts: list[list[int]],
              max_new_tokens: int) -> HeldOut:
     """The `strategy` drafter in `drafter_dir` decoding `prompts` greedily, `max_new_tokens` each."""
-    method = definition(strategy)
-    drafter = method.build(target, options, drafter_dir)
-    budget = drafter.max_depth or method.budget(options)
+    drafter = definition(strategy).build(target, options, drafter_dir)
+    controller = controller_factory(strategy, drafter, options)
     tokens = steps = drafts = 0
     accepted: list[int] = []
     for prompt in prompts:
         out = generate(target.model, prompt, max_new_tokens, eos_ids=target.eos_ids, drafter=drafter,
-                       controller=CONTROLLERS[method.default_controller](budget, options))
+                       controller=controller())
         tokens, steps, drafts = tokens + len(out.tokens), steps + out.steps, drafts + out.drafts
         accepted += [0] * (len(out.accept_by_position) - len(accepted))
         for k, count in enumerate(out.accept_by_position):

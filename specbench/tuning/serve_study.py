@@ -29,9 +29,8 @@ import optuna
 from specbench.core.errors import SpecbenchError
 from specbench.core.files import write_atomic, write_json
 from specbench.core.records import ServedStudy
-from specbench.model_source import model_path
 from specbench.serving.client import RequestRecord
-from specbench.serving.config import Level, ServeConfig
+from specbench.serving.config import Level, ServeConfig, ServeLoad
 from specbench.serving.load import Workload
 from specbench.serving.lossless import greedy_agreement
 from specbench.serving.server import Server
@@ -44,8 +43,8 @@ from specbench.tuning.config import TuneConfig
 from specbench.tuning.objective import TrialFailure
 from specbench.tuning.outputs import tuned_toml
 from specbench.tuning.storage import display_url
-from specbench.tuning.study_runner import Progress, TuneReport, new_record, optimize, set_best
 from specbench.tuning.study_space import StudySpace, study_space
+from specbench.tuning.trials import Progress, TuneReport, new_record, optimize, set_best
 
 BASELINE_LEVEL = "ar_level"  # study attribute: ar's level at the study's load
 UNITS = {"goodput_req_s": "req/s", "tpot_p50_ms": "ms"}
@@ -83,7 +82,7 @@ class ServedPlan:
         """`vllm serve`'s engine arguments of ar and of the strategy with these knobs; a knob vLLM has no
         counterpart for, or a strategy vLLM cannot run, is refused."""
         run = dataclasses.replace(self.serve.run, knobs=knobs, controller=controller)
-        return server_arguments(run, self.target_loader)
+        return server_arguments(dataclasses.replace(self.serve.plan, config=run), self.target_loader)
 
     def on_server(self, name: str, arguments: dict[str, Any],
                   log: Path) -> tuple[list[RequestRecord], float, dict[str, Any] | None]:
@@ -95,20 +94,21 @@ class ServedPlan:
 
 def plan_served(config: TuneConfig, spec: StrategyName) -> ServedPlan:
     """The study's load, prompts, space and identity; a strategy vLLM cannot run is refused here."""
-    load = config.load
+    load = ServeLoad(concurrency=[config.load.concurrency] if config.load.concurrency is not None else [],
+                     request_rates=[config.load.request_rate] if config.load.request_rate is not None else [],
+                     slo=config.slo)
     run = dataclasses.replace(config.measured_plan.config, strategies=[spec.name])
-    serve = ServeConfig(run=run, concurrency=[load.concurrency] if load.concurrency is not None else [],
-                        request_rates=[load.request_rate] if load.request_rate is not None else [],
-                        slo=config.slo).validate()
+    load.validate(run.engine_args)
+    serve = ServeConfig.planned(load, run)
     work = workload(serve)
     # each measured request a prompt of its own where the tuning prompts suffice; a trial's level repeats
     # them only where --limit holds fewer than the level's requests
     serve = dataclasses.replace(serve, repeat_prompts=len(work.prompts) < serve.prompts_needed)
-    target_loader = cache(lambda: load_target_for(serve))
-    server_arguments(run, target_loader)  # a strategy vLLM cannot run is refused before any study is touched
-    space = study_space(spec, None, run.knobs, run.controller, "vllm")
+    target_loader = cache(lambda: load_target_for(serve.plan))
+    server_arguments(serve.plan, target_loader)  # a strategy vLLM cannot run is refused before any study is touched
+    space = study_space(spec, None, serve.run.knobs, serve.run.controller, "vllm")
     identity = {**studies.question(config, spec), "space": space.space.fingerprint(),
-                "space_text": space.space.describe(), "model": str(model_path(run.model)),
+                "space_text": space.space.describe(), "model": str(serve.plan.model),
                 "prompts": [prompt.id for prompt in work.prompts]}
     return ServedPlan(spec, serve, work, space, identity, target_loader)
 

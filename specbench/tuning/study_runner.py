@@ -18,20 +18,18 @@ import os
 import re
 import sys
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any
 
 import optuna
 import torch
-from optuna.trial import TrialState
 
 from specbench.backends.protocol import Deploys
 from specbench.benchmark.prepare import PreparedRun, prepare
 from specbench.config import RunPlan
 from specbench.core.errors import SpecbenchError
 from specbench.core.files import write_atomic, write_json
-from specbench.core.records import StudyRecord, TunedStudy
+from specbench.core.records import TunedStudy
 from specbench.measure.hardware import GpuProfile
 from specbench.models import fingerprint
 from specbench.strategies.knobs import make_options
@@ -41,12 +39,11 @@ from specbench.strategies.serving import engines_markdown
 from specbench.suites import SuiteItem
 from specbench.tuning.config import TuneConfig
 from specbench.tuning.holdout import holdout_check, interval, paired_gain, split_items
-from specbench.tuning.objective import Evaluator, TrialFailure
-from specbench.tuning.outputs import importances, speedup_figures, tuned_toml, write_plots
+from specbench.tuning.objective import Evaluator
+from specbench.tuning.outputs import speedup_figures, tuned_toml, write_plots
+from specbench.tuning.serve_study import tune_at_load
 from specbench.tuning.storage import display_url, open_storage
 from specbench.tuning.study import (
-    FAIL_REASON,
-    MEMORY_CONSTRAINT,
     PER_PROMPT,
     best_trial,
     check_identity,
@@ -62,20 +59,7 @@ from specbench.tuning.study import (
     study_names,
 )
 from specbench.tuning.study_space import StudySpace, study_space
-
-# study, trials with an outcome, the study's total, the best value so far, the trial that just finished
-Progress = Callable[[str, int, int, "float | None", optuna.trial.FrozenTrial], None]
-
-
-@dataclass
-class TuneReport:
-    studies: list[StudyRecord]  # each study's record, as written under results/tuned/
-    ranking: list[dict[str, Any]]  # several strategies: ordered by the tuned held-out speedup
-
-    def as_json(self) -> dict[str, Any]:
-        if len(self.studies) == 1:
-            return self.studies[0].as_dict()
-        return {"studies": [s.as_dict() for s in self.studies], "ranking": self.ranking}
+from specbench.tuning.trials import Progress, TuneReport, new_record, optimize, set_best
 
 
 @dataclass
@@ -126,8 +110,6 @@ def tune(config: TuneConfig, progress: Progress | None = None) -> TuneReport:
     """Tune every requested strategy in its own study and rank them (see the module docstring)."""
     config.validate()
     if config.load is not None:
-        from specbench.tuning.serve_study import tune_at_load
-
         return tune_at_load(config, progress)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     specs = config.specs()
@@ -170,20 +152,6 @@ def tune_study(config: TuneConfig, plan: StudyPlan, name: str, url: str, trials:
         evaluator = Evaluator(plan.bench, plan.tuning, plan.profile)
         _run_workers(config, plan, study, evaluator, name, url, trials, remaining, progress)
     return finish_study(config, plan, study, url, trials)
-
-
-def optimize(study: optuna.Study, evaluator: Evaluator, space: StudySpace, quota: int, trials: int,
-              timeout: float | None, progress: Progress | None) -> None:
-    def after_trial(study: optuna.Study, trial) -> None:
-        done = len(counted_trials(study))
-        if progress:
-            best = best_trial(study)
-            progress(study.study_name, done, trials, best.values[0] if best else None, trial)
-        if done >= trials:
-            study.stop()
-
-    study.optimize(lambda trial: evaluator.objective(trial, space), n_trials=quota, timeout=timeout,
-                   catch=(TrialFailure,), callbacks=[after_trial])
 
 
 def _run_workers(config: TuneConfig, plan: StudyPlan, study: optuna.Study, evaluator: Evaluator, name: str,
@@ -240,53 +208,6 @@ def _spawned_worker(config: TuneConfig, spec: StrategyName, identity: dict[str, 
     except SpecbenchError as exc:
         print(f"error: worker {index}: {exc}", file=sys.stderr)
         sys.exit(2)
-
-
-Record = TypeVar("Record", bound=StudyRecord)
-
-
-def new_record(kind: type[Record], study: optuna.Study, url: str, trials: int, per_trial: int,
-               **fields: Any) -> Record:
-    """A study's record of `kind`: what every study records of itself (its name and storage, its trials
-    counted with `per_trial` prompts or requests each, when, the defaults' trial) and `fields`, the rest of
-    its kind's; no best trial yet (set_best)."""
-    defaults = defaults_trial(study)
-    return kind(study=study.study_name, storage=display_url(url), trials=trial_counts(study, per_trial),
-                target_trials=trials, created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                best_params=None, best_value=None, toml=None, plots=[],
-                defaults=None if defaults is None else {"trial": defaults.number, "params": defaults.params,
-                                                        "value": defaults.values[0]}, **fields)
-
-
-def set_best(record: StudyRecord, study: optuna.Study, best: optuna.trial.FrozenTrial,
-             space: StudySpace) -> tuple[dict[str, dict[str, Any]], str | None]:
-    """The best trial's entries of `record`, which every study records; its knobs and controller."""
-    knobs, controller = space.run_settings(best.params)
-    record.best_trial, record.best_params, record.best_value = best.number, best.params, best.values[0]
-    record.knobs, record.controller, record.importances = knobs, controller, importances(study)
-    return knobs, controller
-
-
-def trial_counts(study: optuna.Study, prompts: int) -> dict[str, Any]:
-    counted = counted_trials(study)
-    by_state = {state: [t for t in counted if t.state == state]
-                for state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)}
-    complete, pruned = by_state[TrialState.COMPLETE], by_state[TrialState.PRUNED]
-
-    def mean_wall(trials: list) -> float | None:
-        walls = [t.user_attrs["wall_s"] for t in trials if "wall_s" in t.user_attrs]
-        return sum(walls) / len(walls) if walls else None
-
-    run = sum(t.user_attrs.get("prompts", 0) for t in pruned)
-    return {
-        "counted": len(counted), "complete": len(complete), "pruned": len(pruned),
-        "failed": len(by_state[TrialState.FAIL]),
-        "infeasible": sum(1 for t in complete if t.constraints.get(MEMORY_CONSTRAINT, 0.0) > 0),
-        "wall_s_per_trial": {"complete": mean_wall(complete), "pruned": mean_wall(pruned)},
-        # what pruning saved: the prompts pruned trials did not run, of what they would have run
-        "pruning": {"prompts_skipped": len(pruned) * prompts - run, "prompts_of_pruned_trials": len(pruned) * prompts},
-        "failures": [{"number": t.number, "reason": t.user_attrs[FAIL_REASON]} for t in by_state[TrialState.FAIL]],
-    }
 
 
 def _engines(plan: StudyPlan, knobs: dict[str, dict[str, Any]], controller: str | None) -> dict[str, Any] | None:

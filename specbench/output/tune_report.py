@@ -5,7 +5,7 @@ their ranking. A rich renderable on a terminal, Markdown text when piped."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
 from rich.table import Table
@@ -13,7 +13,9 @@ from rich.text import Text
 
 from specbench.core.markdown import markdown_table
 from specbench.core.records import ServedStudy, StudyRecord
-from specbench.tuning.study_runner import TuneReport
+
+if TYPE_CHECKING:
+    from specbench.tuning.trials import TuneReport
 
 
 def _x(value: float | None) -> str:

@@ -1,6 +1,9 @@
-"""What `specbench recommend` prints: the answer, its alternatives, the path (--explain), the learned tree."""
+"""What `specbench recommend` prints: the answer, its alternatives, the path (--explain), the learned tree, and
+the answer under load."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 from rich.text import Text
@@ -8,12 +11,19 @@ from rich.tree import Tree
 
 from specbench.core.engine_names import SPECBENCH, label
 from specbench.core.markdown import markdown_table
-from specbench.recommender.learn import LearnReport
-from specbench.recommender.prior import Step
-from specbench.recommender.rank import speedup_text
-from specbench.recommender.recommendation import Recommendation
+
+if TYPE_CHECKING:
+    from specbench.recommender.learn import LearnReport
+    from specbench.recommender.prior import Step
+    from specbench.recommender.recommendation import Recommendation
 
 Node = tuple[str, list["Node"]]
+
+
+def speedup_text(speedup: float | None, ci: tuple[float, float] | None) -> str:
+    if speedup is None:
+        return "no figure"
+    return f"{speedup:.2f}x" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
 
 
 def summary_lines(rec: Recommendation) -> list[str]:
@@ -114,3 +124,24 @@ def learn_lines(report: LearnReport) -> list[str]:
     lines += [f"  left out: {note}" for note in report.notes]
     lines += [f"  wrote {path}" for path in report.files]
     return lines
+
+
+def under_load_lines(rec: dict[str, Any]) -> list[str]:
+    """The recommendation at a concurrency (recommender/under_load.py) as sentences."""
+    choice, n = rec["choice"], rec["concurrency"]
+    if choice is None:
+        head = f"at concurrency {n}: plain decoding (ar); no strategy measured there pays losslessly"
+    else:
+        low, high = choice["tpot_speedup_ci"]
+        head = (f"at concurrency {n}: {choice['strategy']}, TPOT {choice['tpot_speedup']:.2f}x ar's "
+                f"(95% CI {low:.2f}-{high:.2f})")
+        if low <= 1:
+            head += " (the interval includes 1: not clearly faster than ar)"
+        if choice["crossover"] is not None:
+            head += f"; it stops paying at concurrency {choice['crossover']}"
+    out = [head]
+    for c in rec["candidates"]:
+        why = " (greedy mismatches: not offered)" if c["mismatches"] else ""
+        stops = f", stops paying at {c['crossover']}" if c["crossover"] is not None else ""
+        out.append(f"  {c['strategy']}: TPOT speedup {c['tpot_speedup']:.2f}{stops}{why}  [{c['run']}]")
+    return out
