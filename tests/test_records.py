@@ -11,7 +11,16 @@ import pytest
 from specbench.benchmark.pipeline import run_benchmark
 from specbench.config import RunConfig
 from specbench.core.errors import SpecbenchError
-from specbench.core.records import ROW_KEYS, SUMMARY_KEYS, EngineReport, Row, RunResult, StrategySummary, TunedStudy
+from specbench.core.records import (
+    ROW_KEYS,
+    SUMMARY_KEYS,
+    EngineReport,
+    Row,
+    RunResult,
+    StrategySummary,
+    SummaryFile,
+    TunedStudy,
+)
 from specbench.output.run_dir import read_run
 from tests.helpers import write_run
 
@@ -73,7 +82,8 @@ def test_what_a_summary_and_a_run_note_read_as_records_and_write_back_unchanged(
     for load in ({"note": "no cost table"}, {"cost_table": {"model": "m"}, "batch_sizes": [1, 2], "points": [],
                                              "stops_paying": {}, "schedule": {}, "schedule_toml": "", "vllm": {}}):
         noted = {"noise": noise, "projection": {"gpu": "rtx4090", "projected": True}, "load": load}
-        result = RunResult(Path("run"), {}, {}, {}, [], [], **RunResult.noted(noted, "summary.json"))
+        saved = SummaryFile.from_dict({"results": []} | noted)
+        result = RunResult(Path("run"), {}, {}, {}, [], [], **RunResult.noted(saved))
         assert result.load.modelled == ("note" not in load)
         assert result.summary_json() == {"results": [], "skipped_prompts": [], "notes": []} | noted
 
