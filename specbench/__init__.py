@@ -22,8 +22,8 @@ from specbench.core.version import __version__
 
 if TYPE_CHECKING:
     from specbench.core.records import RunResult
+    from specbench.core.records.serve import ServeResult
     from specbench.recommender import Recommendation
-    from specbench.serving.sweep import ServeResult
     from specbench.tuning.study_runner import TuneReport
 
 __all__ = ["__version__", "recommend", "run", "serve", "tune"]

@@ -1,7 +1,7 @@
 """The typed records specbench writes and reads back, one module per what they record: run.py (a run's rows,
-summaries and what it noted), study.py (a tune study), metrics.py (each
-figure's meaning, unit and columns, declared once), all written and read by serialise.py; schema.py gives
-summary.json's JSON schema."""
+summaries and what it noted), study.py (a tune study), serve.py (a serve run's records, imported from there),
+metrics.py (each figure's meaning, unit and columns, declared once), all written and read by serialise.py;
+schema.py gives summary.json's JSON schema."""
 
 from specbench.core.records.metrics import COLUMN_SPECS, METRICS, SUMMARY_MEANINGS, Column, Metric
 from specbench.core.records.run import (
