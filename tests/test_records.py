@@ -21,6 +21,7 @@ from specbench.core.records import (
     SummaryFile,
     TunedStudy,
 )
+from specbench.core.records.study import Gain, Gains, Holdout, Speedups
 from specbench.output.run_dir import read_run
 from tests.helpers import write_run
 
@@ -110,8 +111,14 @@ def test_a_tuned_study_keeps_its_files_schema():
     assert TunedStudy.from_dict(written) == study
     assert TunedStudy.from_dict({k: v for k, v in written.items() if k != "session"}).session == []
     best = dataclasses.replace(study, note=None, best_trial=1, best_params={"n": 3}, best_value=1.4, knobs={},
-                               importances={}, tuning={"speedup": 1.4}, holdout={}, gain={})
-    assert best.as_dict()["controller"] is None and "note" not in best.as_dict()
+                               importances={}, tuning=Speedups(1.4, [1.2, 1.6], 2),
+                               holdout=Holdout(tuned=Speedups(1.3, [1.1, 1.5], 1)),
+                               gain=Gains(Gain(None, [None, None], 0), None))
+    written = best.as_dict()
+    assert written["controller"] is None and "note" not in written
+    assert written["holdout"] == {"tuned": {"speedup": 1.3, "speedup_ci": [1.1, 1.5], "prompts": 1}, "failures": []}
+    assert written["gain"] == {"holdout": {"gain": None, "gain_ci": [None, None], "prompts": 0}, "tuning": None}
+    assert TunedStudy.from_dict(written) == best and best.held_out("tuned") == 1.3 and best.held_out("defaults") is None
     with pytest.raises(SpecbenchError, match=r"^x\.json lack key\(s\): strategy$"):
         TunedStudy.from_dict({k: v for k, v in written.items() if k != "strategy"}, "x.json")
 

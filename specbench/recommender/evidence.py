@@ -427,21 +427,21 @@ def study_candidates(evidence: Evidence, workload: Workload) -> tuple[list[Candi
             notes.append(f"{study.path}: {why}")
             continue
         record = study.record
-        held_out = (record.holdout or {}).get("tuned")
-        figures = held_out or record.tuning or {}
-        if study.config is None or figures.get("speedup") is None:
+        held_out = record.holdout.tuned if record.holdout else None
+        figures = held_out or record.tuning
+        if study.config is None or figures is None or figures.speedup is None:
             notes.append(f"{study.path}: {record.note or 'no tuned configuration'}")
             continue
-        ci = figures.get("speedup_ci") or [None, None]
+        ci = figures.speedup_ci
         note = f"tuned; speedup on {'held-out' if held_out else 'the tuning'} prompts" + \
             ("" if record.categories else " of every category")
         counted = record.trials["counted"]
         short = f"study short of its trials: {counted} of {record.target_trials}" \
             if counted < record.target_trials else ""
         candidates.append(Candidate(study.config, "projected" if record.projected else "measured",
-                                    float(figures["speedup"]),
+                                    float(figures.speedup),
                                     (float(ci[0]), float(ci[1])) if None not in ci else None, (str(study.path),),
-                                    figures.get("prompts"), record.memory_bytes, None, note, short))
+                                    figures.prompts, record.memory_bytes, None, note, short))
     return candidates, notes
 
 

@@ -11,6 +11,56 @@ from typing import Any
 from specbench.core.records.serialise import Record
 
 
+@dataclass
+class DefaultsTrial(Record):
+    """The study's first trial: the method's default knobs, measured as any trial."""
+
+    trial: int
+    params: dict[str, Any]
+    value: float
+
+
+@dataclass
+class Speedups(Record):
+    """A configuration's speedup over ar on a set of prompts: the geometric mean of the per-prompt speedups
+    and its 95% bootstrap interval (tuning/holdout.py `interval`)."""
+
+    speedup: float | None
+    speedup_ci: list[float | None]
+    prompts: int
+
+
+@dataclass
+class Gain(Record):
+    """The tuned configuration over the defaults, prompt by prompt (tuning/holdout.py `paired_gain`)."""
+
+    gain: float | None
+    gain_ci: list[float | None]
+    prompts: int
+
+
+@dataclass
+class Holdout(Record):
+    """The tuned configuration and the defaults on the held-out prompts; each absent where none was measured."""
+
+    tuned: Speedups | None = None
+    defaults: Speedups | None = None
+    failures: list[str] = field(default_factory=list)  # the runs that failed, and why
+
+    OPTIONAL = {"tuned": ("tuned",), "defaults": ("defaults",)}
+    RECORDS = {"tuned": Speedups, "defaults": Speedups}
+
+
+@dataclass
+class Gains(Record):
+    """Tuned over defaults on the held-out prompts, and on the tuning prompts (None without the defaults' trial)."""
+
+    holdout: Gain
+    tuning: Gain | None
+
+    RECORDS = {"holdout": Gain, "tuning": Gain}
+
+
 @dataclass(kw_only=True)
 class StudyRecord(Record):
     """What every `specbench tune` study records of itself and its best trial (tuning/)."""
@@ -31,7 +81,7 @@ class StudyRecord(Record):
     best_value: float | None
     toml: str | None  # the best configuration as a run config
     plots: list[str]
-    defaults: dict[str, Any] | None = None  # the defaults' trial: its number, params and value
+    defaults: DefaultsTrial | None = None
     note: str | None = None
     best_trial: int | None = None
     knobs: dict[str, dict[str, Any]] | None = None  # the best trial's, as `specbench run` takes them
@@ -40,6 +90,7 @@ class StudyRecord(Record):
     vllm_config: str | None = None  # the measured speculative config, as `vllm serve` takes it
 
     BEST = ("best_trial", "knobs", "controller", "importances")
+    RECORDS = {"defaults": DefaultsTrial}
     OPTIONAL = {"defaults": ("defaults",), "note": ("note",), "vllm_config": ("vllm_config",)}
     """The entries only some studies have: each group is written where the study has its first."""
 
@@ -55,9 +106,9 @@ class TunedStudy(StudyRecord):
     prompts: dict[str, int]  # tuning, holdout
     session: list[str] = field(default_factory=list)  # every strategy its tune was asked for; absent before it was kept
     memory_bytes: float | None = None
-    tuning: dict[str, Any] | None = None  # the best trial's speedup, its interval and prompts on the tuning prompts
-    holdout: dict[str, Any] | None = None  # tuned and defaults on the held-out prompts (tuning/holdout.py)
-    gain: dict[str, Any] | None = None  # tuned over defaults, on the held-out and the tuning prompts
+    tuning: Speedups | None = None  # the best trial's on the tuning prompts
+    holdout: Holdout | None = None
+    gain: Gains | None = None
     pareto: list[dict[str, Any]] | None = None  # with a memory objective: speedup against memory
     engines: dict[str, Any] | None = None  # the vLLM and SGLang translation of the best knobs, not a measurement
     engines_file: str | None = None
@@ -66,6 +117,12 @@ class TunedStudy(StudyRecord):
     OPTIONAL = {**StudyRecord.OPTIONAL, "best_trial": (*StudyRecord.BEST, "memory_bytes", "tuning", "holdout", "gain"),
                 "pareto": ("pareto",), "engines": ("engines", "engines_file"),
                 "transformers_config": ("transformers_config",)}
+    RECORDS = {**StudyRecord.RECORDS, "tuning": Speedups, "holdout": Holdout, "gain": Gains}
+
+    def held_out(self, which: str) -> float | None:
+        """The held-out speedup of the `tuned` configuration or the `defaults`; None where not measured."""
+        figures = getattr(self.holdout, which) if self.holdout else None
+        return figures.speedup if figures else None
 
 
 @dataclass(kw_only=True)
