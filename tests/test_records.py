@@ -80,12 +80,16 @@ def test_what_a_summary_and_a_run_note_read_as_records_and_write_back_unchanged(
     assert summary.as_dict() == saved
     noise = {"noisy": False, "reasons": [], "advice": [], "prompts": 6, "others_cpu_share": 0.01, "steal_share": 0.0,
              "clock_change": None, "ar_spread": None, "load_before": 0.2, "cpus": 8}
-    for load in ({"note": "no cost table"}, {"cost_table": {"model": "m"}, "batch_sizes": [1, 2], "points": [],
+    point = {"strategy": "s", "batch_size": 2, "modelled_speedup": 1.2, "measured_speedup": None,
+             "measured_over_modelled": None, "modelled_tokens_per_s": 40.0, "block": 2.5, "modelled_rows": 2.0,
+             "continuous_speedup": 1.3, "measured_rows": None}
+    for load in ({"note": "no cost table"}, {"cost_table": {"model": "m"}, "batch_sizes": [1, 2], "points": [point],
                                              "stops_paying": {}, "schedule": {}, "schedule_toml": "", "vllm": {}}):
         noted = {"noise": noise, "projection": {"gpu": "rtx4090", "projected": True}, "load": load}
         saved = SummaryFile.from_dict({"results": []} | noted)
         result = RunResult(Path("run"), {}, {}, {}, [], [], **RunResult.noted(saved))
         assert result.load.modelled == ("note" not in load)
+        assert [p.modelled_speedup for p in result.load.points] == ([] if "note" in load else [1.2])
         assert result.summary_json() == {"results": [], "skipped_prompts": [], "notes": []} | noted
 
 

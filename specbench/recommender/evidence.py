@@ -29,7 +29,7 @@ import pandas as pd
 from specbench.core.engine_names import SPECBENCH, label
 from specbench.core.errors import SpecbenchError
 from specbench.core.files import read_json_object, read_toml
-from specbench.core.records import Projection, RunResult, TunedStudy
+from specbench.core.records import LoadPoint, Projection, RunResult, TunedStudy
 from specbench.measure.hardware import match_profile
 from specbench.measure.stats import paired_speedups, summarise_strategy
 from specbench.output.run_dir import read_run
@@ -326,11 +326,10 @@ def run_candidates(evidence: Evidence, workload: Workload) -> tuple[list[Candida
     return measured + modelled + projected, notes
 
 
-def _modelled(record: RunRecord, workload: Workload) -> dict[str, dict[str, Any]]:
+def _modelled(record: RunRecord, workload: Workload) -> dict[str, LoadPoint]:
     """strategy -> its point on the run's load axis at the workload's batch size."""
     points = record.run.load.points if record.run.load else []
-    return {p["strategy"]: p for p in points
-            if p.get("batch_size") == workload.batch_size and p.get("modelled_speedup")}
+    return {p.strategy: p for p in points if p.batch_size == workload.batch_size and p.modelled_speedup}
 
 
 def _modelled_candidates(record: RunRecord, workload: Workload, lossless: list[str],
@@ -351,7 +350,7 @@ def _modelled_candidates(record: RunRecord, workload: Workload, lossless: list[s
         context = workload.context_len or float((part["prompt_tokens"] + part["new_tokens"]).max())
         return _need_bytes(part, kv, workload.context_len) + (workload.batch_size - 1) * kv * context
 
-    speedups = {BASELINE: 1.0} | {s: float(p["modelled_speedup"]) for s, p in _modelled(record, workload).items()}
+    speedups = {BASELINE: 1.0} | {s: float(p.modelled_speedup) for s, p in _modelled(record, workload).items()}
     return [Candidate(_config_of(record, strategy), "modelled", speedup, None, (record.path,),
                       int(rows[rows["strategy"] == strategy]["prompt_id"].nunique()), need(strategy), need(BASELINE),
                       f"modelled at batch {workload.batch_size} from batch {measured_at}'s acceptance and the cost "

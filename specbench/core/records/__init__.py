@@ -10,6 +10,7 @@ from specbench.core.records.run import (
     EnginePair,
     EngineReport,
     LoadAxis,
+    LoadPoint,
     ModelledSpeedup,
     Noise,
     Projection,
@@ -23,5 +24,6 @@ from specbench.core.records.run import (
 from specbench.core.records.study import ServedStudy, StudyRecord, TunedStudy
 
 __all__ = ["COLUMN_SPECS", "METRICS", "ROW_KEYS", "SUMMARY_KEYS", "SUMMARY_MEANINGS", "Column", "EnginePair",
-           "EngineReport", "LoadAxis", "Metric", "ModelledSpeedup", "Noise", "Projection", "Row", "RunProjection",
-           "RunResult", "ServedStudy", "StrategySummary", "StudyRecord", "SummaryFile", "TunedStudy", "rows_frame"]
+           "EngineReport", "LoadAxis", "LoadPoint", "Metric", "ModelledSpeedup", "Noise", "Projection", "Row",
+           "RunProjection", "RunResult", "ServedStudy", "StrategySummary", "StudyRecord", "SummaryFile", "TunedStudy",
+           "rows_frame"]

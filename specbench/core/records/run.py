@@ -229,6 +229,23 @@ class RunProjection(Record):
     OPTIONAL = {"note": ("note",)}
 
 
+@dataclass(kw_only=True)
+class LoadPoint(Record):
+    """One strategy at one batch size on the load axis: the speedup the cost table models, and the measured
+    one where the run measured that batch size (benchmark/modelled_speedup.py)."""
+
+    strategy: str
+    batch_size: int
+    modelled_speedup: float
+    measured_speedup: float | None = None
+    measured_over_modelled: float | None = None
+    modelled_tokens_per_s: float | None = None
+    block: float | None = None  # the mean tokens a sequence commits per step, as modelled
+    modelled_rows: float | None = None  # the mean sequences active per step, as modelled
+    continuous_speedup: float | None = None  # with every sequence active to the end (no batch tail)
+    measured_rows: float | None = None  # ... and as measured
+
+
 @dataclass
 class LoadAxis(Record):
     """The load axis (benchmark/modelled_speedup.py): the speedup a cost table models at each of its batch
@@ -238,7 +255,7 @@ class LoadAxis(Record):
     note: str | None = None
     cost_table: dict[str, str] | None = None  # the key of the cost table it is priced with
     batch_sizes: list[int] = field(default_factory=list)
-    points: list[dict[str, Any]] = field(default_factory=list)  # per strategy and batch size: modelled, measured
+    points: list[LoadPoint] = field(default_factory=list)
     stops_paying: dict[str, dict[str, Any]] = field(default_factory=dict)  # per strategy: measured, modelled
     schedule: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # per strategy: the best draft caps
     schedule_toml: str = ""  # the schedule as a draft_schedule.toml
@@ -247,6 +264,7 @@ class LoadAxis(Record):
     OPTIONAL = {"note": ("note",), "cost_table": ("cost_table", "batch_sizes", "points", "stops_paying", "schedule",
                                                 "schedule_toml", "vllm")}
     """A modelled axis has no note; one not modelled has only its note."""
+    RECORDS = {"points": [LoadPoint]}
 
     @property
     def modelled(self) -> bool:
