@@ -248,6 +248,12 @@ def read_run(path: Path, label: str = "", warnings: list[str] | None = None) -> 
                      nvml_series=series, label=label, **RunResult.noted(noted))
 
 
+def saved_config(run: RunResult) -> RunConfig:
+    """The configuration a run measured with, from its config.json: what an older run's file lacks takes
+    RunConfig's default, and a key of no field (an older run's `batch_size`) is left out."""
+    return RunConfig(**{k: v for k, v in run.config.items() if k in FIELDS})
+
+
 def _read_rows(path: Path, complete: bool, warnings: list[str], defaults: dict[str, Any]) -> list[Row]:
     """The rows of a run directory; `defaults` fills what rows of older versions lack (their batch size
     was the run's)."""

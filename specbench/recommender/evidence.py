@@ -32,7 +32,7 @@ from specbench.core.files import read_json_object, read_toml
 from specbench.core.records import LoadPoint, Projection, RunResult, TunedStudy
 from specbench.measure.hardware import match_profile
 from specbench.measure.stats import paired_speedups, summarise_strategy
-from specbench.output.run_dir import read_run
+from specbench.output.run_dir import read_run, saved_config
 from specbench.recommender.prior import members
 from specbench.recommender.workload import Workload
 from specbench.strategies.names import BASELINE
@@ -166,13 +166,13 @@ def _run_record(path: Path) -> RunRecord:
         if rows["speedup"].isna().all():  # a run that never finished
             rows["speedup"] = paired_speedups(rows)
     return RunRecord(run=run, device=run_device(run), model=str(run.model),
-                     temperature=float(run.config.get("temperature", 0.0)), rows=rows)
+                     temperature=float(saved_config(run).temperature), rows=rows)
 
 
 def run_device(run: RunResult) -> str | None:
     """The profile of the device a run measured on: its CUDA GPU, or `cpu`."""
-    cuda = run.environment.get("cuda")
-    if run.config.get("device") == "cpu" or not cuda:
+    cuda = run.environment.get("cuda")  # environment.json is what the machine had: None or absent, no CUDA device
+    if saved_config(run).device == "cpu" or not cuda:
         return "cpu"
     return match_profile(str(cuda))
 
@@ -243,8 +243,8 @@ def _own_knobs(knobs: dict[str, dict], strategy: str) -> dict[str, dict]:
 
 
 def _config_of(record: RunRecord, strategy: str, engine: str = SPECBENCH) -> RunSetup:
-    own = _own_knobs(record.run.config.get("knobs", {}), strategy)
-    return RunSetup(strategy, own, record.run.config.get("controller") if strategy != BASELINE else None,
+    config = saved_config(record.run)
+    return RunSetup(strategy, _own_knobs(config.knobs, strategy), config.controller if strategy != BASELINE else None,
                     engine=engine)
 
 
