@@ -45,9 +45,9 @@ def specbench_figures(url: str, config: ServeConfig, level: Level) -> dict[str, 
     requests = config.requests_at(level)
     log = asyncio.run(drive(url, level, work, requests, config.warmup, config.level_seconds))
     summary = level_summary(log.records, log.duration_s, {}, steady=False)  # every request, as vllm bench serve
-    assert summary["errors"] == 0, f"{summary['errors']} requests failed"
-    return {"ttft_p50_ms": summary["ttft_ms"]["p50"], "tpot_p50_ms": summary["tpot_ms"]["p50"],
-            "output_tok_s": summary["output_tok_s"], "output_tokens": summary["output_tokens"]}
+    assert summary.errors == 0, f"{summary.errors} requests failed"
+    return {"ttft_p50_ms": summary.ttft_ms.p50, "tpot_p50_ms": summary.tpot_ms.p50,
+            "output_tok_s": summary.output_tok_s, "output_tokens": summary.output_tokens}
 
 
 def vllm_figures(url: str, config: ServeConfig, level: Level, dataset: Path) -> dict[str, float]:

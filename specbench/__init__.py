@@ -23,9 +23,9 @@ from specbench.core.version import __version__
 
 if TYPE_CHECKING:
     from specbench.core.records import RunResult
+    from specbench.core.records.serve import ServeResult
     from specbench.recommender import Recommendation
     from specbench.serving.sweep import Progress as ServeProgress
-    from specbench.serving.sweep import ServeResult
     from specbench.tuning.trials import TuneReport
 
 __all__ = ["__version__", "recommend", "run", "serve", "tune"]

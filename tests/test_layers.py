@@ -29,13 +29,13 @@ def test_specbench_imports_only_downwards():
 def test_an_upward_import_breaks_the_contract(tmp_path):
     shutil.copy(ROOT / "pyproject.toml", tmp_path)
     shutil.copytree(ROOT / "specbench", tmp_path / "specbench", ignore=shutil.ignore_patterns("__pycache__"))
-    records = tmp_path / "specbench" / "core" / "records.py"
+    records = tmp_path / "specbench" / "core" / "records" / "run.py"
     records.write_text(records.read_text() + "\nfrom specbench.output.run_dir import read_run  # noqa: E402\n")
 
     result = lint_imports(tmp_path)
     assert result.returncode == 1, result.stdout
     assert "specbench.core is not allowed to import specbench.output" in result.stdout
-    assert "specbench.core.records -> specbench.output.run_dir" in result.stdout
+    assert "specbench.core.records.run -> specbench.output.run_dir" in result.stdout
 
 
 def test_core_loads_without_torch():

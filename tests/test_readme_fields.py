@@ -1,5 +1,5 @@
-"""README.md's table of summary.json's fields is the one rendered from `SUMMARY_MEANINGS` in core/records.py,
-and every field it names is one of StrategySummary's."""
+"""README.md's table of summary.json's fields and docs/summary.schema.json are the ones rendered from `METRICS`
+in core/records/metrics.py, and every field a metric names is one of StrategySummary's."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import importlib.util
 from dataclasses import fields
 from pathlib import Path
 
-from specbench.core.records import SUMMARY_MEANINGS, StrategySummary
+from specbench.core.records import COLUMN_SPECS, METRICS, StrategySummary
 
 REPO = Path(__file__).resolve().parents[1]
+RUN_IT = "run `python scripts/render_readme_fields.py`"
 
 
 def load_script():
@@ -22,11 +23,17 @@ def load_script():
 def test_the_readme_field_table_is_the_rendered_one():
     readme = (REPO / "README.md").read_text()
     assert load_script().with_fields_table(readme) == readme, (
-        "README.md's field table differs from SUMMARY_MEANINGS in specbench/core/records.py: "
-        "run `python scripts/render_readme_fields.py`")
+        f"README.md's field table differs from METRICS in specbench/core/records/metrics.py: {RUN_IT}")
 
 
-def test_every_field_with_a_meaning_is_a_summary_field():
-    named = [name for names in SUMMARY_MEANINGS for name in names]
+def test_the_summary_schema_is_the_rendered_one():
+    assert (REPO / "docs" / "summary.schema.json").read_text() == load_script().schema_text(), (
+        f"docs/summary.schema.json differs from the records and METRICS: {RUN_IT}")
+
+
+def test_every_metric_is_declared_once_over_summary_fields():
+    named = [name for metric in METRICS for name in metric.fields]
     assert set(named) <= {f.name for f in fields(StrategySummary)}
     assert len(named) == len(set(named))
+    columns = [name for metric in METRICS for name in metric.columns]
+    assert len(columns) == len(set(columns)) == len(COLUMN_SPECS)

@@ -204,9 +204,9 @@ def _study(root, name, strategy, speedup, **meta):
             "created": "2025-01-01T00:00:00+00:00", "plots": [],
             "best_params": {f"{strategy}.block_size": 5}, "best_value": speedup + 0.3,
             "toml": f"results/tuned/{name}.toml",
-            "tuning": {"speedup": speedup + 0.3, "speedup_ci": [speedup, speedup + 0.6]},
-            "holdout": {"tuned": {"speedup": speedup, "speedup_ci": [speedup - 0.1, speedup + 0.1]},
-                        "defaults": {"speedup": 1.5, "speedup_ci": [1.4, 1.6]}},
+            "tuning": {"speedup": speedup + 0.3, "speedup_ci": [speedup, speedup + 0.6], "prompts": 6},
+            "holdout": {"tuned": {"speedup": speedup, "speedup_ci": [speedup - 0.1, speedup + 0.1], "prompts": 2},
+                        "defaults": {"speedup": 1.5, "speedup_ci": [1.4, 1.6], "prompts": 2}, "failures": []},
             "categories": [], "temperature": 0.0, "max_new_tokens": 64, "batch_size": 1, "memory_bytes": 1e8, **meta}
     (tuned / f"{name}.json").write_text(json.dumps(data))
     return tuned / f"{name}.toml"

@@ -11,7 +11,17 @@ import pytest
 from specbench.benchmark.pipeline import run_benchmark
 from specbench.config import RunConfig
 from specbench.core.errors import SpecbenchError
-from specbench.core.records import ROW_KEYS, SUMMARY_KEYS, EngineReport, Row, RunResult, StrategySummary, TunedStudy
+from specbench.core.records import (
+    ROW_KEYS,
+    SUMMARY_KEYS,
+    EngineReport,
+    Row,
+    RunResult,
+    StrategySummary,
+    SummaryFile,
+    TunedStudy,
+)
+from specbench.core.records.study import Gain, Gains, Holdout, Speedups
 from specbench.output.run_dir import read_run
 from tests.helpers import write_run
 
@@ -70,11 +80,16 @@ def test_what_a_summary_and_a_run_note_read_as_records_and_write_back_unchanged(
     assert summary.as_dict() == saved
     noise = {"noisy": False, "reasons": [], "advice": [], "prompts": 6, "others_cpu_share": 0.01, "steal_share": 0.0,
              "clock_change": None, "ar_spread": None, "load_before": 0.2, "cpus": 8}
-    for load in ({"note": "no cost table"}, {"cost_table": {"model": "m"}, "batch_sizes": [1, 2], "points": [],
+    point = {"strategy": "s", "batch_size": 2, "modelled_speedup": 1.2, "measured_speedup": None,
+             "measured_over_modelled": None, "modelled_tokens_per_s": 40.0, "block": 2.5, "modelled_rows": 2.0,
+             "continuous_speedup": 1.3, "measured_rows": None}
+    for load in ({"note": "no cost table"}, {"cost_table": {"model": "m"}, "batch_sizes": [1, 2], "points": [point],
                                              "stops_paying": {}, "schedule": {}, "schedule_toml": "", "vllm": {}}):
         noted = {"noise": noise, "projection": {"gpu": "rtx4090", "projected": True}, "load": load}
-        result = RunResult(Path("run"), {}, {}, {}, [], [], **RunResult.noted(noted, "summary.json"))
+        saved = SummaryFile.from_dict({"results": []} | noted)
+        result = RunResult(Path("run"), {}, {}, {}, [], [], **RunResult.noted(saved))
         assert result.load.modelled == ("note" not in load)
+        assert [p.modelled_speedup for p in result.load.points] == ([] if "note" in load else [1.2])
         assert result.summary_json() == {"results": [], "skipped_prompts": [], "notes": []} | noted
 
 
@@ -100,8 +115,14 @@ def test_a_tuned_study_keeps_its_files_schema():
     assert TunedStudy.from_dict(written) == study
     assert TunedStudy.from_dict({k: v for k, v in written.items() if k != "session"}).session == []
     best = dataclasses.replace(study, note=None, best_trial=1, best_params={"n": 3}, best_value=1.4, knobs={},
-                               importances={}, tuning={"speedup": 1.4}, holdout={}, gain={})
-    assert best.as_dict()["controller"] is None and "note" not in best.as_dict()
+                               importances={}, tuning=Speedups(1.4, [1.2, 1.6], 2),
+                               holdout=Holdout(tuned=Speedups(1.3, [1.1, 1.5], 1)),
+                               gain=Gains(Gain(None, [None, None], 0), None))
+    written = best.as_dict()
+    assert written["controller"] is None and "note" not in written
+    assert written["holdout"] == {"tuned": {"speedup": 1.3, "speedup_ci": [1.1, 1.5], "prompts": 1}, "failures": []}
+    assert written["gain"] == {"holdout": {"gain": None, "gain_ci": [None, None], "prompts": 0}, "tuning": None}
+    assert TunedStudy.from_dict(written) == best and best.held_out("tuned") == 1.3 and best.held_out("defaults") is None
     with pytest.raises(SpecbenchError, match=r"^x\.json lack key\(s\): strategy$"):
         TunedStudy.from_dict({k: v for k, v in written.items() if k != "strategy"}, "x.json")
 

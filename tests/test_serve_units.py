@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -11,7 +12,16 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from specbench.cli import app
-from specbench.serving.client import RequestRecord
+from specbench.core.records.serve import (
+    Agreement,
+    LevelKey,
+    Percentiles,
+    RequestRecord,
+    ServeLevel,
+    ServeResult,
+    ServeVerdict,
+    Speculation,
+)
 from specbench.serving.load import arrival_times
 from specbench.serving.lossless import greedy_agreement
 from specbench.serving.metrics import parse, speculation
@@ -28,24 +38,33 @@ def record(index: int, ttft: float, e2e: float, tokens: int, itl: list[float] | 
                          token_ids=ids, error=error)
 
 
+def served(strategy: str, key: str, concurrency: int | None, records: list[RequestRecord], duration_s: float = 1.0,
+           slo: dict[str, float] | None = None, **figures) -> ServeLevel:
+    """A summary's level entry of `records`, with `figures` in place of what they give."""
+    level = LevelKey(strategy=strategy, level=key, concurrency=concurrency, request_rate=None, complete=True,
+                     stopped_by_time=False)
+    entry = ServeLevel(**vars(level), **vars(level_summary(records, duration_s, slo or {})), speculation=None)
+    return replace(entry, **figures)
+
+
 def test_percentiles_and_goodput_of_a_known_log():
     # TTFTs 0.1..0.5 s, TPOT (e2e - ttft) / (tokens - 1): 0.01 s for the first four, 0.05 s for the last
     records = [record(i, 0.1 * (i + 1), 0.1 * (i + 1) + 0.09, 10, [0.01] * 9) for i in range(4)]
     records.append(record(4, 0.5, 0.95, 10, [0.05] * 9))
     records.append(record(5, 0.1, 0.2, 10, error="HTTP 500: boom"))
     summary = level_summary(records, duration_s=2.0, slo={"ttft": 350, "tpot": 20})
-    assert summary["requests"] == 6 and summary["errors"] == 1
-    assert summary["output_tokens"] == 50 and summary["output_tok_s"] == 25.0 and summary["req_s"] == 2.5
-    assert summary["ttft_ms"]["p50"] == pytest.approx(300.0)  # numpy's linear interpolation of 100..500
-    assert summary["ttft_ms"]["p90"] == pytest.approx(460.0)
-    assert summary["tpot_ms"]["p50"] == pytest.approx(10.0) and summary["tpot_ms"]["p99"] == pytest.approx(48.4)
-    assert summary["itl_ms"]["p99"] == pytest.approx(50.0)  # 9 of the 45 gaps are 50 ms
-    assert summary["e2e_ms"]["p50"] == pytest.approx(390.0)
-    assert summary["ttft_ms"]["n"] == 5 and summary["itl_ms"]["n"] == 45 and summary["few_for_p99"]
-    assert summary["tok_s_per_user"] == pytest.approx(100.0)
+    assert summary.requests == 6 and summary.errors == 1
+    assert summary.output_tokens == 50 and summary.output_tok_s == 25.0 and summary.req_s == 2.5
+    assert summary.ttft_ms.p50 == pytest.approx(300.0)  # numpy's linear interpolation of 100..500
+    assert summary.ttft_ms.p90 == pytest.approx(460.0)
+    assert summary.tpot_ms.p50 == pytest.approx(10.0) and summary.tpot_ms.p99 == pytest.approx(48.4)
+    assert summary.itl_ms.p99 == pytest.approx(50.0)  # 9 of the 45 gaps are 50 ms
+    assert summary.e2e_ms.p50 == pytest.approx(390.0)
+    assert summary.ttft_ms.n == 5 and summary.itl_ms.n == 45 and summary.few_for_p99
+    assert summary.tok_s_per_user == pytest.approx(100.0)
     # met: requests 0, 1, 2 (TTFT 100, 200, 300 ms, TPOT 10 ms); request 3's TTFT and 4's TPOT miss; 5 failed
-    assert summary["goodput_req_s"] == pytest.approx(1.5) and summary["slo_met"] == pytest.approx(0.5)
-    low, high = summary["slo_met_ci"]  # 3 of 6: the exact interval
+    assert summary.goodput_req_s == pytest.approx(1.5) and summary.slo_met == pytest.approx(0.5)
+    low, high = summary.slo_met_ci  # 3 of 6: the exact interval
     assert low == pytest.approx(0.1181, abs=1e-4) and high == pytest.approx(0.8819, abs=1e-4)
 
 
@@ -59,38 +78,41 @@ def test_capacity_is_the_highest_load_where_the_share_of_requests_meeting_every_
     def level(key, concurrency, good, total, errors=0):
         records = [record(i, 0.1, 0.1 + (0.01 if i < good else 0.05) * 3, 4) for i in range(total)]
         records += [record(total + i, 0.1, 0.2, 0, error="HTTP 500") for i in range(errors)]
-        return {"level": key, "concurrency": concurrency, **level_summary(records, 10.0, {"tpot": 20})}
+        return served("ngram", key, concurrency, records, 10.0, {"tpot": 20})
 
     held = [level("c1", 1, 400, 400), level("c2", 2, 400, 400), level("c4", 4, 390, 400)]
-    assert held[2]["slo_met_ci"][1] < 0.99 < held[0]["slo_met_ci"][0]
-    assert capacity(held, 0.99) == {"capacity": 2, "slo_share": 0.99, "capacity_undecided": []}
+    assert held[2].slo_met_ci[1] < 0.99 < held[0].slo_met_ci[0]
+    assert capacity(held, 0.99) == ServeVerdict(capacity=2, slo_share=0.99, capacity_undecided=[])
     small = [level("c1", 1, 400, 400), level("c2", 2, 20, 20), level("c4", 4, 400, 400)]
     figures = capacity(small, 0.99)
-    assert figures["capacity"] == 1 and figures["capacity_undecided"] == ["c2"]
+    assert figures.capacity == 1 and figures.capacity_undecided == ["c2"]
     assert requests_to_show(0.99) == 368 and requests_to_show(0.9) == 36
     assert capacity_line("ngram", figures) == ("ngram: 99% of requests meet every SLO up to concurrency 1; too small "
                                                "to decide at c2 (the share's 95% interval holds 99%: 368 requests all "
                                                "within it would show it)")
     failed = capacity([level("c1", 1, 400, 400, errors=1)], 0.9)  # a failed request: no verdict, not undecided
-    assert failed["capacity"] is None and failed["capacity_undecided"] == []
+    assert failed.capacity is None and failed.capacity_undecided == []
 
 
 def test_itl_per_token_spreads_each_chunk_over_its_tokens(tmp_path):
     """A speculative chunk of 3 tokens 30 ms after the last is one 30 ms ITL per chunk and three of 10 ms per
     token; a level file written before chunks were counted reads back with no per-token ITL."""
     from specbench.core.files import read_json, write_json
-    from specbench.serving.run_dir import records_of
+    from specbench.core.records.serve import LevelFile
 
     chunky = RequestRecord(0, "p0", ttft=0.1, e2e=0.16, output_tokens=6, itl=[0.03, 0.01, 0.02],
                            chunk_tokens=[3, 1, 1])
     assert chunky.itl_per_token == pytest.approx([0.01, 0.01, 0.01, 0.01, 0.02])
     summary = level_summary([chunky], 1.0, {})
-    assert summary["itl_ms"]["n"] == 3 and summary["itl_ms"]["p50"] == pytest.approx(20.0)
-    assert summary["itl_token_ms"]["n"] == 5 and summary["itl_token_ms"]["p50"] == pytest.approx(10.0)
+    assert summary.itl_ms.n == 3 and summary.itl_ms.p50 == pytest.approx(20.0)
+    assert summary.itl_token_ms.n == 5 and summary.itl_token_ms.p50 == pytest.approx(10.0)
     old = {"index": 0, "prompt_id": "p0", "ttft": 0.1, "e2e": 0.16, "itl": [0.03], "output_tokens": 4}
-    write_json(tmp_path / "level.json", {"records": [old]})
-    (read_back,) = records_of(read_json(tmp_path / "level.json", "serve level file"))
-    assert read_back.itl_per_token == [] and level_summary([read_back], 1.0, {})["itl_token_ms"]["p50"] is None
+    written = {"strategy": "ar", "level": {"concurrency": 1, "request_rate": None}, "complete": True,
+               "duration_s": 1.0, "stopped_by_time": False, "speculation": None, "server": "u", "records": [old]}
+    write_json(tmp_path / "level.json", written)
+    level = LevelFile.from_dict(read_json(tmp_path / "level.json", "serve level file"), "level.json")
+    (read_back,) = level.records
+    assert read_back.itl_per_token == [] and level_summary([read_back], 1.0, {}).itl_token_ms.p50 is None
 
 
 def test_the_steady_state_leaves_out_ramp_up_and_cooldown():
@@ -112,15 +134,15 @@ def test_the_steady_state_leaves_out_ramp_up_and_cooldown():
         free[e2e] = sent + e2e
     assert [r.index for r in steady_state(closed)] == [2, 3, 4, 5, 6]
     summary = level_summary(closed, 4.5, {"ttft": 200})
-    assert summary["steady_requests"] == 5 and summary["ttft_ms"]["n"] == 5 and summary["ttft_ms"]["p99"] == 100.0
-    assert summary["slo_met"] == 1.0 and summary["requests"] == 8 and summary["output_tokens"] == 80
+    assert summary.steady_requests == 5 and summary.ttft_ms.n == 5 and summary.ttft_ms.p99 == 100.0
+    assert summary.slo_met == 1.0 and summary.requests == 8 and summary.output_tokens == 80
     everything = level_summary(closed, 4.5, {}, steady=False)  # as vllm bench serve: the ramp's 500 ms counted
-    assert everything["ttft_ms"]["n"] == 8 and everything["ttft_ms"]["p99"] > 400
+    assert everything.ttft_ms.n == 8 and everything.ttft_ms.p99 > 400
     opened = [timed(i, 0.5 * i, 1.2) for i in range(8)]
     assert [r.index for r in steady_state(opened)] == [3, 4, 5]
     one_wave = [timed(i, 0.0, 1.0 + i) for i in range(4)]  # every request sent before the first answer
-    assert steady_state(one_wave) == [] and level_summary(one_wave, 4.0, {})["steady_requests"] == 0
-    assert level_summary(one_wave, 4.0, {})["ttft_ms"]["n"] == 4
+    assert steady_state(one_wave) == [] and level_summary(one_wave, 4.0, {}).steady_requests == 0
+    assert level_summary(one_wave, 4.0, {}).ttft_ms.n == 4
 
 
 def test_ratios_against_ar_pair_requests_by_index():
@@ -128,14 +150,14 @@ def test_ratios_against_ar_pair_requests_by_index():
     fast = [record(i, 0.1, 0.1 + 0.01 * 9, 10) for i in range(8)]  # half ar's TPOT on every request
     ar_summary, fast_summary = level_summary(ar, 2.0, {}), level_summary(fast, 1.0, {})
     vs = against_baseline(fast, ar, fast_summary, ar_summary, seed=0)
-    assert vs["tpot_speedup"] == pytest.approx(2.0) and vs["tpot_speedup_ci"] == pytest.approx([2.0, 2.0])
-    assert vs["throughput_ratio"] == pytest.approx(2.0) and vs["paired_requests"] == 8
+    assert vs.tpot_speedup == pytest.approx(2.0) and vs.tpot_speedup_ci == pytest.approx([2.0, 2.0])
+    assert vs.throughput_ratio == pytest.approx(2.0) and vs.paired_requests == 8
     uneven = [record(i, 0.1, 0.1 + (0.01 if i % 2 else 0.03) * 9, 10) for i in range(8)]
     vs = against_baseline(uneven, ar, level_summary(uneven, 2.0, {}), ar_summary, seed=0)
-    low, high = vs["tpot_speedup_ci"]
-    assert low < vs["tpot_speedup"] < high
-    low, high = vs["throughput_ratio_ci"]
-    assert low <= vs["throughput_ratio"] <= high and low < high
+    low, high = vs.tpot_speedup_ci
+    assert low < vs.tpot_speedup < high
+    low, high = vs.throughput_ratio_ci
+    assert low <= vs.throughput_ratio <= high and low < high
 
 
 def test_open_loop_arrivals_are_seeded_poisson_and_burstier_below_one():
@@ -199,25 +221,24 @@ def test_metrics_deltas_give_the_levels_tau_and_acceptance():
     # 400 tokens: 150 accepted drafts and 250 forwards, of which 100 carried a draft (ngram without a match
     # proposes nothing): 2.5 tokens per drafting step, vLLM's tau; 1.6 per forward, run's
     level = speculation(before, parse(after), output_tokens=400)
-    assert level["drafts"] == 100 and level["accepted"] == 150
-    assert level["tau"] == pytest.approx(2.5) and level["draft_efficiency"] == pytest.approx(0.5)
-    assert level["tokens_per_step"] == pytest.approx(1.6)
-    assert level["acceptance_by_position"] == pytest.approx([0.8, 0.5, 0.2])
+    assert level.drafts == 100 and level.accepted == 150
+    assert level.tau == pytest.approx(2.5) and level.draft_efficiency == pytest.approx(0.5)
+    assert level.tokens_per_step == pytest.approx(1.6)
+    assert level.acceptance_by_position == pytest.approx([0.8, 0.5, 0.2])
     assert speculation({}, parse("# TYPE x gauge\nx 1.0\n"), 400) is None  # `ar`, or a server without the counters
     sglang = parse("# TYPE sglang:spec_accept_length gauge\nsglang:spec_accept_length{model_name=\"m\"} 3.25\n")
-    assert speculation({}, sglang, 400) == {"source": "sglang", "tau": 3.25}
+    assert speculation({}, sglang, 400).as_dict() == {"source": "sglang", "tau": 3.25}
 
 
 def test_the_lossless_check_catches_a_planted_mismatch():
     ar = [record(i, 0.1, 0.5, 4, ids=[5, 6, 7, 8]) for i in range(3)]
     same = [record(i, 0.1, 0.4, 4, ids=[5, 6, 7, 8]) for i in range(3)]
-    assert greedy_agreement(same, ar) == {"compared": 3, "mismatches": 0, "unit": "token", "first_divergence": {}}
+    assert greedy_agreement(same, ar) == Agreement(compared=3, mismatches=0, unit="token", first_divergence={})
     planted = [*same[:2], record(2, 0.1, 0.4, 4, ids=[5, 6, 9, 8])]
-    assert greedy_agreement(planted, ar) == {"compared": 3, "mismatches": 1, "unit": "token",
-                                             "first_divergence": {2: 2}}
+    assert greedy_agreement(planted, ar) == Agreement(3, 1, "token", {2: 2})
     texts = [RequestRecord(0, "p0", ttft=0.1, e2e=0.2, output_tokens=2, text="ab")]
-    assert greedy_agreement(texts, [RequestRecord(0, "p0", ttft=0.1, e2e=0.2, output_tokens=2, text="ax")]) == {
-        "compared": 1, "mismatches": 1, "unit": "character", "first_divergence": {0: 1}}
+    assert greedy_agreement(texts, [RequestRecord(0, "p0", ttft=0.1, e2e=0.2, output_tokens=2, text="ax")]) == (
+        Agreement(1, 1, "character", {0: 1}))
 
 
 def test_engine_arguments_become_server_flags():
@@ -338,13 +359,12 @@ def test_each_request_of_a_level_has_a_prompt_of_its_own():
 def test_level_tables_fit_80_columns():
     from specbench.output.serve_tables import level_tables
 
-    entry = {"level": "c16", "concurrency": 16, "request_rate": None, "output_tok_s": 12345.6, "errors": 10,
-             "requests": 999, "ttft_ms": {"p50": 1234.5}, "tpot_ms": {"p50": 123.45, "p99": 456.78},
-             "goodput_req_s": 12.34,
-             "speculation": {"tau": 3.21}, "tpot_speedup": 1.234, "tpot_speedup_ci": [1.111, 1.456],
-             "lossless": {"mismatches": 12, "compared": 64}}
+    entry = served("ar", "c16", 16, [record(0, 0.1, 0.2, 4)], output_tok_s=12345.6, errors=10, requests=999,
+                   ttft_ms=Percentiles(1234.5, None, None, 999), tpot_ms=Percentiles(123.45, None, 456.78, 999),
+                   goodput_req_s=12.34, speculation=Speculation(source="vllm", tau=3.21), tpot_speedup=1.234,
+                   tpot_speedup_ci=[1.111, 1.456], lossless=Agreement(64, 12, "token", {}))
     console = Console(width=80, record=True)
-    for table in level_tables([{**entry, "strategy": "ar"}, {**entry, "strategy": "dflash"}], slo=True):
+    for table in level_tables([entry, replace(entry, strategy="dflash")], slo=True):
         console.print(table)
     text = console.export_text()
     assert max(len(line) for line in text.splitlines()) <= 80 and "…" not in text
@@ -354,19 +374,22 @@ def test_level_tables_fit_80_columns():
 def test_recommend_for_a_load_reads_serve_runs(tmp_path):
     from specbench.core.files import write_json
 
+    answered = [record(i, 0.1, 0.2, 4) for i in range(8)]
+
     def level(strategy, concurrency, speedup, mismatches=0):
-        return {"strategy": strategy, "level": f"c{concurrency}", "concurrency": concurrency, "request_rate": None,
-                "tpot_speedup": speedup, "tpot_speedup_ci": [speedup - 0.1, speedup + 0.1], "throughput_ratio": speedup,
-                "lossless": {"mismatches": mismatches, "compared": 8}}
+        return served(strategy, f"c{concurrency}", concurrency, answered, baseline_errors=0, tpot_speedup=speedup,
+                      tpot_speedup_ci=[speedup - 0.1, speedup + 0.1], throughput_ratio=speedup,
+                      throughput_ratio_ci=[speedup, speedup], paired_requests=8,
+                      lossless=Agreement(8, mismatches, "token", {}))
 
     run = tmp_path / "serve" / "one"
     run.mkdir(parents=True)
     write_json(run / "serve.json", {"kind": "serve", "model": "m", "config": {}})
-    write_json(run / "summary.json", {"levels": [
-        {"strategy": "ar", "level": "c1", "concurrency": 1, "request_rate": None},
-        level("ngram", 1, 1.3), level("dflash", 1, 1.8, mismatches=1), level("eagle", 1, 1.5),
-        level("ngram", 8, 0.9), level("eagle", 8, 0.95)],
-        "strategies": {"eagle": {"crossover": 8, "vllm_speculative_config": {"method": "eagle3"}}}})
+    levels = [served("ar", "c1", 1, answered), level("ngram", 1, 1.3), level("dflash", 1, 1.8, mismatches=1),
+              level("eagle", 1, 1.5), level("ngram", 8, 0.9), level("eagle", 8, 0.95)]
+    eagle = ServeVerdict(crossover=8, errors={}, undecided=[])
+    write_json(run / "summary.json", ServeResult(run, levels, {"eagle": eagle},
+                                                 schedules={"eagle": {"method": "eagle3"}}).as_json())
     result = runner.invoke(app, ["recommend", "--concurrency", "1", "--results", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert result.output.startswith("at concurrency 1: eagle, TPOT 1.50x")  # dflash is faster but not lossless
@@ -393,24 +416,24 @@ def test_summary_pairs_levels_and_keeps_an_incomplete_one_visible(tmp_path):
     for level, ar, ngram in ((Level(concurrency=1), slow, fast), (Level(concurrency=4), fast, slow)):
         run.write_level("ar", level, ar, complete=True, duration_s=1.0, stopped_by_time=False, speculation=None)
     run.write_level("ngram", Level(concurrency=1), fast, complete=True, duration_s=1.0, stopped_by_time=False,
-                    speculation={"source": "vllm", "tau": 2.0})
+                    speculation=Speculation(source="vllm", tau=2.0))
     died = [*slow[:2], record(2, 0.1, 0.2, 0, error="ServerDisconnectedError"), record(3, 0.1, 0.2, 0, error="x")]
     run.write_level("ngram", Level(concurrency=4), died, complete=False, duration_s=1.0, stopped_by_time=False,
                     speculation=None)
     result = summarise(run, {"ngram": {"speculative_config": {"method": "ngram", "num_speculative_tokens": 4}}})
     assert not result.complete
-    c1 = next(e for e in result.levels if e["strategy"] == "ngram" and e["level"] == "c1")
-    assert c1["tpot_speedup"] == pytest.approx(2.0) and c1["lossless"]["mismatches"] == 0
-    c4 = next(e for e in result.levels if e["strategy"] == "ngram" and e["level"] == "c4")
-    assert not c4["complete"] and c4["errors"] == 2 and c4["tpot_speedup"] == pytest.approx(0.5)
-    assert result.strategies["ngram"]["crossover"] is None  # its failed requests at 4 leave it without a verdict
-    assert result.strategies["ngram"]["undecided"] == []  # every pair of requests alike: intervals of one point
+    c1 = next(e for e in result.levels if e.strategy == "ngram" and e.level == "c1")
+    assert c1.tpot_speedup == pytest.approx(2.0) and c1.lossless.mismatches == 0
+    c4 = next(e for e in result.levels if e.strategy == "ngram" and e.level == "c4")
+    assert not c4.complete and c4.errors == 2 and c4.tpot_speedup == pytest.approx(0.5)
+    assert result.strategies["ngram"].crossover is None  # its failed requests at 4 leave it without a verdict
+    assert result.strategies["ngram"].undecided == []  # every pair of requests alike: intervals of one point
     ngram = result.strategies["ngram"]
-    assert ngram["errors"] == {"c4": 2} and "vllm_speculative_config" not in ngram
+    assert ngram.errors == {"c4": 2} and "ngram" not in result.schedules
     # every request at 1 within 15 ms, but 4 are too few to show 99% of them; at 4 it failed
-    assert ngram["capacity"] is None and ngram["capacity_undecided"] == ["c1"]
-    assert result.strategies["ar"]["capacity"] is None  # ar's TPOT is 20 ms at concurrency 1: shown below
-    assert result.strategies["ar"]["capacity_undecided"] == ["c4"]  # all 4 within it: too few to show 99%
+    assert ngram.capacity is None and ngram.capacity_undecided == ["c1"]
+    assert result.strategies["ar"].capacity is None  # ar's TPOT is 20 ms at concurrency 1: shown below
+    assert result.strategies["ar"].capacity_undecided == ["c4"]  # all 4 within it: too few to show 99%
     assert any("ngram at c4: incomplete" in line for line in decisions(result.strategies, result.levels))
     assert run.measured("ngram", Level(concurrency=4)) is None  # resume measures it again
 
@@ -435,10 +458,10 @@ def test_a_level_with_errors_gives_no_verdict_and_exports_no_setting(tmp_path):
                         stopped_by_time=False, speculation=None)
     result = summarise(run, {"ngram": {"speculative_config": {"method": "ngram", "num_speculative_tokens": 4}}})
     ngram = result.strategies["ngram"]
-    assert ngram["errors"] == {"c1": 1, "c4": 1} and ngram["crossover"] is None
-    assert "vllm_speculative_config" not in ngram
-    c4 = next(e for e in result.levels if e["strategy"] == "ngram" and e["level"] == "c4")
-    assert c4["errors"] == 1 and c4["error_rate"] == 0.25
+    assert ngram.errors == {"c1": 1, "c4": 1} and ngram.crossover is None
+    assert "ngram" not in result.schedules
+    c4 = next(e for e in result.levels if e.strategy == "ngram" and e.level == "c4")
+    assert c4.errors == 1 and c4.error_rate == 0.25
     said = decisions(result.strategies, result.levels)
     assert any(line.startswith("ngram: errors (failed requests, its own and ar's: 1 at c1, 1 at c4)") for line in said)
     assert not any("pays" in line or "paying" in line for line in said)
@@ -468,8 +491,8 @@ def test_a_speedup_whose_interval_holds_one_is_undecided(tmp_path):
                         speculation=None)
     result = summarise(run, {"ngram": {"speculative_config": {"method": "ngram", "num_speculative_tokens": 4}}})
     ngram = result.strategies["ngram"]
-    assert ngram["undecided"] == ["c1"] and ngram["crossover"] is None
-    assert ngram["vllm_speculative_config"] is None  # not shown to pay at 1: served without speculation
+    assert ngram.undecided == ["c1"] and ngram.crossover is None
+    assert result.schedules["ngram"] is None  # not shown to pay at 1: served without speculation
     said = decisions(result.strategies, result.levels)
     assert any(line.startswith("ngram: too small to decide at c1 (the TPOT speedup's 95% interval holds 1")
                and line.endswith("where it stops paying is undecided") for line in said)
@@ -497,11 +520,11 @@ def test_a_crossover_is_where_the_interval_lies_below_one(tmp_path):
             run.write_level(strategy, Level(concurrency=concurrency), written, complete=True, duration_s=1.0,
                             stopped_by_time=False, speculation=None)
     result = summarise(run, {"ngram": {"speculative_config": {"method": "ngram", "num_speculative_tokens": 4}}})
-    c4 = next(e for e in result.levels if e["strategy"] == "ngram" and e["level"] == "c4")
-    assert c4["tpot_speedup"] < 1 < c4["tpot_speedup_ci"][1]
+    c4 = next(e for e in result.levels if e.strategy == "ngram" and e.level == "c4")
+    assert c4.tpot_speedup < 1 < c4.tpot_speedup_ci[1]
     figures = result.strategies["ngram"]
-    assert figures["crossover"] is None and figures["undecided"] == ["c4"]
-    assert figures["vllm_speculative_config"]["num_speculative_tokens_per_batch_size"] == [[1, 3, 4], [4, 4, 0]]
+    assert figures.crossover is None and figures.undecided == ["c4"]
+    assert result.schedules["ngram"]["num_speculative_tokens_per_batch_size"] == [[1, 3, 4], [4, 4, 0]]
     said = decisions(result.strategies, result.levels)
     assert any(line.startswith("ngram: too small to decide at c4") and line.endswith("is undecided") for line in said)
     assert not any("still pays" in line or "stops paying at" in line for line in said)

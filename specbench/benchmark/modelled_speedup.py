@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 
 from specbench.core.errors import SpecbenchError
-from specbench.core.records import LoadAxis, ModelledSpeedup, StrategySummary
+from specbench.core.records import LoadAxis, LoadPoint, ModelledSpeedup, StrategySummary
 from specbench.draft_schedule import schedule_entry, schedule_toml, vllm_config
 from specbench.measure.batch_model import DraftShape, best_caps, modelled, stops_paying
 from specbench.measure.cost_table import CostTable, load_table
@@ -84,10 +84,10 @@ def modelled_axis(table: CostTable, strategies: list[Strategy], rows: pd.DataFra
             result = measured.get(point["batch_size"])
             if result is not None:
                 result.modelled = ModelledSpeedup.from_dict(point, "a modelled point")
-            points.append({**point_row(strategy.name, point, result),
-                           "continuous_speedup": modelled(table, full, point["batch_size"])["speedup"],
-                           "measured_rows": active_rows(rows[(rows.strategy == strategy.name)
-                                                             & (rows.batch_size == point["batch_size"])])})
+            points.append(point_row(strategy.name, point, result,
+                                    continuous_speedup=modelled(table, full, point["batch_size"])["speedup"],
+                                    measured_rows=active_rows(rows[(rows.strategy == strategy.name)
+                                                                   & (rows.batch_size == point["batch_size"])])))
         measured_points = [{"batch_size": b, "speedup": r.speedup} for b, r in sorted(measured.items())]
         stops[strategy.name] = {"measured": stops_paying(measured_points), "modelled": stops_paying(sweep),
                                 "measured_up_to": max(measured), "modelled_up_to": sizes[-1]}
@@ -99,12 +99,14 @@ def modelled_axis(table: CostTable, strategies: list[Strategy], rows: pd.DataFra
                           if (form := vllm_config(vllm_method(name), entry))})
 
 
-def point_row(strategy: str, point: dict[str, Any], measured: StrategySummary | None) -> dict[str, Any]:
+def point_row(strategy: str, point: dict[str, Any], measured: StrategySummary | None,
+              **rest: float | None) -> LoadPoint:
     """One strategy at one batch size: the modelled speedup, and the measured one where it ran."""
     speedup = measured.speedup if measured else None
-    return {"strategy": strategy, "batch_size": point["batch_size"], "modelled_speedup": point["speedup"],
-            "measured_speedup": speedup, "measured_over_modelled": speedup / point["speedup"] if speedup else None,
-            "modelled_tokens_per_s": point["tokens_per_s"], "block": point["block"], "modelled_rows": point["rows"]}
+    return LoadPoint(strategy=strategy, batch_size=point["batch_size"], modelled_speedup=point["speedup"],
+                     measured_speedup=speedup, measured_over_modelled=speedup / point["speedup"] if speedup else None,
+                     modelled_tokens_per_s=point["tokens_per_s"], block=point["block"], modelled_rows=point["rows"],
+                     **rest)
 
 
 def active_rows(rows: pd.DataFrame) -> float | None:

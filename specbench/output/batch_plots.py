@@ -5,7 +5,6 @@ verify forward against its length at each batch size."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import matplotlib
 
@@ -14,16 +13,16 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 import pandas as pd  # noqa: E402
 
 from specbench.core.files import atomic_path  # noqa: E402
-from specbench.core.records import RunResult, StrategySummary  # noqa: E402
+from specbench.core.records import LoadPoint, RunResult, StrategySummary  # noqa: E402
 from specbench.measure.cost_table import CHAIN, CostTable  # noqa: E402
 from specbench.strategies.names import BASELINE  # noqa: E402
 
 DPI = 130
 
 
-def speedup_by_batch(points: list[dict[str, Any]], summary: list[StrategySummary], path: Path) -> Path | None:
+def speedup_by_batch(points: list[LoadPoint], summary: list[StrategySummary], path: Path) -> Path | None:
     """Speedup over batched `ar` against batch size: modelled lines, measured points, the 1x line."""
-    modelled = pd.DataFrame(points)
+    modelled = pd.DataFrame([p.as_dict() for p in points])
     measured = pd.DataFrame([{"strategy": r.strategy, "batch_size": r.batch_size, "speedup": r.speedup}
                              for r in summary if r.strategy != BASELINE and r.speedup is not None])
     if modelled.empty and measured.empty:

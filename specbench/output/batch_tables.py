@@ -65,7 +65,7 @@ def batch_frames(summary: list[StrategySummary], load: LoadAxis | None) -> dict[
     whole batch where measured, where each strategy stops paying, and the best draft tokens per batch size."""
     measured = {(r.strategy, r.batch_size): r for r in summary}
     # a run without a load axis (no rows, or older than it) models nothing
-    modelled = {(p["strategy"], p["batch_size"]): p["modelled_speedup"] for p in load.points} if load else {}
+    modelled = {(p.strategy, p.batch_size): p.modelled_speedup for p in load.points} if load else {}
     strategies = list(dict.fromkeys(r.strategy for r in summary if r.strategy != BASELINE))
     sizes = sorted({b for _, b in measured} | {b for _, b in modelled})
     if len(sizes) < 2:  # no load axis: one batch size measured, none other in the cost table

@@ -21,7 +21,7 @@ from specbench.core.markdown import markdown_table
 from specbench.core.records import COLUMN_SPECS, RunResult, StrategySummary
 from specbench.core.strict_json import dumps
 from specbench.measure.lossless import divergences, mismatch_detail
-from specbench.output.run_dir import read_run
+from specbench.output.run_dir import read_run, saved_config
 from specbench.strategies.names import BASELINE
 
 FORMATS = ("table", "markdown", "csv", "json")
@@ -46,7 +46,8 @@ def column_header(column: str) -> str:
 
 def settings(run: RunResult) -> tuple:
     """What must match for two runs' figures to be compared."""
-    return tuple(run.meta.get(k) if k == "model" else run.config.get(k) for k in SETTINGS)
+    config = saved_config(run)
+    return run.model, *(getattr(config, k) for k in SETTINGS[1:])
 
 
 # -- loading ---------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from specbench.config import FIELDS, RunConfig
 from specbench.core.engine_names import label
 from specbench.core.errors import SpecbenchError
 from specbench.core.files import atomic_path, read_json, read_json_object, read_jsonl, write_atomic, write_json
-from specbench.core.records import EnginePair, Row, RunResult, StrategySummary, engine_reports, rows_frame
+from specbench.core.records import Row, RunResult, SummaryFile, rows_frame
 from specbench.core.strict_json import dumps
 from specbench.core.version import __version__
 from specbench.paths import check_output_dir
@@ -222,12 +222,13 @@ def read_run(path: Path, label: str = "", warnings: list[str] | None = None) -> 
     if complete and not saved:
         raise SpecbenchError(f"run {path} is marked complete but has no summary.json")
     where = str(path / "summary.json")
+    if complete and (not isinstance(saved.get("results"), list) or not all(
+            isinstance(r, dict) and isinstance(r.get("strategy"), str) for r in saved["results"])):
+        raise SpecbenchError(f"{where} must hold {{\"results\": [...]}} with a strategy each")
+    # an unfinished run's summaries are those of its rows, whatever an earlier finish left
+    noted = SummaryFile.from_dict({**saved, "results": saved["results"] if complete else []}, where)
     if complete:
-        if not isinstance(saved.get("results"), list) or not all(
-                isinstance(r, dict) and isinstance(r.get("strategy"), str) for r in saved["results"]):
-            raise SpecbenchError(f"{where} must hold {{\"results\": [...]}} with a strategy each")
-        summary = [StrategySummary.from_dict(r, where) for r in saved["results"]]
-        by_category = [StrategySummary.from_dict(r, where) for r in saved.get("by_category", [])]
+        summary, by_category = noted.results, noted.by_category
     else:  # what the rows hold, summarised as a finished run would be
         from specbench.measure.stats import summarise_strategies
 
@@ -243,10 +244,14 @@ def read_run(path: Path, label: str = "", warnings: list[str] | None = None) -> 
         if missing:
             raise SpecbenchError(f"{path / 'nvml_series.csv'} lacks column(s) {', '.join(sorted(missing))}")
         series = frame.to_dict("records")
-    pairs = [EnginePair.from_dict(p, where) for p in saved.get("engine_pairs", [])]
     return RunResult(path, meta, config, _optional_dict(path / "environment.json"), rows, summary, by_category,
-                     engines=engine_reports(saved, where), engine_pairs=pairs, nvml_series=series, label=label,
-                     **RunResult.noted(saved, where))
+                     nvml_series=series, label=label, **RunResult.noted(noted))
+
+
+def saved_config(run: RunResult) -> RunConfig:
+    """The configuration a run measured with, from its config.json: what an older run's file lacks takes
+    RunConfig's default, and a key of no field (an older run's `batch_size`) is left out."""
+    return RunConfig(**{k: v for k, v in run.config.items() if k in FIELDS})
 
 
 def _read_rows(path: Path, complete: bool, warnings: list[str], defaults: dict[str, Any]) -> list[Row]:

@@ -11,16 +11,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from specbench.core.records.serve import ServeLevel, ServeResult
 from specbench.output.plots import plt, save_figures, style  # plots chose the Agg backend
 from specbench.strategies.names import BASELINE
 
 
-def _closed_loop(result) -> dict[str, list[dict]]:
-    lines: dict[str, list[dict]] = {}
+def _closed_loop(result: ServeResult) -> dict[str, list[ServeLevel]]:
+    lines: dict[str, list[ServeLevel]] = {}
     for e in result.levels:
-        if e["concurrency"] is not None and e["tpot_ms"]["p50"] is not None:
-            lines.setdefault(e["strategy"], []).append(e)
-    return {name: sorted(points, key=lambda e: e["concurrency"]) for name, points in lines.items()}
+        if e.concurrency is not None and e.tpot_ms.p50 is not None:
+            lines.setdefault(e.strategy, []).append(e)
+    return {name: sorted(points, key=lambda e: e.concurrency) for name, points in lines.items()}
 
 
 def _line(name: str) -> dict[str, str]:
@@ -40,34 +41,34 @@ def _labelled(fig, ax, xlabel: str, ylabel: str, title: str):
     return fig
 
 
-def _tpot(lines: dict[str, list[dict]]):
+def _tpot(lines: dict[str, list[ServeLevel]]):
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for name, points in lines.items():
-        ax.plot([e["concurrency"] for e in points], [e["tpot_ms"]["p50"] for e in points], **_line(name))
+        ax.plot([e.concurrency for e in points], [e.tpot_ms.p50 for e in points], **_line(name))
     ax.set_xscale("log", base=2)
-    levels = sorted({e["concurrency"] for points in lines.values() for e in points})
+    levels = sorted({e.concurrency for points in lines.values() for e in points})
     ax.set_xticks(levels, [str(c) for c in levels])
     ax.minorticks_off()
     return _labelled(fig, ax, "concurrency (clients, closed loop)", "TPOT p50, ms (lower is better)",
                      "Time per output token against load")
 
 
-def _pareto(lines: dict[str, list[dict]]):
+def _pareto(lines: dict[str, list[ServeLevel]]):
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for name, points in lines.items():
         line = _line(name)
-        xs = [e["output_tok_s"] for e in points]
-        ys = [e["tok_s_per_user"] for e in points]
+        xs = [e.output_tok_s for e in points]
+        ys = [e.tok_s_per_user for e in points]
         ax.plot(xs, ys, **line)
         for e, x, y in zip(points, xs, ys):
-            ax.annotate(str(e["concurrency"]), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7,
+            ax.annotate(str(e.concurrency), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7,
                         color=line["color"])
     return _labelled(fig, ax, "total output tokens/s", "tokens/s per user (1000 / TPOT p50)",
                      "Per-user speed against throughput (labels: concurrency)")
 
 
-def write_serve_plots(result, out_dir: Path) -> list[Path]:
-    """The figures of a serve result (sweep.ServeResult) into out_dir; none without closed-loop levels."""
+def write_serve_plots(result: ServeResult, out_dir: Path) -> list[Path]:
+    """The figures of a serve result into out_dir; none without closed-loop levels."""
     lines = _closed_loop(result)
     if not lines:
         return []

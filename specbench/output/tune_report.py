@@ -5,6 +5,7 @@ their ranking. A rich renderable on a terminal, Markdown text when piped."""
 from __future__ import annotations
 
 import math
+from dataclasses import astuple
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
@@ -13,6 +14,7 @@ from rich.text import Text
 
 from specbench.core.markdown import markdown_table
 from specbench.core.records import ServedStudy, StudyRecord
+from specbench.core.records.study import Gain, Holdout, Speedups
 
 if TYPE_CHECKING:
     from specbench.tuning.trials import TuneReport
@@ -22,11 +24,11 @@ def _x(value: float | None) -> str:
     return "n/a" if value is None or not math.isfinite(value) else f"{value:.2f}x"
 
 
-def _ci(figure: dict[str, Any] | None, key: str = "speedup") -> str:
-    if not figure or figure.get(key) is None:
+def _ci(figure: Speedups | Gain | None) -> str:
+    value, (low, high) = astuple(figure)[:2] if figure else (None, (None, None))  # the figure and its interval
+    if value is None:
         return "n/a"
-    low, high = figure.get(f"{key}_ci") or (None, None)
-    return _x(figure[key]) + (f" [{low:.2f}, {high:.2f}]" if low is not None and high is not None else "")
+    return _x(value) + (f" [{low:.2f}, {high:.2f}]" if low is not None and high is not None else "")
 
 
 def _value(value: Any) -> str:
@@ -48,16 +50,15 @@ def study_lines(record: StudyRecord) -> tuple[list[str], list[str]]:
     warnings = [f"trial {f['number']} failed: {f['reason']}" for f in t["failures"]]
     if record.best_value is None:
         return lines + [f"no best configuration: {record.note or ''}"], warnings
-    gain = record.gain or {}
+    gain, holdout = record.gain, record.holdout or Holdout()
     defaults = record.defaults
     best = f"best trial {record.best_trial} on {record.prompts['tuning']} tuning prompts: {_ci(record.tuning)}"
-    if defaults and gain.get("tuning"):
-        best += f"; defaults {_x(defaults['value'])}, gain {_ci(gain['tuning'], 'gain')}"
+    if defaults and gain and gain.tuning:
+        best += f"; defaults {_x(defaults.value)}, gain {_ci(gain.tuning)}"
     lines.append(best)
-    holdout = record.holdout or {}
-    lines.append(f"held out ({record.prompts['holdout']} prompts): tuned {_ci(holdout.get('tuned'))}, "
-                 f"defaults {_ci(holdout.get('defaults'))}, gain {_ci(gain.get('holdout'), 'gain')}")
-    warnings += [f"held-out check: {f}" for f in holdout.get("failures", [])]
+    lines.append(f"held out ({record.prompts['holdout']} prompts): tuned {_ci(holdout.tuned)}, "
+                 f"defaults {_ci(holdout.defaults)}, gain {_ci(gain.holdout if gain else None)}")
+    warnings += [f"held-out check: {f}" for f in holdout.failures]
     if len(record.objectives) > 1:
         lines.append(f"Pareto front: {len(record.pareto)} trials (speedup against memory); the TOML holds the "
                      "fastest")
@@ -82,7 +83,7 @@ def served_lines(record: ServedStudy) -> tuple[list[str], list[str]]:
     warnings = [f"trial {f['number']} failed: {f['reason']}" for f in t["failures"]]
     if record.best_value is None:
         return lines + [f"no best configuration: {record.note or ''}"], warnings
-    defaults = (record.defaults or {}).get("value")
+    defaults = record.defaults.value if record.defaults else None
     ar = record.baseline[record.objective]
     lines.append(f"best trial {record.best_trial}: {figure(record.best_value)}; defaults {figure(defaults)}; "
                  f"ar {figure(ar)}; TPOT speedup over ar {_x(record.best['tpot_speedup'])}")
@@ -99,7 +100,7 @@ def config_lines(record: StudyRecord) -> list[str]:
 
 
 def params_rows(record: StudyRecord) -> list[list[str]]:
-    defaults = (record.defaults or {}).get("params", {})
+    defaults = record.defaults.params if record.defaults else {}
     importance = record.importances or {}
     names = list(record.best_params) + [n for n in defaults if n not in record.best_params]
     return [[name, _value(record.best_params.get(name)), _value(defaults.get(name)),

@@ -29,10 +29,10 @@ import pandas as pd
 from specbench.core.engine_names import SPECBENCH, label
 from specbench.core.errors import SpecbenchError
 from specbench.core.files import read_json_object, read_toml
-from specbench.core.records import Projection, RunResult, TunedStudy
+from specbench.core.records import LoadPoint, Projection, RunResult, TunedStudy
 from specbench.measure.hardware import match_profile
 from specbench.measure.stats import paired_speedups, summarise_strategy
-from specbench.output.run_dir import read_run
+from specbench.output.run_dir import read_run, saved_config
 from specbench.recommender.prior import members
 from specbench.recommender.workload import Workload
 from specbench.strategies.names import BASELINE
@@ -166,13 +166,13 @@ def _run_record(path: Path) -> RunRecord:
         if rows["speedup"].isna().all():  # a run that never finished
             rows["speedup"] = paired_speedups(rows)
     return RunRecord(run=run, device=run_device(run), model=str(run.model),
-                     temperature=float(run.config.get("temperature", 0.0)), rows=rows)
+                     temperature=float(saved_config(run).temperature), rows=rows)
 
 
 def run_device(run: RunResult) -> str | None:
     """The profile of the device a run measured on: its CUDA GPU, or `cpu`."""
-    cuda = run.environment.get("cuda")
-    if run.config.get("device") == "cpu" or not cuda:
+    cuda = run.environment.get("cuda")  # environment.json is what the machine had: None or absent, no CUDA device
+    if saved_config(run).device == "cpu" or not cuda:
         return "cpu"
     return match_profile(str(cuda))
 
@@ -243,8 +243,8 @@ def _own_knobs(knobs: dict[str, dict], strategy: str) -> dict[str, dict]:
 
 
 def _config_of(record: RunRecord, strategy: str, engine: str = SPECBENCH) -> RunSetup:
-    own = _own_knobs(record.run.config.get("knobs", {}), strategy)
-    return RunSetup(strategy, own, record.run.config.get("controller") if strategy != BASELINE else None,
+    config = saved_config(record.run)
+    return RunSetup(strategy, _own_knobs(config.knobs, strategy), config.controller if strategy != BASELINE else None,
                     engine=engine)
 
 
@@ -326,11 +326,10 @@ def run_candidates(evidence: Evidence, workload: Workload) -> tuple[list[Candida
     return measured + modelled + projected, notes
 
 
-def _modelled(record: RunRecord, workload: Workload) -> dict[str, dict[str, Any]]:
+def _modelled(record: RunRecord, workload: Workload) -> dict[str, LoadPoint]:
     """strategy -> its point on the run's load axis at the workload's batch size."""
     points = record.run.load.points if record.run.load else []
-    return {p["strategy"]: p for p in points
-            if p.get("batch_size") == workload.batch_size and p.get("modelled_speedup")}
+    return {p.strategy: p for p in points if p.batch_size == workload.batch_size and p.modelled_speedup}
 
 
 def _modelled_candidates(record: RunRecord, workload: Workload, lossless: list[str],
@@ -351,7 +350,7 @@ def _modelled_candidates(record: RunRecord, workload: Workload, lossless: list[s
         context = workload.context_len or float((part["prompt_tokens"] + part["new_tokens"]).max())
         return _need_bytes(part, kv, workload.context_len) + (workload.batch_size - 1) * kv * context
 
-    speedups = {BASELINE: 1.0} | {s: float(p["modelled_speedup"]) for s, p in _modelled(record, workload).items()}
+    speedups = {BASELINE: 1.0} | {s: float(p.modelled_speedup) for s, p in _modelled(record, workload).items()}
     return [Candidate(_config_of(record, strategy), "modelled", speedup, None, (record.path,),
                       int(rows[rows["strategy"] == strategy]["prompt_id"].nunique()), need(strategy), need(BASELINE),
                       f"modelled at batch {workload.batch_size} from batch {measured_at}'s acceptance and the cost "
@@ -427,21 +426,21 @@ def study_candidates(evidence: Evidence, workload: Workload) -> tuple[list[Candi
             notes.append(f"{study.path}: {why}")
             continue
         record = study.record
-        held_out = (record.holdout or {}).get("tuned")
-        figures = held_out or record.tuning or {}
-        if study.config is None or figures.get("speedup") is None:
+        held_out = record.holdout.tuned if record.holdout else None
+        figures = held_out or record.tuning
+        if study.config is None or figures is None or figures.speedup is None:
             notes.append(f"{study.path}: {record.note or 'no tuned configuration'}")
             continue
-        ci = figures.get("speedup_ci") or [None, None]
+        ci = figures.speedup_ci
         note = f"tuned; speedup on {'held-out' if held_out else 'the tuning'} prompts" + \
             ("" if record.categories else " of every category")
         counted = record.trials["counted"]
         short = f"study short of its trials: {counted} of {record.target_trials}" \
             if counted < record.target_trials else ""
         candidates.append(Candidate(study.config, "projected" if record.projected else "measured",
-                                    float(figures["speedup"]),
+                                    float(figures.speedup),
                                     (float(ci[0]), float(ci[1])) if None not in ci else None, (str(study.path),),
-                                    figures.get("prompts"), record.memory_bytes, None, note, short))
+                                    figures.prompts, record.memory_bytes, None, note, short))
     return candidates, notes
 
 

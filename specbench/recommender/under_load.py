@@ -14,20 +14,20 @@ from typing import Any
 
 from specbench.core.errors import SpecbenchError
 from specbench.core.files import read_json
+from specbench.core.records.serve import ServeResult
 from specbench.serving.run_dir import SERVE_JSON
 from specbench.strategies.names import BASELINE
 
 
-def serve_evidence(results_dir: Path, model: str | None = None) -> list[tuple[Path, dict[str, Any]]]:
-    """(run directory, summary.json) of every summarised serve run, of `model` only when given."""
+def serve_evidence(results_dir: Path, model: str | None = None) -> list[tuple[Path, ServeResult]]:
+    """(run directory, its summary.json) of every summarised serve run, of `model` only when given."""
     found = []
     for meta_file in sorted(Path(results_dir).glob(f"**/{SERVE_JSON}")):
         summary = meta_file.parent / "summary.json"
         if not summary.is_file():
             continue
-        meta = read_json(meta_file, "serve run file")
-        if model is None or meta.get("model") == model:
-            found.append((meta_file.parent, read_json(summary, "serve summary")))
+        if model is None or read_json(meta_file, "serve run file")["model"] == model:
+            found.append((meta_file.parent, ServeResult.from_json(read_json(summary, "serve summary"), str(summary))))
     return found
 
 
@@ -39,20 +39,20 @@ def recommend_for_load(results_dir: Path, concurrency: int, model: str | None = 
                              f"specbench serve --concurrency {concurrency}")
     candidates, measured = [], set()
     for path, summary in evidence:
-        for e in summary["levels"]:
-            if e["concurrency"] is None:
+        for e in summary.levels:
+            if e.concurrency is None:
                 continue
-            measured.add(e["concurrency"])
-            if e["concurrency"] != concurrency or e["strategy"] == BASELINE or e.get("tpot_speedup") is None:
+            measured.add(e.concurrency)
+            if e.concurrency != concurrency or e.strategy == BASELINE or e.tpot_speedup is None:
                 continue
-            if e.get("errors") or e.get("baseline_errors"):  # a level where requests failed is no evidence
+            if e.errors or e.baseline_errors:  # a level where requests failed is no evidence
                 continue
-            figures = summary["strategies"].get(e["strategy"], {})
-            candidates.append({"strategy": e["strategy"], "run": str(path), "tpot_speedup": e["tpot_speedup"],
-                               "tpot_speedup_ci": e["tpot_speedup_ci"], "throughput_ratio": e.get("throughput_ratio"),
-                               "mismatches": (e.get("lossless") or {}).get("mismatches"),
-                               "crossover": figures.get("crossover"),
-                               "vllm_speculative_config": figures.get("vllm_speculative_config")})
+            verdict = summary.strategies.get(e.strategy)
+            candidates.append({"strategy": e.strategy, "run": str(path), "tpot_speedup": e.tpot_speedup,
+                               "tpot_speedup_ci": e.tpot_speedup_ci, "throughput_ratio": e.throughput_ratio,
+                               "mismatches": e.lossless.mismatches if e.lossless else None,
+                               "crossover": verdict.crossover if verdict else None,
+                               "vllm_speculative_config": summary.schedules.get(e.strategy)})
     if not candidates:
         raise SpecbenchError(f"no serve run measured concurrency {concurrency} against ar; measured: "
                              f"{', '.join(map(str, sorted(measured))) or 'none'}")

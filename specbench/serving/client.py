@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import aiohttp
+
+from specbench.core.records.serve import RequestRecord
 
 
 @dataclass(frozen=True)
@@ -24,38 +26,6 @@ class Prompt:
     id: str
     token_ids: list[int]  # the turn under the target's chat template, as /v1/completions takes it
     text: str  # the user's turn, as /v1/chat/completions takes it
-
-
-@dataclass
-class RequestRecord:
-    """One measured request. Times in seconds: `sent` on the level's clock, the others relative to it."""
-
-    index: int  # the request's position in the level: the same prompt at the same index for every strategy
-    prompt_id: str
-    sent: float = 0.0
-    ttft: float | None = None
-    e2e: float | None = None
-    itl: list[float] = field(default_factory=list)  # gaps between streamed chunks after the first
-    chunk_tokens: list[int] = field(default_factory=list)  # tokens each of those chunks carried (1 for text alone)
-    output_tokens: int = 0
-    token_ids: list[int] | None = None
-    text: str = ""
-    error: str | None = None
-    # the server failed (5xx, an error in the stream) or the connection was lost or timed out: the level is
-    # measured again on resume; a refusal (4xx) is the request's own and would fail again
-    server_fault: bool = False
-
-    @property
-    def itl_per_token(self) -> list[float]:
-        """Each chunk's gap spread over the tokens it carried, once per token (SGLang's bench_serving: chunk
-        gap / new tokens); empty for a record written before chunks were counted."""
-        return [gap / tokens for gap, tokens in zip(self.itl, self.chunk_tokens) for _ in range(tokens)]
-
-    @property
-    def tpot(self) -> float | None:
-        if self.e2e is None or self.ttft is None or self.output_tokens < 2:
-            return None
-        return (self.e2e - self.ttft) / (self.output_tokens - 1)
 
 
 def session(headers: dict[str, str]) -> aiohttp.ClientSession:

@@ -23,8 +23,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specbench.core.records.serve import RequestRecord, Speculation
 from specbench.serving import metrics
-from specbench.serving.client import Prompt, RequestRecord, request_body, served_model, session, stream_completion
+from specbench.serving.client import Prompt, request_body, served_model, session, stream_completion
 from specbench.serving.config import Level
 
 
@@ -45,7 +46,7 @@ class LevelLog:
     records: list[RequestRecord]
     duration_s: float  # from the first measured request sent to the last one answered
     stopped_by_time: bool  # the time bound ended the level before every request was sent
-    speculation: dict | None = None  # the server's speculative counters over the measured requests (metrics.py)
+    speculation: Speculation | None = None  # the server's speculative counters over the measured requests (metrics.py)
 
 
 def arrival_times(rate: float, burstiness: float, count: int, seed: int) -> np.ndarray:

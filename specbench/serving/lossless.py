@@ -8,14 +8,12 @@ by text (the first divergence is then a character offset).
 
 from __future__ import annotations
 
-from typing import Any
-
+from specbench.core.records.serve import Agreement, RequestRecord
 from specbench.measure.lossless import first_divergence
-from specbench.serving.client import RequestRecord
 from specbench.serving.stats import paired
 
 
-def greedy_agreement(records: list[RequestRecord], baseline: list[RequestRecord]) -> dict[str, Any]:
+def greedy_agreement(records: list[RequestRecord], baseline: list[RequestRecord]) -> Agreement:
     """Compared requests, mismatches and each mismatch's first divergence (request index -> position)."""
     pairs = paired(records, baseline)
     by_ids = all(r.token_ids is not None and b.token_ids is not None for r, b in pairs)
@@ -24,5 +22,4 @@ def greedy_agreement(records: list[RequestRecord], baseline: list[RequestRecord]
         at = first_divergence(r.token_ids, b.token_ids) if by_ids else first_divergence(list(r.text), list(b.text))
         if at is not None:
             divergences[r.index] = at
-    return {"compared": len(pairs), "mismatches": len(divergences), "unit": "token" if by_ids else "character",
-            "first_divergence": divergences}
+    return Agreement(len(pairs), len(divergences), "token" if by_ids else "character", divergences)

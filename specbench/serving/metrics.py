@@ -21,6 +21,8 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from specbench.core.records.serve import Speculation
+
 VLLM_COUNTERS = {"vllm:spec_decode_num_drafts": "drafts", "vllm:spec_decode_num_draft_tokens": "draft_tokens",
                  "vllm:spec_decode_num_accepted_tokens": "accepted"}
 VLLM_PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos"
@@ -61,7 +63,7 @@ async def scrape(base_url: str, headers: dict[str, str]) -> dict[str, Any]:
             return {}
 
 
-def speculation(before: dict[str, Any], after: dict[str, Any], output_tokens: int) -> dict[str, Any] | None:
+def speculation(before: dict[str, Any], after: dict[str, Any], output_tokens: int) -> Speculation | None:
     """The level's tau, tokens per step and per-position acceptance from the counters before and after it
     and the `output_tokens` its requests received; None without any."""
     if "drafts" in after:
@@ -70,11 +72,11 @@ def speculation(before: dict[str, Any], after: dict[str, Any], output_tokens: in
         drafted = after["draft_tokens"] - before.get("draft_tokens", 0.0)
         old = before.get("by_position", [])
         positions = [v - (old[k] if k < len(old) else 0.0) for k, v in enumerate(after.get("by_position", []))]
-        return {"source": "vllm", "drafts": int(drafts), "draft_tokens": int(drafted), "accepted": int(accepted),
-                "tau": 1 + accepted / drafts if drafts else None,
-                "tokens_per_step": output_tokens / (output_tokens - accepted) if output_tokens > accepted else None,
-                "draft_efficiency": accepted / drafted if drafted else None,
-                "acceptance_by_position": [v / drafts for v in positions] if drafts else []}
+        return Speculation(source="vllm", drafts=int(drafts), draft_tokens=int(drafted), accepted=int(accepted),
+                           tau=1 + accepted / drafts if drafts else None,
+                           tokens_per_step=output_tokens / (output_tokens - accepted) if output_tokens > accepted
+                           else None, draft_efficiency=accepted / drafted if drafted else None,
+                           acceptance_by_position=[v / drafts for v in positions] if drafts else [])
     if "sglang_accept_length" in after and math.isfinite(after["sglang_accept_length"]):
-        return {"source": "sglang", "tau": after["sglang_accept_length"]}
+        return Speculation(source="sglang", tau=after["sglang_accept_length"])
     return None

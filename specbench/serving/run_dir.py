@@ -19,8 +19,8 @@ from typing import Any
 
 from specbench.core.errors import SpecbenchError
 from specbench.core.files import read_json, write_json
+from specbench.core.records.serve import LevelFile, RequestRecord
 from specbench.output.run_dir import RunDir, _now
-from specbench.serving.client import RequestRecord
 from specbench.serving.config import Level, ServeConfig, ServeLoad, endpoint_headers
 
 SERVE_JSON = "serve.json"
@@ -85,21 +85,20 @@ class ServeRun:
     def log_file(self, strategy: str) -> Path:
         return self.path / "logs" / f"{strategy}.log"
 
-    def level_data(self, strategy: str, level: Level) -> dict[str, Any] | None:
+    def level_data(self, strategy: str, level: Level) -> LevelFile | None:
         """The level's record as written (complete or not); None where it was never written."""
         path = self.level_file(strategy, level)
-        return read_json(path, "serve level file") if path.is_file() else None
+        return LevelFile.from_dict(read_json(path, "serve level file"), str(path)) if path.is_file() else None
 
-    def measured(self, strategy: str, level: Level) -> dict[str, Any] | None:
+    def measured(self, strategy: str, level: Level) -> LevelFile | None:
         """The level's record if it was measured completely, else None."""
         data = self.level_data(strategy, level)
-        return data if data and data.get("complete") else None
+        return data if data and data.complete else None
 
     def write_level(self, strategy: str, level: Level, records: list[RequestRecord], **fields: Any) -> None:
         path = self.level_file(strategy, level)
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_json(path, {"strategy": strategy, "level": asdict(level), **fields,
-                          "records": [asdict(r) for r in records]})
+        write_json(path, LevelFile(strategy=strategy, level=asdict(level), records=records, **fields).as_dict())
 
     def note(self, text: str) -> None:
         self.meta["notes"].append(text)
@@ -109,6 +108,3 @@ class ServeRun:
         self.meta.update(status="complete" if complete else "incomplete", finished=_now())
         self.save()
 
-
-def records_of(level_data: dict[str, Any]) -> list[RequestRecord]:
-    return [RequestRecord(**r) for r in level_data["records"]]

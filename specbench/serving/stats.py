@@ -17,13 +17,12 @@ per-user rates (tokens / E2E), which is what a closed loop's throughput is made 
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 from scipy.stats import binomtest, bootstrap
 
+from specbench.core.records.serve import Against, LevelFigures, Percentiles, RequestRecord
 from specbench.measure.stats import geometric_mean_ci
-from specbench.serving.client import RequestRecord
 from specbench.serving.window import steady_state
 
 PERCENTILES = (50, 90, 99)
@@ -31,12 +30,12 @@ MS = 1000.0
 MIN_P99_SAMPLES = 100  # below this many values a p99 is within one sample of the maximum: flagged, not trusted
 
 
-def percentiles(values: list[float]) -> dict[str, float | int | None]:
+def percentiles(values: list[float]) -> Percentiles:
     """p50/p90/p99 in milliseconds (numpy's linear interpolation, as vllm bench serve's), None when empty, and
     `n`, the values they come from."""
     if not values:
-        return {**{f"p{p}": None for p in PERCENTILES}, "n": 0}
-    return {**{f"p{p}": float(np.percentile(np.asarray(values) * MS, p)) for p in PERCENTILES}, "n": len(values)}
+        return Percentiles(None, None, None, 0)
+    return Percentiles(*(float(np.percentile(np.asarray(values) * MS, p)) for p in PERCENTILES), len(values))
 
 
 def meets_slo(record: RequestRecord, slo: dict[str, float]) -> bool:
@@ -48,37 +47,37 @@ def meets_slo(record: RequestRecord, slo: dict[str, float]) -> bool:
 
 
 def level_summary(records: list[RequestRecord], duration_s: float, slo: dict[str, float],
-                  steady: bool = True) -> dict[str, Any]:
+                  steady: bool = True) -> LevelFigures:
     """The level's figures; its latencies and SLO share over its steady state (window.py) unless `steady` is
     False (every answered request, as `vllm bench serve` reports them) or the level has none."""
     ok = [r for r in records if r.error is None]
     window = steady_state(records) if steady else []
     timed = window or ok
     tokens = sum(r.output_tokens for r in ok)
-    summary = {
-        "requests": len(records),
-        "errors": len(records) - len(ok),
-        "error_rate": (len(records) - len(ok)) / len(records) if records else None,
-        "duration_s": duration_s,
-        "output_tokens": tokens,
-        "output_tok_s": tokens / duration_s if duration_s > 0 else None,
-        "req_s": len(ok) / duration_s if duration_s > 0 else None,
-        "steady_requests": len(window),  # 0: no steady state, the latencies are every answered request's
-        "ttft_ms": percentiles([r.ttft for r in timed]),
-        "tpot_ms": percentiles([r.tpot for r in timed if r.tpot is not None]),
-        "itl_ms": percentiles([gap for r in timed for gap in r.itl]),
-        "itl_token_ms": percentiles([gap for r in timed for gap in r.itl_per_token]),
-        "e2e_ms": percentiles([r.e2e for r in timed]),
-    }
-    summary["few_for_p99"] = summary["tpot_ms"]["n"] < MIN_P99_SAMPLES
-    tpot = summary["tpot_ms"]["p50"]
-    summary["tok_s_per_user"] = MS / tpot if tpot else None
+    tpot = percentiles([r.tpot for r in timed if r.tpot is not None])
+    summary = LevelFigures(
+        requests=len(records),
+        errors=len(records) - len(ok),
+        error_rate=(len(records) - len(ok)) / len(records) if records else None,
+        duration_s=duration_s,
+        output_tokens=tokens,
+        output_tok_s=tokens / duration_s if duration_s > 0 else None,
+        req_s=len(ok) / duration_s if duration_s > 0 else None,
+        steady_requests=len(window),
+        ttft_ms=percentiles([r.ttft for r in timed]),
+        tpot_ms=tpot,
+        itl_ms=percentiles([gap for r in timed for gap in r.itl]),
+        itl_token_ms=percentiles([gap for r in timed for gap in r.itl_per_token]),
+        e2e_ms=percentiles([r.e2e for r in timed]),
+        few_for_p99=tpot.n < MIN_P99_SAMPLES,
+        tok_s_per_user=MS / tpot.p50 if tpot.p50 else None,
+    )
     if slo:
-        summary["goodput_req_s"] = sum(meets_slo(r, slo) for r in records) / duration_s if duration_s > 0 else None
+        summary.goodput_req_s = sum(meets_slo(r, slo) for r in records) / duration_s if duration_s > 0 else None
         counted = timed + [r for r in records if r.error is not None]  # a failed request misses
         good = sum(meets_slo(r, slo) for r in counted)
-        summary["slo_met"] = good / len(counted) if counted else None
-        summary["slo_met_ci"] = share_interval(good, len(counted))
+        summary.slo_met = good / len(counted) if counted else None
+        summary.slo_met_ci = share_interval(good, len(counted))
     return summary
 
 
@@ -96,14 +95,14 @@ def paired(records: list[RequestRecord], baseline: list[RequestRecord]) -> list[
     return [(r, ar[r.index]) for r in records if r.error is None and r.index in ar]
 
 
-def against_baseline(records: list[RequestRecord], baseline: list[RequestRecord], summary: dict[str, Any],
-                     baseline_summary: dict[str, Any], seed: int) -> dict[str, Any]:
+def against_baseline(records: list[RequestRecord], baseline: list[RequestRecord], summary: LevelFigures,
+                     baseline_summary: LevelFigures, seed: int) -> Against:
     """TPOT speedup and throughput ratio over `ar` at the same level, each with its 95% interval."""
     pairs = paired(steady_state(records) or records, steady_state(baseline) or baseline)
     ratios = np.array([b.tpot / r.tpot for r, b in pairs if r.tpot and b.tpot])
     speedup = list(geometric_mean_ci(ratios, seed)) if len(ratios) else [None] * 3
-    base_rate = baseline_summary.get("output_tok_s")
-    throughput = summary["output_tok_s"] / base_rate if base_rate and summary.get("output_tok_s") else None
+    base_rate = baseline_summary.output_tok_s
+    throughput = summary.output_tok_s / base_rate if base_rate and summary.output_tok_s else None
     interval = [throughput, throughput]
     usable = [(r, b) for r, b in pairs if r.e2e and b.e2e]
     if throughput is not None and len(usable) >= 2:
@@ -120,5 +119,4 @@ def against_baseline(records: list[RequestRecord], baseline: list[RequestRecord]
         # the interval of the per-user rate ratio, moved to sit around the measured throughput ratio
         if math.isfinite(low) and math.isfinite(high) and centre > 0:
             interval = [throughput * low / centre, throughput * high / centre]
-    return {"tpot_speedup": speedup[0], "tpot_speedup_ci": speedup[1:], "throughput_ratio": throughput,
-            "throughput_ratio_ci": interval, "paired_requests": len(pairs)}
+    return Against(speedup[0], speedup[1:], throughput, interval, len(pairs))

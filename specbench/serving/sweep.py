@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -22,33 +22,20 @@ import aiohttp
 from specbench.config import RunPlan
 from specbench.core.errors import Interrupted, SpecbenchError
 from specbench.core.files import read_json, write_atomic, write_json
+from specbench.core.records.serve import LevelFile, LevelKey, ServeLevel, ServeResult, ServeVerdict
 from specbench.serving import schedule
 from specbench.serving.config import Level, ServeConfig
 from specbench.serving.endpoint import answers, check_tokenizer, endpoint_tokenizer, listed_models
 from specbench.serving.load import LevelLog, Workload, drive
 from specbench.serving.lossless import greedy_agreement
 from specbench.serving.prompts import suite_prompts, synthetic_prompts
-from specbench.serving.run_dir import ServeRun, records_of
+from specbench.serving.run_dir import ServeRun
 from specbench.serving.server import Server
 from specbench.serving.stats import against_baseline, level_summary
 from specbench.strategies.names import BASELINE
 
 DRAFT_TOKENS_AT_MOST = 16  # a verify step's draft tokens beyond the answer, at most (the knobs' ranges end below)
 Progress = Callable[[str, Level, int, int], None]  # strategy, level, requests answered, requests of the level
-
-
-@dataclass
-class ServeResult:
-    path: Path
-    levels: list[dict[str, Any]]  # one per strategy and level: figures, vs ar, lossless, speculation
-    strategies: dict[str, dict[str, Any]] = field(default_factory=dict)  # crossover, capacity, schedule
-    notes: list[str] = field(default_factory=list)
-    complete: bool = True
-    slo: dict[str, float] = field(default_factory=dict)  # milliseconds
-
-    def as_json(self) -> dict[str, Any]:
-        return {"run_dir": str(self.path), "levels": self.levels, "strategies": self.strategies, "notes": self.notes,
-                "complete": self.complete, "slo": self.slo}
 
 
 def strategy_names(config: ServeConfig) -> list[str]:
@@ -253,58 +240,60 @@ def summarise(run: ServeRun, arguments: dict[str, dict[str, Any]] | None = None)
     levels, complete = [], True
     measured = {(s, lv.key): run.level_data(s, lv) for s in run.strategies for lv in config.levels}
     for level in config.levels:
-        base = measured.get((BASELINE, level.key))
-        base_summary = level_summary(records_of(base), base["duration_s"], config.slo) if base else None
+        base = measured[(BASELINE, level.key)] if BASELINE in run.strategies else None
         for strategy in run.strategies:
             data = measured[(strategy, level.key)]
-            complete = complete and data is not None and data["complete"]
-            if data is None:
-                continue
-            records = records_of(data)
-            entry = {"strategy": strategy, "level": level.key, "concurrency": level.concurrency,
-                     "request_rate": level.request_rate, "complete": data["complete"],
-                     "stopped_by_time": data["stopped_by_time"],
-                     **level_summary(records, data["duration_s"], config.slo), "speculation": data["speculation"]}
-            if base and strategy != BASELINE:
-                entry["baseline_errors"] = base_summary["errors"]
-                entry.update(against_baseline(records, records_of(base), entry, base_summary, saved["seed"]))
-                if saved["temperature"] == 0:
-                    entry["lossless"] = greedy_agreement(records, records_of(base))
-            levels.append(entry)
+            complete = complete and data is not None and data.complete
+            if data is not None:
+                levels.append(level_entry(data, level, base, config.slo, saved["seed"],
+                                          saved["temperature"] == 0))
     result = ServeResult(run.path, levels, notes=list(run.meta["notes"]), complete=complete, slo=config.slo)
     for strategy in run.strategies:
         if strategy == BASELINE:
             continue
-        own = [e for e in levels if e["strategy"] == strategy and e["concurrency"] is not None]
-        failed = {e["level"]: e["errors"] + e.get("baseline_errors", 0) for e in levels
-                  if e["strategy"] == strategy and e["errors"] + e.get("baseline_errors", 0)}
+        own = [e for e in levels if e.strategy == strategy and e.concurrency is not None]
+        failed = {e.level: e.errors + (e.baseline_errors or 0) for e in levels
+                  if e.strategy == strategy and e.errors + (e.baseline_errors or 0)}
         # a level where a request failed, its own or ar's, gives no verdict; nor does one whose speedup's 95%
         # interval holds 1: its requests were too few to tell paying from not
-        verdicts = [(e["concurrency"], None if e["level"] in failed else
-                     schedule.speedup_verdict(e.get("tpot_speedup_ci"))) for e in own]
-        undecided = [e["level"] for e, (_, verdict) in zip(own, verdicts)
-                     if verdict is None and e["level"] not in failed and e.get("tpot_speedup") is not None]
-        stops = schedule.crossover(verdicts)
-        figures: dict[str, Any] = {"crossover": stops, "errors": failed, "undecided": undecided}
-        if config.slo:
-            figures.update(capacity(own, config.slo_share))
+        verdicts = [(e.concurrency, None if e.level in failed else schedule.speedup_verdict(e.tpot_speedup_ci))
+                    for e in own]
+        undecided = [e.level for e, (_, verdict) in zip(own, verdicts)
+                     if verdict is None and e.level not in failed and e.tpot_speedup is not None]
+        verdict = capacity(own, config.slo_share) if config.slo else ServeVerdict()
+        result.strategies[strategy] = replace(verdict, crossover=schedule.crossover(verdicts), errors=failed,
+                                              undecided=undecided)
         spec = (arguments or {}).get(strategy, {}).get("speculative_config")
         if spec and own and not failed:
             until = schedule.paying_until(verdicts)  # speculate only where it was shown to pay
-            figures["vllm_speculative_config"] = schedule.vllm_schedule(spec, None if until is None else int(until))
-        result.strategies[strategy] = figures
-    ar_levels = [e for e in levels if e["strategy"] == BASELINE and e["concurrency"] is not None]
+            result.schedules[strategy] = schedule.vllm_schedule(spec, None if until is None else int(until))
+    ar_levels = [e for e in levels if e.strategy == BASELINE and e.concurrency is not None]
     if config.slo and ar_levels:
         result.strategies[BASELINE] = capacity(ar_levels, config.slo_share)
     return result
 
 
-def capacity(own: list[dict[str, Any]], share: float) -> dict[str, Any]:
+def level_entry(data: LevelFile, level: Level, base: LevelFile | None, slo: dict[str, float], seed: int,
+                greedy: bool) -> ServeLevel:
+    """One strategy's level in the summary: its figures and, beside `ar`'s level, the comparison with it and
+    (greedy) the lossless check."""
+    key = LevelKey(strategy=data.strategy, level=level.key, concurrency=level.concurrency,
+                   request_rate=level.request_rate, complete=data.complete, stopped_by_time=data.stopped_by_time)
+    figures = level_summary(data.records, data.duration_s, slo)
+    entry = ServeLevel(**vars(key), **vars(figures), speculation=data.speculation)
+    if base is None or data.strategy == BASELINE:
+        return entry
+    base_figures = level_summary(base.records, base.duration_s, slo)
+    versus = against_baseline(data.records, base.records, figures, base_figures, seed)
+    lossless = greedy_agreement(data.records, base.records) if greedy else None
+    return replace(entry, baseline_errors=base_figures.errors, lossless=lossless, **vars(versus))
+
+
+def capacity(own: list[ServeLevel], share: float) -> ServeVerdict:
     """A strategy's capacity at the SLO over its closed-loop levels, and the levels too small to decide it."""
-    verdicts = [(e["concurrency"], None if e["errors"] else schedule.share_verdict(e.get("slo_met_ci"), share))
-                for e in own]
-    return {"capacity": schedule.capacity(verdicts), "slo_share": share,
-            "capacity_undecided": [e["level"] for e, (_, met) in zip(own, verdicts) if met is None and not e["errors"]]}
+    verdicts = [(e.concurrency, None if e.errors else schedule.share_verdict(e.slo_met_ci, share)) for e in own]
+    undecided = [e.level for e, (_, met) in zip(own, verdicts) if met is None and not e.errors]
+    return ServeVerdict(capacity=schedule.capacity(verdicts), slo_share=share, capacity_undecided=undecided)
 
 
 def write_summary(run: ServeRun, result: ServeResult) -> None:
@@ -314,10 +303,8 @@ def write_summary(run: ServeRun, result: ServeResult) -> None:
 
     write_json(run.path / "summary.json", result.as_json())
     write_atomic(run.path / "summary.csv", levels_csv(result.levels))
-    schedules = {name: f["vllm_speculative_config"] for name, f in result.strategies.items()
-                 if "vllm_speculative_config" in f}
-    if schedules:
-        write_json(run.path / "schedule.json", schedules)
+    if result.schedules:
+        write_json(run.path / "schedule.json", result.schedules)
     write_serve_plots(result, run.path / "plots")
     run.finish(result.complete)
 
@@ -329,7 +316,6 @@ def read_result(path: Path) -> ServeResult:
     result = summarise(run)
     saved = run.path / "summary.json"
     if saved.is_file():
-        for name, figures in read_json(saved, "serve summary")["strategies"].items():
-            if "vllm_speculative_config" in figures and name in result.strategies:
-                result.strategies[name]["vllm_speculative_config"] = figures["vllm_speculative_config"]
+        schedules = ServeResult.from_json(read_json(saved, "serve summary"), str(saved)).schedules
+        result.schedules = {name: s for name, s in schedules.items() if name in result.strategies}
     return result

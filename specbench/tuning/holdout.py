@@ -9,10 +9,10 @@ a setting that only fits the tuning prompts shows up as a gain that vanishes her
 from __future__ import annotations
 
 import random
-from typing import Any
 
 import numpy as np
 
+from specbench.core.records.study import Gain, Holdout, Speedups
 from specbench.measure.stats import geometric_mean_ci
 from specbench.strategies.build import Strategy
 from specbench.suites import SuiteItem
@@ -29,23 +29,24 @@ def split_items(items: tuple[SuiteItem, ...], fraction: float, seed: int) -> tup
             [item for i, item in enumerate(items) if i in held])
 
 
-def interval(values: dict[str, float], seed: int) -> dict[str, Any]:
+def interval(values: dict[str, float], seed: int) -> Speedups:
     """Geometric mean of per-prompt values and its 95% bootstrap interval."""
     centre, low, high = geometric_mean_ci(np.array(list(values.values())), seed)
-    return {"speedup": centre, "speedup_ci": [low, high], "prompts": len(values)}
+    return Speedups(centre, [low, high], len(values))
 
 
-def paired_gain(tuned: dict[str, float], defaults: dict[str, float], seed: int) -> dict[str, Any]:
+def paired_gain(tuned: dict[str, float], defaults: dict[str, float], seed: int) -> Gain:
     """The tuned configuration over the defaults, prompt by prompt: geometric mean and interval."""
     common = [k for k in tuned if k in defaults]
     if not common:
-        return {"gain": None, "gain_ci": [None, None], "prompts": 0}
+        return Gain(None, [None, None], 0)
     centre, low, high = geometric_mean_ci(np.array([tuned[k] / defaults[k] for k in common]), seed)
-    return {"gain": centre, "gain_ci": [low, high], "prompts": len(common)}
+    return Gain(centre, [low, high], len(common))
 
 
-def holdout_check(evaluator: Evaluator, tuned: Strategy, defaults: Strategy, seed: int) -> dict[str, Any]:
-    """Both configurations on the evaluator's (held-out) prompts, with ar measured afresh before each."""
+def holdout_check(evaluator: Evaluator, tuned: Strategy, defaults: Strategy, seed: int) -> tuple[Holdout, Gain]:
+    """Both configurations on the evaluator's (held-out) prompts, with ar measured afresh before each; and the
+    tuned one's gain over the defaults there."""
     values: dict[str, dict[str, float]] = {"tuned": {}, "defaults": {}}
     failures: list[str] = []
     for i, unit in enumerate(evaluator.units):
@@ -57,7 +58,5 @@ def holdout_check(evaluator: Evaluator, tuned: Strategy, defaults: Strategy, see
                 values[label][unit.id] = evaluator.value(strategy, unit, evaluator.run(strategy, unit))
             except TrialFailure as exc:
                 failures.append(f"{label}: {exc}")
-    out: dict[str, Any] = {label: interval(v, seed) for label, v in values.items() if v}
-    out["gain"] = paired_gain(values["tuned"], values["defaults"], seed)
-    out["failures"] = failures
-    return out
+    measured = {label: interval(v, seed) for label, v in values.items() if v}
+    return Holdout(**measured, failures=failures), paired_gain(values["tuned"], values["defaults"], seed)

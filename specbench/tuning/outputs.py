@@ -27,10 +27,8 @@ def _x(value: float | None) -> str:
 
 def speedup_figures(record: TunedStudy) -> str:
     """A study's speedups as a comment line of its tuned TOML."""
-    holdout = record.holdout or {}
-    tuned, defaults = ((holdout.get(k) or {}).get("speedup") for k in ("tuned", "defaults"))
-    return (f"# speedup over ar on the tuning prompts {_x(record.tuning['speedup'])}; held out: tuned "
-            f"{_x(tuned)}, defaults {_x(defaults)}")
+    return (f"# speedup over ar on the tuning prompts {_x(record.tuning.speedup)}; held out: tuned "
+            f"{_x(record.held_out('tuned'))}, defaults {_x(record.held_out('defaults'))}")
 
 
 def tuned_toml(record: StudyRecord, knobs: dict[str, dict[str, Any]], controller: str | None,

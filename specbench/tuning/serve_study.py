@@ -19,7 +19,7 @@ import hashlib
 import json
 import re
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ import optuna
 from specbench.core.errors import SpecbenchError
 from specbench.core.files import write_atomic, write_json
 from specbench.core.records import ServedStudy
-from specbench.serving.client import RequestRecord
+from specbench.core.records.serve import LevelFigures, RequestRecord, Speculation
 from specbench.serving.config import Level, ServeConfig, ServeLoad
 from specbench.serving.load import Workload
 from specbench.serving.lossless import greedy_agreement
@@ -85,7 +85,7 @@ class ServedPlan:
         return server_arguments(dataclasses.replace(self.serve.plan, config=run), self.target_loader)
 
     def on_server(self, name: str, arguments: dict[str, Any],
-                  log: Path) -> tuple[list[RequestRecord], float, dict[str, Any] | None]:
+                  log: Path) -> tuple[list[RequestRecord], float, Speculation | None]:
         """One level on a server started for it and stopped after: the records, the duration, the speculation."""
         with Server(name, arguments, log, self.serve.start_timeout) as server:
             measured = measure(server.url, self.level, self.work, self.serve, self.requests)
@@ -164,18 +164,17 @@ def baseline(study: optuna.Study, plan: ServedPlan, logs: Path) -> dict[str, Any
     if failed or not records:
         raise SpecbenchError(f"ar at {plan.level.label}: {len(failed)} of {len(records)} requests failed "
                              f"({failed[0].error if failed else 'none was sent'}); log: {logs / 'ar.log'}")
-    stored = {"records": [asdict(r) for r in records], "duration_s": duration,
-              "summary": level_summary(records, duration, plan.serve.slo)}
+    stored = {"records": [r.as_dict() for r in records], "duration_s": duration,
+              "summary": level_summary(records, duration, plan.serve.slo).as_dict()}
     study.set_user_attr(BASELINE_LEVEL, stored)
     return stored
 
 
-def level_figures(summary: dict[str, Any]) -> dict[str, Any]:
+def level_figures(summary: LevelFigures) -> dict[str, Any]:
     """The figures a trial keeps of its level (and the study of ar's)."""
-    return {"goodput_req_s": summary.get("goodput_req_s"), "tpot_p50_ms": summary["tpot_ms"]["p50"],
-            "ttft_p50_ms": summary["ttft_ms"]["p50"], "e2e_p50_ms": summary["e2e_ms"]["p50"],
-            "tpot_p99_ms": summary["tpot_ms"]["p99"], "output_tok_s": summary["output_tok_s"],
-            "req_s": summary["req_s"]}
+    return {"goodput_req_s": summary.goodput_req_s, "tpot_p50_ms": summary.tpot_ms.p50,
+            "ttft_p50_ms": summary.ttft_ms.p50, "e2e_p50_ms": summary.e2e_ms.p50,
+            "tpot_p99_ms": summary.tpot_ms.p99, "output_tok_s": summary.output_tok_s, "req_s": summary.req_s}
 
 
 class ServedEvaluator:
@@ -183,8 +182,8 @@ class ServedEvaluator:
 
     def __init__(self, plan: ServedPlan, ar_level: dict[str, Any], logs: Path):
         self.plan, self.logs = plan, logs
-        self.ar_records = [RequestRecord(**r) for r in ar_level["records"]]
-        self.ar_summary = ar_level["summary"]
+        self.ar_records = [RequestRecord.from_dict(r, "ar's level") for r in ar_level["records"]]
+        self.ar_summary = LevelFigures.from_dict(ar_level["summary"], "ar's level")
 
     def objective(self, trial: optuna.Trial, space: StudySpace) -> float:
         started = time.perf_counter()
@@ -203,7 +202,7 @@ class ServedEvaluator:
             raise
 
     def value(self, trial: optuna.Trial, records: list[RequestRecord], duration: float,
-              speculation: dict[str, Any] | None, arguments: dict[str, Any], started: float) -> float:
+              speculation: Speculation | None, arguments: dict[str, Any], started: float) -> float:
         """The trial's value; a failed request, an answer that differs from ar's or no value fails it."""
         failed = [r for r in records if r.error is not None]
         if failed or not records:
@@ -211,14 +210,15 @@ class ServedEvaluator:
                                f"{failed[0].error if failed else 'none was sent'}")
         if self.plan.serve.run.temperature == 0:
             check = greedy_agreement(records, self.ar_records)
-            if check["mismatches"]:
-                raise TrialFailure(f"lossless check failed: {check['mismatches']} of {check['compared']} answers "
-                                   f"differ from ar's (request: first differing {check['unit']}: "
-                                   f"{check['first_divergence']})")
+            if check.mismatches:
+                raise TrialFailure(f"lossless check failed: {check.mismatches} of {check.compared} answers "
+                                   f"differ from ar's (request: first differing {check.unit}: "
+                                   f"{check.first_divergence})")
         summary = level_summary(records, duration, self.plan.serve.slo)
         versus = against_baseline(records, self.ar_records, summary, self.ar_summary, self.plan.serve.run.seed)
-        attrs = {**level_figures(summary), "tpot_speedup": versus["tpot_speedup"],
-                 "tau": (speculation or {}).get("tau"), "speculative_config": arguments.get("speculative_config"),
+        attrs = {**level_figures(summary), "tpot_speedup": versus.tpot_speedup,
+                 "tau": speculation.tau if speculation else None,
+                 "speculative_config": arguments.get("speculative_config"),
                  "wall_s": time.perf_counter() - started}
         for key, value in attrs.items():
             trial.set_user_attr(key, value)
@@ -242,7 +242,8 @@ def finish(config: TuneConfig, plan: ServedPlan, study: optuna.Study, url: str, 
         load={"concurrency": level.concurrency, "request_rate": level.request_rate},
         slo=plan.serve.slo, suite=run.suite, categories=list(run.categories), temperature=run.temperature,
         max_new_tokens=run.max_new_tokens, requests=plan.requests, engine_args=run.engine_args,
-        logs=str(logs_dir(config, name)), baseline=level_figures(ar_level["summary"]) if ar_level else None,
+        logs=str(logs_dir(config, name)),
+        baseline=level_figures(LevelFigures.from_dict(ar_level["summary"], name)) if ar_level else None,
         measured=[{"number": t.number, "params": t.params, "value": t.value, **t.user_attrs}
                   for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))])
     if best is None:

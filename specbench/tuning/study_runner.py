@@ -30,6 +30,7 @@ from specbench.config import RunPlan
 from specbench.core.errors import SpecbenchError
 from specbench.core.files import write_atomic, write_json
 from specbench.core.records import TunedStudy
+from specbench.core.records.study import Gains
 from specbench.measure.hardware import GpuProfile
 from specbench.models import fingerprint
 from specbench.strategies.knobs import make_options
@@ -244,19 +245,18 @@ def finish_study(config: TuneConfig, plan: StudyPlan, study: optuna.Study, url: 
         return record
     knobs, controller = set_best(record, study, best, plan.space)
     record.memory_bytes = best.user_attrs.get("memory_bytes")
-    record.tuning = {**interval(best.user_attrs[PER_PROMPT], workload.seed), "speedup": best.values[0]}
+    record.tuning = dataclasses.replace(interval(best.user_attrs[PER_PROMPT], workload.seed), speedup=best.values[0])
     if len(study.directions) > 1:
         record.pareto = [{"trial": t.number, "params": t.params, "speedup": t.values[0], "memory_bytes": t.values[1]}
                          for t in sorted(study.best_trials, key=lambda t: -t.values[0])]
     holdout = Evaluator(plan.bench, plan.holdout, plan.profile)
     tuned = holdout.build(plan.spec, knobs, controller)
     try:
-        record.holdout = holdout_check(holdout, tuned, plan.bench.strategies[1], workload.seed)
+        record.holdout, held_out_gain = holdout_check(holdout, tuned, plan.bench.strategies[1], workload.seed)
     finally:
         holdout.release(tuned)
-    record.gain = {"holdout": record.holdout.pop("gain"),
-                   "tuning": paired_gain(best.user_attrs[PER_PROMPT], defaults.user_attrs[PER_PROMPT],
-                                         workload.seed) if defaults is not None else None}
+    record.gain = Gains(held_out_gain, paired_gain(best.user_attrs[PER_PROMPT], defaults.user_attrs[PER_PROMPT],
+                                                   workload.seed) if defaults is not None else None)
     record.toml = str(tuned_dir / f"{name}.toml")
     write_atomic(Path(record.toml), tuned_toml(record, knobs, controller, workload, speedup_figures(record)))
     engine = plan.bench.backends[tuned.engine]
@@ -280,10 +280,8 @@ def rank(records: list[TunedStudy]) -> list[dict[str, Any]]:
     """The tuned strategies ordered by their held-out speedup, beside their defaults there."""
     rows = []
     for r in records:
-        holdout = r.holdout or {}
         rows.append({"strategy": r.strategy, "study": r.study, "label": r.label,
-                     "tuned": (holdout.get("tuned") or {}).get("speedup"),
-                     "defaults": (holdout.get("defaults") or {}).get("speedup"),
-                     "gain": ((r.gain or {}).get("holdout") or {}).get("gain"),
-                     "tuning": (r.tuning or {}).get("speedup")})
+                     "tuned": r.held_out("tuned"), "defaults": r.held_out("defaults"),
+                     "gain": r.gain.holdout.gain if r.gain else None,
+                     "tuning": r.tuning.speedup if r.tuning else None})
     return sorted(rows, key=lambda row: -(row["tuned"] or 0.0))

@@ -11,6 +11,7 @@ import optuna
 from optuna.trial import TrialState
 
 from specbench.core.records import StudyRecord
+from specbench.core.records.study import DefaultsTrial
 from specbench.tuning.objective import Evaluator, TrialFailure
 from specbench.tuning.outputs import importances
 from specbench.tuning.storage import display_url
@@ -58,8 +59,8 @@ def new_record(kind: type[Record], study: optuna.Study, url: str, trials: int, p
     return kind(study=study.study_name, storage=display_url(url), trials=trial_counts(study, per_trial),
                 target_trials=trials, created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 best_params=None, best_value=None, toml=None, plots=[],
-                defaults=None if defaults is None else {"trial": defaults.number, "params": defaults.params,
-                                                        "value": defaults.values[0]}, **fields)
+                defaults=None if defaults is None else DefaultsTrial(defaults.number, defaults.params,
+                                                                     defaults.values[0]), **fields)
 
 
 def set_best(record: StudyRecord, study: optuna.Study, best: optuna.trial.FrozenTrial,
