@@ -26,16 +26,16 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from specbench.benchmark.pipeline import run_benchmark
-from specbench.benchmark.prepare import prepare
-from specbench.config import RunConfig
+from specbench.analysis.cost_table import BATCH_GRID
+from specbench.analysis.hardware import BUILTIN_PROFILES
+from specbench.analysis.projection import by_batch, workload_shape
+from specbench.bench.cost_timing import measure_target_costs
+from specbench.bench.pipeline import run_benchmark
+from specbench.bench.prepare import prepare
 from specbench.core.files import write_atomic, write_json
-from specbench.measure.cost_table import BATCH_GRID
-from specbench.measure.cost_timing import measure_target_costs
-from specbench.measure.hardware import BUILTIN_PROFILES
-from specbench.measure.projection import by_batch, workload_shape
-from specbench.models import load_target
-from specbench.output.batch_tables import batch_frames, render_frame, stop_text
+from specbench.decoding.target import load_target
+from specbench.plan.run_config import RunConfig
+from specbench.report.batch_tables import batch_frames, render_frame, stop_text
 
 ROOT = Path(__file__).resolve().parents[1]
 STRATEGIES = ("ngram", "dflash", "dspark")
@@ -73,8 +73,8 @@ def main() -> None:
         "model": args.model or "the embedded default model",
         "run_dir": str(report.path), "cost_table": str(table_file), "complete": report.complete,
         "mismatches": {f"{r.strategy}@{r.batch_size}": r.mismatches for r in report.summary},
-        "measured_beside_modelled": [p for p in load.points if p["measured_speedup"] is not None],
-        "modelled": load.points,
+        "measured_beside_modelled": [p.as_dict() for p in load.points if p.measured_speedup is not None],
+        "modelled": [p.as_dict() for p in load.points],
         "stops_paying_on_this_cpu": load.stops_paying,
         "best_draft_tokens": load.schedule, "vllm": load.vllm,
         "gpu_crossover_modelled": gpu_crossovers(config, report),

@@ -17,12 +17,12 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
-from specbench.benchmark.pipeline import run_benchmark
-from specbench.config import RunConfig
+from specbench.bench.pipeline import run_benchmark
 from specbench.core.files import write_atomic, write_json
-from specbench.output.comparison import acceptance_table, comparison, render
-from specbench.strategies.names import BASELINE, parse_strategies
-from specbench.strategies.published.formats import drafters_used_by
+from specbench.methods.names import BASELINE, parse_strategies
+from specbench.methods.published.formats import drafters_used_by
+from specbench.plan.run_config import RunConfig
+from specbench.report.comparison import acceptance_table, comparison, render
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "benchmarks"
 DRAFTERS = ("eagle", "mtp", "dflash", "dspark")

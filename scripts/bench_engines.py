@@ -18,12 +18,12 @@ import argparse
 import json
 from pathlib import Path
 
-from specbench.benchmark.pipeline import run_benchmark
-from specbench.config import RunConfig
+from specbench.analysis.stats import geometric_mean
+from specbench.bench.pipeline import run_benchmark
 from specbench.core.files import write_atomic, write_json
-from specbench.measure.stats import geometric_mean
-from specbench.models import DEFAULT_MODEL
-from specbench.strategies.names import BASELINE
+from specbench.decoding.target import DEFAULT_MODEL
+from specbench.methods.names import BASELINE
+from specbench.plan.run_config import RunConfig
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "benchmarks"
 STRATEGIES = ["ngram", "draft", "eagle", "dflash"]  # dspark: vLLM's V1 runner (a CPU's) has none

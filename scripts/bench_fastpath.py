@@ -1,6 +1,6 @@
 """The engine's forwards against transformers' forward, in one process: transformers' modules over a
-DynamicCache; engine/flat.py's fast forward with F.linear's products; and the fast forward with
-engine/linear.py's packed weights (oneDNN on a CPU), which is what a run uses.
+DynamicCache; decoding/flat.py's fast forward with F.linear's products; and the fast forward with
+decoding/linear.py's packed weights (oneDNN on a CPU), which is what a run uses.
 
 Each round decodes the same prompts of the default suite with each strategy once per forward, in an
 order rotated from round to round; tokens/s per forward are the tokens over the decode wall time summed
@@ -22,14 +22,14 @@ from pathlib import Path
 import torch
 
 from specbench.core.files import write_json
-from specbench.engine.decode import generate
-from specbench.engine.kv_cache import fast_path
-from specbench.engine.linear import packing
-from specbench.models import encode_turns, load_target
-from specbench.strategies.build import build_strategy
-from specbench.strategies.names import BASELINE, parse_strategy
-from specbench.strategies.published.formats import drafter_dirs_by_strategy
-from specbench.suites import load_suite, select
+from specbench.decoding.decode import generate
+from specbench.decoding.kv_cache import fast_path
+from specbench.decoding.linear import packing
+from specbench.decoding.target import encode_turns, load_target
+from specbench.methods.build import build_strategy
+from specbench.methods.names import BASELINE, parse_strategy
+from specbench.methods.published.formats import drafter_dirs_by_strategy
+from specbench.plan.suites import load_suite, select
 
 TRANSFORMERS = "transformers"
 FORWARDS = {TRANSFORMERS: (False, False), "flat": (True, False), "packed": (True, True)}  # fast_path, packing

@@ -7,7 +7,7 @@
 (d) the speedup of `draft` and `ngram` over `ar` per category (a regular `specbench run`).
 
 (a) and (b) are one `specbench run --engine specbench,transformers`: transformers' generate is an
-engine of the run (specbench/backends/transformers.py), so both engines decode each prompt
+engine of the run (specbench/engines/transformers.py), so both engines decode each prompt
 interleaved, after a warm-up, and every output is checked. Writes results/benchmarks/foundation.{json,md}.
 
     python scripts/bench_foundation.py --limit 24 --max-new-tokens 64
@@ -20,15 +20,15 @@ from pathlib import Path
 
 import numpy as np
 
-from specbench.backends.transformers import TRANSFORMERS
-from specbench.benchmark.pipeline import run_benchmark
-from specbench.config import RunConfig
+from specbench.analysis.stats import PAIR, geometric_mean_ci
+from specbench.bench.pipeline import run_benchmark
 from specbench.core.engine_names import SPECBENCH
 from specbench.core.files import write_atomic, write_json
 from specbench.core.records import RunResult
-from specbench.measure.stats import PAIR, geometric_mean_ci
-from specbench.output.comparison import comparison, render
-from specbench.strategies.names import BASELINE
+from specbench.engines.transformers import TRANSFORMERS
+from specbench.methods.names import BASELINE
+from specbench.plan.run_config import RunConfig
+from specbench.report.comparison import comparison, render
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "benchmarks"
 

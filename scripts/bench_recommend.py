@@ -28,18 +28,18 @@ from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
-from specbench.benchmark.pipeline import run_benchmark
-from specbench.config import RunConfig
+from specbench.analysis.hardware import load_profiles
+from specbench.analysis.stats import summarise_strategies
+from specbench.bench.pipeline import run_benchmark
 from specbench.core.files import write_atomic, write_json
-from specbench.measure.hardware import load_profiles
-from specbench.measure.stats import summarise_strategies
-from specbench.output.comparison import load_runs
+from specbench.methods.build import verifies_trees
+from specbench.methods.names import parse_strategies
+from specbench.methods.published.formats import drafters_used_by
+from specbench.plan.run_config import RunConfig
+from specbench.plan.suites import load_suite
 from specbench.recommender import evaluate, learn, make_workload, recommend
 from specbench.recommender.evidence import Evidence, load_evidence
-from specbench.strategies.build import verifies_trees
-from specbench.strategies.names import parse_strategies
-from specbench.strategies.published.formats import drafters_used_by
-from specbench.suites import load_suite
+from specbench.report.comparison import load_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "results" / "benchmarks"

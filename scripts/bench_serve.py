@@ -21,12 +21,12 @@ from pathlib import Path
 
 from rich.console import Console
 
-from specbench.config import RunConfig
 from specbench.core.files import write_atomic, write_json
 from specbench.core.strict_json import dumps
-from specbench.output.serve_tables import LEGEND, decisions, level_tables
-from specbench.serving.config import ServeConfig
-from specbench.serving.run_dir import ServeRun
+from specbench.plan.run_config import RunConfig
+from specbench.report.serve_tables import LEGEND, decisions, level_tables
+from specbench.serving.serve_config import ServeConfig
+from specbench.serving.serve_dir import ServeRun
 from specbench.serving.sweep import plan, serve_sweep, strategy_names
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,8 +68,7 @@ def main() -> None:
              "", "```", console.export_text().rstrip(), "```", "", LEGEND, "",
              *[f"- {line}" for line in decisions(result.strategies, result.levels)], "",
              "## Exported schedules (vLLM speculative_config)", "", "```json",
-             dumps({name: f.get("vllm_speculative_config") for name, f in result.strategies.items()
-                    if "vllm_speculative_config" in f}, indent=2), "```", ""]
+             dumps(result.schedules, indent=2), "```", ""]
     lines += [f"Note: {note}" for note in result.notes]
     write_atomic(args.out / "serve.md", "\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -36,18 +36,18 @@ from pathlib import Path
 import optuna
 import pandas as pd
 
-from specbench.benchmark.prepare import prepare
-from specbench.config import RunConfig
+from specbench.analysis.projection import project, workload_shape
+from specbench.analysis.stats import geometric_mean
+from specbench.bench.prepare import prepare
 from specbench.core.files import write_atomic, write_json
-from specbench.measure.projection import project, workload_shape
-from specbench.measure.stats import geometric_mean
-from specbench.strategies.names import parse_strategy
-from specbench.strategies.registry import definition
-from specbench.strategies.search_space import Choice, IntRange, Param, Ref, SearchSpace
-from specbench.tuning.config import TuneConfig
+from specbench.methods.names import parse_strategy
+from specbench.methods.registry import definition
+from specbench.methods.search_space import Choice, IntRange, Param, Ref, SearchSpace
+from specbench.plan.run_config import RunConfig
 from specbench.tuning.holdout import paired_gain, split_items
 from specbench.tuning.objective import AR_REFRESH_TRIALS, Evaluator
 from specbench.tuning.study import make_pruner, make_sampler
+from specbench.tuning.study_config import TuneConfig
 from specbench.tuning.study_runner import tune
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "benchmarks"
@@ -128,7 +128,7 @@ def remeasured_ratio(values: dict[tuple, dict[str, list[float]]], found: tuple, 
     """TPE's point over the grid's best, per prompt (geometric means over rounds), with a 95% interval."""
     per_prompt = {k: {u: geometric_mean(v) for u, v in values[k].items()} for k in (found, best)}
     gain = paired_gain(per_prompt[found], per_prompt[best], 0)
-    return {"ratio": gain["gain"], "ci": gain["gain_ci"]}
+    return {"ratio": gain.gain, "ci": gain.gain_ci}
 
 
 def geo(values: dict) -> float:
@@ -213,8 +213,9 @@ def main() -> None:
         config = TuneConfig(workload=dataclasses.replace(workload, gpu=None, out=tmp), strategies=("dspark",),
                             trials=args.study_trials, study="bench-tune-dspark")
         record = tune(config).studies[0]
-    parts["study"] = {k: getattr(record, k) for k in ("best_params", "best_value", "tuning", "holdout", "gain",
-                                                 "defaults", "trials", "label")}
+    saved = record.as_dict()  # the study's record as results/tuned/ holds it
+    parts["study"] = {k: saved.get(k) for k in ("best_params", "best_value", "tuning", "holdout", "gain", "defaults",
+                                                "trials")} | {"label": record.label}
     parts["command"] = (f"python scripts/bench_tune.py --limit {args.limit} --max-new-tokens {args.max_new_tokens} "
                         f"--gpu {args.gpu} --seeds {args.seeds} --study-trials {args.study_trials} "
                         f"--rounds {args.rounds}")

@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from build_default_model import CORPUS_BYTES, instruction_pairs, stdlib_sources  # noqa: E402
 
 from specbench.core.files import write_json  # noqa: E402
-from specbench.models import DEFAULT_DIR, fingerprint, load_target  # noqa: E402
-from specbench.strategies.registry import definition  # noqa: E402
+from specbench.decoding.target import DEFAULT_DIR, fingerprint, load_target  # noqa: E402
+from specbench.methods.registry import definition  # noqa: E402
 from specbench.training.distill import collect, pick_layers  # noqa: E402
 from specbench.training.trainer import train  # noqa: E402
 

@@ -25,13 +25,12 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
-from specbench.config import RunConfig
 from specbench.core.files import write_atomic, write_json
-from specbench.model_source import model_path
-from specbench.serving.config import Level, ServeConfig
+from specbench.decoding.model_source import model_path
+from specbench.serving.level_stats import level_summary
 from specbench.serving.load import drive
+from specbench.serving.serve_config import Level, ServeConfig, serve_config
 from specbench.serving.server import Server
-from specbench.serving.stats import level_summary
 from specbench.serving.sweep import workload
 from specbench.serving.vllm_args import server_arguments
 
@@ -81,8 +80,8 @@ def main() -> None:
     if args.smoke:
         args.limit, args.max_new_tokens, args.rounds = 4, 16, 2
     # --limit measured requests, each a prompt of its own, beside the warm-up's two
-    config = ServeConfig(RunConfig(strategies=["ar"], limit=args.limit + 2, max_new_tokens=args.max_new_tokens),
-                         concurrency=[args.concurrency], warmup=2, requests=args.limit).validate()
+    config = serve_config({"strategies": ["ar"], "limit": args.limit + 2, "max_new_tokens": args.max_new_tokens},
+                          concurrency=[args.concurrency], warmup=2, requests=args.limit)
     level = config.levels[0]
     tokenizer = AutoTokenizer.from_pretrained(model_path(None))
     with tempfile.TemporaryDirectory() as tmp:
@@ -92,7 +91,7 @@ def main() -> None:
                                    for prompt in workload(config).prompts))
         server = None
         if args.url is None:
-            arguments = server_arguments(config.run, lambda: None)["ar"]
+            arguments = server_arguments(config.plan, lambda: None)["ar"]
             server = Server("ar", arguments, Path(tmp) / "server.log", start_timeout=900)
             server.start()
         try:

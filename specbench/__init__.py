@@ -23,7 +23,7 @@ from specbench.core.version import __version__
 
 if TYPE_CHECKING:
     from specbench.core.records import RunResult
-    from specbench.core.records.serve import ServeResult
+    from specbench.core.records.serve_records import ServeResult
     from specbench.recommender import Recommendation
     from specbench.serving.sweep import Progress as ServeProgress
     from specbench.tuning.trials import TuneReport
@@ -35,7 +35,7 @@ def run(**settings: Any) -> RunResult:
     """`specbench run`: every strategy against plain decoding (`ar`) on a prompt suite, its run directory
     written under `out`. `settings` are a run configuration's, named as in a `--config` TOML file
     (docs/configuration.md): strategies, model, drafters, limit, max_new_tokens, engine, ..."""
-    from specbench.benchmark.pipeline import run_benchmark
+    from specbench.bench.pipeline import run_benchmark
 
     return run_benchmark(_run_config(settings, "specbench.run").plan("specbench.run"))
 
@@ -44,7 +44,7 @@ def tune(strategies: str | list[str] = (), **settings: Any) -> TuneReport:
     """`specbench tune`: one Optuna study of each strategy's knobs, its best checked on held-out prompts. The
     study's settings are TuneConfig's (trials, workers, storage, objectives, ...); the others the workload's,
     as `run` takes them."""
-    from specbench.tuning.config import TuneConfig
+    from specbench.tuning.study_config import TuneConfig
     from specbench.tuning.study_runner import tune as tune_studies
 
     study, workload = _split(settings, TuneConfig, "workload")
@@ -59,7 +59,7 @@ def serve(resume: str | Path | None = None, api_key: str | None = None, progress
     ServeLoad's (`headers` and `api_key` sent to the endpoints); the others the run's, as `run` takes them.
     `resume` continues an interrupted serve run with its saved settings; `progress(strategy, level, answered,
     requests)` is told the requests of every level to measure."""
-    from specbench.serving.config import ServeLoad, serve_config
+    from specbench.serving.serve_config import ServeLoad, serve_config
     from specbench.serving.sweep import resume as resume_run
     from specbench.serving.sweep import serve as serve_run
 
@@ -84,14 +84,14 @@ def recommend(results: str | Path = "results", **workload: Any) -> Recommendatio
 
 def _run_config(settings: dict[str, Any], where: str):
     """A RunConfig from settings named as a TOML config names them, paths given as Path objects too."""
-    from specbench.config import RunConfig
+    from specbench.plan.run_config import RunConfig
 
     return RunConfig(**_settings(settings, where))
 
 
 def _settings(settings: dict[str, Any], where: str) -> dict[str, Any]:
     """RunConfig's fields from settings named as a TOML config names them, paths given as Path objects too."""
-    from specbench.config import checked_settings
+    from specbench.plan.run_config import checked_settings
 
     def text(value: Any) -> Any:
         if isinstance(value, os.PathLike):

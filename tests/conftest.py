@@ -9,7 +9,7 @@ import os
 import pytest
 import torch
 
-from specbench.models import Target, load_target
+from specbench.decoding.target import Target, load_target
 from tests.helpers import TINY_SHAPES, tiny_lm, tiny_target, write_tiny_model_dir
 
 # tiny models: one thread is faster than two, and the suite stays fast on a loaded 2-core machine

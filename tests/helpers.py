@@ -25,19 +25,19 @@ from scipy.stats import chisquare
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 from typer.testing import CliRunner
 
+from specbench.analysis.stats import paired_speedups, summarise_strategies
 from specbench.cli import app
-from specbench.config import RunConfig
 from specbench.core.errors import SpecbenchError
-from specbench.engine.decode import generate
-from specbench.engine.protocol import DraftContext, StepOutcome
-from specbench.engine.sampling import Sampling
-from specbench.engine.tree import DraftTree
-from specbench.engine.verify import accept_sampling
-from specbench.measure.stats import paired_speedups, summarise_strategies
-from specbench.models import Target, fingerprint
-from specbench.strategies.controllers import FixedController
-from specbench.strategies.drafter_config import read_drafter_config
-from specbench.strategies.trainable import DistillBatch
+from specbench.decoding.decode import generate
+from specbench.decoding.drafting import DraftContext, StepOutcome
+from specbench.decoding.sampling import Sampling
+from specbench.decoding.target import Target, fingerprint
+from specbench.decoding.tree import DraftTree
+from specbench.decoding.verify import accept_sampling
+from specbench.methods.controllers import FixedController
+from specbench.methods.drafter_config import read_drafter_config
+from specbench.methods.trainable import DistillBatch
+from specbench.plan.run_config import RunConfig
 from specbench.training.distill import DistillSequence, make_batch
 from specbench.training.trainer import train
 
@@ -710,7 +710,7 @@ def invoke(*args):
 
 # -- run directories with planted speedups ---------------------------------------------------------------------------
 # For recommend's tests. Rows follow what `measuring.make_rows` writes; summary.json comes from
-# `measure.stats.summarise_strategies` over them, as `summarise.finish` writes it, so the readers meet the real schema.
+# `analysis.stats.summarise_strategies` over them, as `summarise.finish` writes it, so the readers meet the real schema.
 
 
 BASE_BYTES = 80_000_000  # the target's weights

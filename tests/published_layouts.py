@@ -1,7 +1,7 @@
 """Tiny checkpoints in the layouts their authors publish (config keys and weight names as published,
 random weights), and independent evaluations of them written from each format's definition.
 
-The references below share no code with specbench/strategies/published/: attention, RoPE, norms and
+The references below share no code with specbench/methods/published/: attention, RoPE, norms and
 heads are written out here, so a wrong layer index, a missing norm or a swapped concatenation in the
 implementation makes the proposals differ.
 """
@@ -60,9 +60,9 @@ def target_states(model, prompt: list[int]) -> tuple[torch.Tensor, ...]:
 
 def propose(drafter, model, prompt: list[int], budget: int):
     """The drafter's first proposal after `prompt` (greedy, a fixed budget), as the engine would ask for it."""
-    from specbench.engine.protocol import DraftContext
-    from specbench.engine.sampling import Sampling, seeded
-    from specbench.strategies.controllers import FixedController
+    from specbench.decoding.drafting import DraftContext
+    from specbench.decoding.sampling import Sampling, seeded
+    from specbench.methods.controllers import FixedController
 
     states = target_states(model, prompt)
     drafter.start(torch.tensor(prompt), tuple(states[i][0] for i in drafter.hidden_layers))

@@ -1,4 +1,4 @@
-"""The engine seam (backends/protocol.py): what every engine provides, the capabilities only some declare,
+"""The engine seam (engines/protocol.py): what every engine provides, the capabilities only some declare,
 the plan they are made from and the reference engine the plan names."""
 
 import ast
@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-import specbench.backends
-from specbench.backends.protocol import Deploys, KeepsLog, TimesTarget, Tunable
-from specbench.backends.registry import ENGINE_NAMES, REFERENCE, backend, run_order
-from specbench.config import RunConfig
+import specbench.engines
 from specbench.core.errors import SpecbenchError
-from specbench.tuning import config as tune_config
-from specbench.tuning.config import TuneConfig
+from specbench.engines.engine_registry import ENGINE_NAMES, REFERENCE, backend, run_order
+from specbench.engines.protocol import Deploys, KeepsLog, TimesTarget, Tunable
+from specbench.plan.run_config import RunConfig
+from specbench.tuning import study_config as tune_config
+from specbench.tuning.study_config import TuneConfig
 
 CAPABILITIES = {  # engine -> the optional capabilities it declares
     "specbench": {Tunable},
@@ -31,11 +31,11 @@ def test_every_engine_has_the_seam_and_declares_its_capabilities(name):
 
 
 def test_no_engine_imports_the_run_configuration():
-    """Engines are made from an EnginePlan (their layer), never from config.py's RunPlan (the layer above)."""
-    for module in Path(specbench.backends.__file__).parent.glob("*.py"):
+    """Engines are made from an EnginePlan (their layer), never from plan/run_config.py's RunPlan (the layer above)."""
+    for module in Path(specbench.engines.__file__).parent.glob("*.py"):
         for node in ast.walk(ast.parse(module.read_text())):
             if isinstance(node, ast.ImportFrom):
-                assert node.module != "specbench.config", module.name
+                assert node.module != "specbench.plan.run_config", module.name
 
 
 def test_the_reference_engine_is_the_plans(tiny_model_dir):

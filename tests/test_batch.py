@@ -12,19 +12,19 @@ import pytest
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
+from specbench.analysis.batch_model import drain
 from specbench.core.errors import SpecbenchError
-from specbench.engine.batch import drafter_copies, generate_batch
-from specbench.engine.decode import generate
-from specbench.engine.sampling import Sampling, seeded
-from specbench.engine.tree import DraftTree
-from specbench.measure.batch_model import drain
-from specbench.models import encode_turns
-from specbench.strategies.build import build_strategy
-from specbench.strategies.controllers import FixedController, HeuristicController
-from specbench.strategies.draft_model import DraftModelDrafter, DraftOptions
-from specbench.strategies.names import parse_strategy
-from specbench.strategies.ngram import NgramDrafter, NgramOptions
-from specbench.suites import load_suite
+from specbench.decoding.batch import drafter_copies, generate_batch
+from specbench.decoding.decode import generate
+from specbench.decoding.sampling import Sampling, seeded
+from specbench.decoding.target import encode_turns
+from specbench.decoding.tree import DraftTree
+from specbench.methods.build import build_strategy
+from specbench.methods.controllers import FixedController, HeuristicController
+from specbench.methods.draft_model import DraftModelDrafter, DraftOptions
+from specbench.methods.names import parse_strategy
+from specbench.methods.ngram import NgramDrafter, NgramOptions
+from specbench.plan.suites import load_suite
 from tests.helpers import (
     TINY_SHAPES,
     ScriptedDrafter,
@@ -232,7 +232,7 @@ def test_a_wrong_batched_verifier_fails_the_same_test(monkeypatch):
     def accept_everything(tree, logits, sampling, rng):
         return list(range(len(tree))), rng.draw(sampling.probs(logits[len(tree)]))
 
-    monkeypatch.setattr("specbench.engine.decode.accept_sampling", accept_everything)  # the batch's too
+    monkeypatch.setattr("specbench.decoding.decode.accept_sampling", accept_everything)  # the batch's too
     target, draft = small_vocab_lm(0), small_vocab_lm(1)
     drafted = batched_distribution(target, PROMPTS, 0, 1,
                                    lambda: (DraftModelDrafter(draft, DraftOptions(k=1)), FixedController(1)))

@@ -8,16 +8,16 @@ import tomllib
 
 import pytest
 
-from specbench.config import load_config_file, resolve
+from specbench.analysis import batch_model
+from specbench.analysis.batch_model import DraftShape, best_caps, expected_block, modelled, stops_paying, sweep, tau
+from specbench.analysis.hardware import BUILTIN_PROFILES
+from specbench.analysis.projection import WorkloadShape, by_batch, project
+from specbench.bench.cost_timing import CostTable
 from specbench.core.errors import SpecbenchError
-from specbench.draft_schedule import cap_at, schedule_entry, schedule_toml, vllm_config
-from specbench.measure import batch_model
-from specbench.measure.batch_model import DraftShape, best_caps, expected_block, modelled, stops_paying, sweep, tau
-from specbench.measure.cost_timing import CostTable
-from specbench.measure.hardware import BUILTIN_PROFILES
-from specbench.measure.projection import WorkloadShape, by_batch, project
-from specbench.strategies.controllers import CappedController, FixedController
-from specbench.strategies.registry import vllm_method
+from specbench.methods.controllers import CappedController, FixedController
+from specbench.methods.draft_schedule import cap_at, schedule_entry, schedule_toml, vllm_config
+from specbench.methods.registry import vllm_method
+from specbench.plan.run_config import load_config_file, resolve
 
 MS = 1e-3
 

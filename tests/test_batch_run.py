@@ -11,14 +11,14 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from specbench.analysis import cost_table
+from specbench.analysis.cost_table import Grid, table_path
+from specbench.bench.cost_timing import measure_costs, table_key
 from specbench.cli import app
-from specbench.config import load_config_file
-from specbench.measure import cost_table
-from specbench.measure.cost_table import Grid, table_path
-from specbench.measure.cost_timing import measure_costs, table_key
-from specbench.models import load_target
-from specbench.strategies.build import build_strategy
-from specbench.strategies.names import parse_strategy
+from specbench.decoding.target import load_target
+from specbench.methods.build import build_strategy
+from specbench.methods.names import parse_strategy
+from specbench.plan.run_config import load_config_file
 
 runner = CliRunner()
 GRID = ["--batch-sizes", "1,2", "--verify-lengths", "1,2,4", "--context-lens", "16,64", "--repeats", "1"]

@@ -150,7 +150,7 @@ def test_a_speed_bench_directory_runs_with_its_categories(tiny_model_dir, tmp_pa
 
 
 def test_interrupt_keeps_finished_prompts(tiny_model_dir, tmp_path, monkeypatch):
-    import specbench.benchmark.pipeline as benchmark
+    import specbench.bench.pipeline as benchmark
 
     real = benchmark.measure_group
     calls = []
@@ -202,9 +202,9 @@ def test_report_to_file_and_by_category(json_run, tmp_path):
 
 def test_library_run_config_limit_zero_is_the_whole_suite(tiny_model_dir):
     # prepare uses the validated copy of the configuration, as the CLI does
-    from specbench.benchmark.prepare import prepare
-    from specbench.config import RunConfig
-    from specbench.suites import load_suite
+    from specbench.bench.prepare import prepare
+    from specbench.plan.run_config import RunConfig
+    from specbench.plan.suites import load_suite
     bench = prepare(RunConfig(strategies=["ngram"], model=str(tiny_model_dir), limit=0, device="cpu").plan())
     assert bench.config.limit is None
     assert len(bench.suite.items) + len(bench.skipped) == len(load_suite("default").items)

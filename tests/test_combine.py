@@ -6,14 +6,14 @@ import random
 
 import torch
 
-from specbench.engine.decode import generate
-from specbench.engine.sampling import Sampling
-from specbench.engine.tree import DraftTree
-from specbench.strategies.combine import CombinedDrafter, member_path, merge_trees
-from specbench.strategies.controllers import FixedController
-from specbench.strategies.draft_model import DraftModelDrafter, DraftOptions
-from specbench.strategies.names import StrategyName, parse_strategy
-from specbench.strategies.ngram import NgramDrafter, NgramOptions
+from specbench.decoding.decode import generate
+from specbench.decoding.sampling import Sampling
+from specbench.decoding.tree import DraftTree
+from specbench.methods.combine import CombinedDrafter, member_path, merge_trees
+from specbench.methods.controllers import FixedController
+from specbench.methods.draft_model import DraftModelDrafter, DraftOptions
+from specbench.methods.names import StrategyName, parse_strategy
+from specbench.methods.ngram import NgramDrafter, NgramOptions
 from tests.helpers import (
     CHI_SQUARE_PROMPT,
     CHI_SQUARE_RUNS,

@@ -12,11 +12,11 @@ from typer.testing import CliRunner
 
 from specbench.cli import app
 from specbench.core.errors import SpecbenchError
-from specbench.models import Target, load_lm
-from specbench.strategies.build import build_strategy
-from specbench.strategies.names import parse_strategy
-from specbench.strategies.published.convert import convert
-from specbench.strategies.published.formats import open_source
+from specbench.decoding.target import Target, load_lm
+from specbench.methods.build import build_strategy
+from specbench.methods.names import parse_strategy
+from specbench.methods.published.conversion import convert
+from specbench.methods.published.formats import open_source
 from tests.helpers import tiny_lm, write_tiny_model_dir
 from tests.published_layouts import deepspec_checkpoint, dflash_checkpoint, eagle3_checkpoint, propose
 
@@ -106,7 +106,7 @@ def test_convert_command(tiny_model_dir, tmp_path):
 def test_the_embedded_dspark_drafter_in_deepspec_layout_drafts_the_same(tmp_path):
     """The shipped default target and dspark drafter (bfloat16 weights): converted to DeepSpec's layout
     and read back by the DeepSpec reader, it drafts exactly what specbench's own drafter does."""
-    from specbench.models import ASSETS, load_target
+    from specbench.decoding.target import ASSETS, load_target
 
     target = load_target(None, torch.device("cpu"), torch.float32)
     ours = ASSETS / "default" / "drafters" / "dspark"
@@ -133,7 +133,7 @@ def test_the_embedded_drafters_in_vllm_layouts_draft_the_same(default_target, tm
     """Written for vLLM (eagle as a two-layer EAGLE-3, dflash as z-lab's with mask_embedding.pt, dspark as
     DeepSpec's) and read back by the published readers, each embedded drafter drafts exactly what specbench's
     own does; the written directory is cached and re-used."""
-    from specbench.strategies.published.to_vllm import vllm_drafter_dir
+    from specbench.methods.published.to_vllm import vllm_drafter_dir
 
     target = default_target
     written = vllm_drafter_dir(strategy, None, target, tmp_path)
@@ -157,11 +157,11 @@ def test_the_embedded_drafters_in_vllm_layouts_draft_the_same(default_target, tm
 def test_a_draft_vocabulary_goes_to_vllm_as_eagle3s_map_or_is_refused(default_target, tmp_path, strategy):
     """EAGLE-3's layout carries the map (d2t, t2d, a head of the draft vocabulary's rows): read back, it drafts
     what specbench's own drafter does. z-lab's and DeepSpec's layouts carry none: one line."""
-    from specbench.models import fingerprint
-    from specbench.strategies.drafter_dir import save_drafter
-    from specbench.strategies.knobs import make_options
-    from specbench.strategies.published.to_vllm import vllm_drafter_dir
-    from specbench.strategies.registry import definition
+    from specbench.decoding.target import fingerprint
+    from specbench.methods.drafter_dir import save_drafter
+    from specbench.methods.knobs import make_options
+    from specbench.methods.published.to_vllm import vllm_drafter_dir
+    from specbench.methods.registry import definition
 
     target = default_target
     torch.manual_seed(0)
@@ -186,7 +186,7 @@ def test_a_draft_vocabulary_goes_to_vllm_as_eagle3s_map_or_is_refused(default_ta
 
 
 def test_convert_to_vllm_command(tmp_path):
-    from specbench.models import ASSETS
+    from specbench.decoding.target import ASSETS
 
     drafters = ASSETS / "default" / "drafters"
     runner = CliRunner()

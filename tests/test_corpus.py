@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from specbench.core.errors import SpecbenchError
-from specbench.model_source import KNOWN_MODELS
+from specbench.decoding.model_source import KNOWN_MODELS
 from specbench.training.chat_prompts import overlapping
 from specbench.training.corpus import Corpus, load_corpus, save_corpus, suite_turns
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from specbench.measure import cost_table, cost_timing
-from specbench.measure.cost_table import Grid
-from specbench.measure.cost_timing import drafter_key, measure_costs
-from specbench.strategies.build import Strategy
-from specbench.strategies.controllers import FixedController
-from specbench.strategies.ngram import NgramDrafter, NgramOptions
+from specbench.analysis import cost_table
+from specbench.analysis.cost_table import Grid
+from specbench.bench import cost_timing
+from specbench.bench.cost_timing import drafter_key, measure_costs
+from specbench.methods.build import Strategy
+from specbench.methods.controllers import FixedController
+from specbench.methods.ngram import NgramDrafter, NgramOptions
 from tests.helpers import tiny_target
 
 GRID = Grid(verify_lengths=(1, 2, 4), context_lens=(8, 16), budgets=(1, 2), repeats=2, warmup=1)

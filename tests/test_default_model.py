@@ -8,11 +8,11 @@ import json
 from typer.testing import CliRunner
 
 from specbench.cli import app
-from specbench.engine.decode import generate
-from specbench.models import DEFAULT_DIR, encode_turns
-from specbench.strategies.names import COMBINATIONS
-from specbench.strategies.registry import DRAFTER_NAMES
-from specbench.suites import load_suite
+from specbench.decoding.decode import generate
+from specbench.decoding.target import DEFAULT_DIR, encode_turns
+from specbench.methods.names import COMBINATIONS
+from specbench.methods.registry import DRAFTER_NAMES
+from specbench.plan.suites import load_suite
 
 
 def test_all_strategies_on_the_shipped_drafters_are_lossless(tmp_path):

@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from specbench.core.errors import SpecbenchError
-from specbench.engine.decode import generate
-from specbench.engine.protocol import DraftContext
-from specbench.engine.sampling import Sampling
-from specbench.strategies.controllers import EntropyController, FixedController, HeuristicController
-from specbench.strategies.dflash import STRATEGY, DFlashDrafter, DFlashOptions, context_layers
+from specbench.decoding.decode import generate
+from specbench.decoding.drafting import DraftContext
+from specbench.decoding.sampling import Sampling
+from specbench.methods.controllers import EntropyController, FixedController, HeuristicController
+from specbench.methods.dflash import STRATEGY, DFlashDrafter, DFlashOptions, context_layers
 from tests.helpers import (
     TINY_SHAPES,
     Trained,

@@ -22,12 +22,12 @@ from rich.progress import TimeRemainingColumn
 
 from specbench.cli import app
 from specbench.cli.app import progress_bar
-from specbench.config import RunConfig, resolve
 from specbench.core.errors import SpecbenchError
-from specbench.model_source import model_path
-from specbench.models import load_target
-from specbench.output.run_dir import RunDir, run_name
-from specbench.strategies.controllers import CONTROLLERS
+from specbench.decoding.model_source import model_path
+from specbench.decoding.target import load_target
+from specbench.methods.controllers import CONTROLLERS
+from specbench.plan.run_config import RunConfig, resolve
+from specbench.report.run_dir import RunDir, run_name
 
 REPO = Path(__file__).resolve().parents[1]
 COMMANDS = typer.main.get_command(app).commands
@@ -90,10 +90,10 @@ def test_run_names_tell_runs_apart():
 
 
 def test_two_runs_started_in_the_same_second_get_two_directories(tmp_path, monkeypatch):
-    monkeypatch.setattr("specbench.output.run_dir.environment", dict)
+    monkeypatch.setattr("specbench.report.run_dir.environment", dict)
     config = RunConfig(strategies=["ngram"])
     first = RunDir.create(tmp_path, config, "m", "s", ["ar", "ngram"])
-    monkeypatch.setattr("specbench.output.run_dir.run_name", lambda *args: first.path.name)
+    monkeypatch.setattr("specbench.report.run_dir.run_name", lambda *args: first.path.name)
     second = RunDir.create(tmp_path, config, "m", "s", ["ar", "ngram"])
     assert second.path != first.path and second.path.name == first.path.name + "-2"
 

@@ -8,11 +8,11 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from specbench.core.errors import SpecbenchError
-from specbench.models import fingerprint
-from specbench.strategies.draft_vocab import DraftVocab, frequent_tokens
-from specbench.strategies.drafter_dir import WEIGHTS, save_drafter
-from specbench.strategies.eagle import EagleModel, EagleOptions
-from specbench.strategies.registry import definition
+from specbench.decoding.target import fingerprint
+from specbench.methods.draft_vocab import DraftVocab, frequent_tokens
+from specbench.methods.drafter_dir import WEIGHTS, save_drafter
+from specbench.methods.eagle import EagleModel, EagleOptions
+from specbench.methods.registry import definition
 from tests.helpers import tiny_target
 
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specbench.engine.decode import generate
-from specbench.models import fingerprint
-from specbench.strategies.controllers import FixedController
-from specbench.strategies.knobs import make_options
-from specbench.strategies.registry import definition, definitions
+from specbench.decoding.decode import generate
+from specbench.decoding.target import fingerprint
+from specbench.methods.controllers import FixedController
+from specbench.methods.knobs import make_options
+from specbench.methods.registry import definition, definitions
 from specbench.training.trainer import train
 from tests.helpers import distill_sequences, tiny_target
 

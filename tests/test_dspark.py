@@ -11,14 +11,14 @@ import torch
 from torch import nn
 
 from specbench.core.errors import SpecbenchError
-from specbench.engine.decode import generate
-from specbench.engine.protocol import DraftContext
-from specbench.engine.sampling import Sampling
-from specbench.strategies.controllers import CONTROLLERS, FixedController
-from specbench.strategies.dflash import STRATEGY as DFLASH
-from specbench.strategies.dspark import STRATEGY, DSparkDrafter, DSparkOptions
-from specbench.strategies.dspark_scheduler import DSparkScheduler
-from specbench.strategies.ngram import NgramOptions
+from specbench.decoding.decode import generate
+from specbench.decoding.drafting import DraftContext
+from specbench.decoding.sampling import Sampling
+from specbench.methods.controllers import CONTROLLERS, FixedController
+from specbench.methods.dflash import STRATEGY as DFLASH
+from specbench.methods.dspark import STRATEGY, DSparkDrafter, DSparkOptions
+from specbench.methods.dspark_scheduler import DSparkScheduler
+from specbench.methods.ngram import NgramOptions
 from tests.helpers import (
     TINY_SHAPES,
     check_blocks_match_inference,

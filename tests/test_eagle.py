@@ -7,13 +7,13 @@ import random
 import pytest
 import torch
 
-import specbench.strategies.eagle as eagle
+import specbench.methods.eagle as eagle
 from specbench.core.errors import SpecbenchError
-from specbench.engine.decode import generate
-from specbench.engine.sampling import Sampling
-from specbench.models import Target
-from specbench.strategies.controllers import FixedController, HeuristicController
-from specbench.strategies.eagle import EagleDrafter, EagleModel, EagleOptions, eagle_tree, feature_layers
+from specbench.decoding.decode import generate
+from specbench.decoding.sampling import Sampling
+from specbench.decoding.target import Target
+from specbench.methods.controllers import FixedController, HeuristicController
+from specbench.methods.eagle import EagleDrafter, EagleModel, EagleOptions, eagle_tree, feature_layers
 from tests.helpers import (
     TINY_SHAPES,
     Spy,

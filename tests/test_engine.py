@@ -7,18 +7,18 @@ import random
 import pytest
 import torch
 
-from specbench.engine import linear
-from specbench.engine.decode import forward, generate
-from specbench.engine.flat import StaticKV
-from specbench.engine.kv_cache import buffers, cache_length, fast_path, keep_path, new_cache, run_model
-from specbench.engine.linear import packing
-from specbench.engine.protocol import DraftContext
-from specbench.engine.sampling import Sampling
-from specbench.engine.tree import DraftTree, ancestor_matrix, tree_attention_mask
-from specbench.engine.verify import accept_greedy
-from specbench.strategies.controllers import FixedController, HeuristicController
-from specbench.strategies.draft_model import DraftModelDrafter, DraftOptions
-from specbench.strategies.ngram import NgramDrafter, NgramOptions
+from specbench.decoding import linear
+from specbench.decoding.decode import forward, generate
+from specbench.decoding.drafting import DraftContext
+from specbench.decoding.flat import StaticKV
+from specbench.decoding.kv_cache import buffers, cache_length, fast_path, keep_path, new_cache, run_model
+from specbench.decoding.linear import packing
+from specbench.decoding.sampling import Sampling
+from specbench.decoding.tree import DraftTree, ancestor_matrix, tree_attention_mask
+from specbench.decoding.verify import accept_greedy
+from specbench.methods.controllers import FixedController, HeuristicController
+from specbench.methods.draft_model import DraftModelDrafter, DraftOptions
+from specbench.methods.ngram import NgramDrafter, NgramOptions
 from tests.helpers import TINY_SHAPES, ScriptedDrafter, oracle_tree, random_prompt, tiny_lm, tiny_target
 
 
@@ -132,7 +132,7 @@ def test_greedy_identity_random_prompts(shape):
 
 @pytest.mark.parametrize("shape", list(TINY_SHAPES))
 def test_fast_path_is_transformers_forward(shape):
-    """engine/flat.py's forward over its static cache, with F.linear's products, gives transformers' logits
+    """decoding/flat.py's forward over its static cache, with F.linear's products, gives transformers' logits
     bit for bit (prefill, decode, chains and tree masks, a cache that grows past its first buffers), so
     every decode is the same."""
     model = tiny_lm(shape, seed=5)
@@ -164,7 +164,7 @@ def test_fast_path_is_transformers_forward(shape):
 
 @pytest.mark.parametrize("shape", list(TINY_SHAPES))
 def test_packed_weights_round_like_f_linear(shape):
-    """engine/linear.py's packed products (the default on a CPU) differ from F.linear's only in rounding:
+    """decoding/linear.py's packed products (the default on a CPU) differ from F.linear's only in rounding:
     the same logits to 1e-4 over prefill, chains and tree verification, and the same greedy decode."""
     model = tiny_lm(shape, seed=6)
     vocab = model.config.vocab_size

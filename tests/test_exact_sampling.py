@@ -16,23 +16,23 @@ import zlib
 import pytest
 import torch
 
-from specbench.engine.decode import forward, prefill
-from specbench.engine.kv_cache import new_cache
-from specbench.engine.protocol import DraftContext
-from specbench.engine.sampling import Sampling
-from specbench.engine.tree import DraftTree, Draw
-from specbench.engine.verify import accept_sampling, proposal
-from specbench.strategies.combine import CombinedDrafter, merge_trees
-from specbench.strategies.controllers import CONTROLLERS, FixedController
-from specbench.strategies.dflash import DFlashDrafter, DFlashOptions
-from specbench.strategies.draft_model import DraftModelDrafter, DraftOptions
-from specbench.strategies.dspark import DSparkDrafter, DSparkOptions
-from specbench.strategies.eagle import EagleDrafter, EagleModel, EagleOptions
-from specbench.strategies.knobs import make_options
-from specbench.strategies.mtp import MtpDrafter, MtpModel, MtpOptions
-from specbench.strategies.names import COMBINATIONS, parse_strategy
-from specbench.strategies.ngram import NgramDrafter, NgramOptions
-from specbench.strategies.registry import DRAFTER_NAMES, definition
+from specbench.decoding.decode import forward, prefill
+from specbench.decoding.drafting import DraftContext
+from specbench.decoding.kv_cache import new_cache
+from specbench.decoding.sampling import Sampling
+from specbench.decoding.tree import DraftTree, Draw
+from specbench.decoding.verify import accept_sampling, proposal
+from specbench.methods.combine import CombinedDrafter, merge_trees
+from specbench.methods.controllers import CONTROLLERS, FixedController
+from specbench.methods.dflash import DFlashDrafter, DFlashOptions
+from specbench.methods.draft_model import DraftModelDrafter, DraftOptions
+from specbench.methods.dspark import DSparkDrafter, DSparkOptions
+from specbench.methods.eagle import EagleDrafter, EagleModel, EagleOptions
+from specbench.methods.knobs import make_options
+from specbench.methods.mtp import MtpDrafter, MtpModel, MtpOptions
+from specbench.methods.names import COMBINATIONS, parse_strategy
+from specbench.methods.ngram import NgramDrafter, NgramOptions
+from specbench.methods.registry import DRAFTER_NAMES, definition
 from tests.helpers import (
     TOLERANCE,
     enumerate_outcomes,

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from specbench.core.errors import SpecbenchError
-from specbench.models import cpu_flags, resolve_dtype
+from specbench.decoding.target import cpu_flags, resolve_dtype
 from tests.helpers import invoke
 
 CPU = torch.device("cpu")

@@ -8,8 +8,7 @@ import json
 import pytest
 from rich.console import Console
 
-from specbench.core.errors import SpecbenchError
-from specbench.measure.hardware import (
+from specbench.analysis.hardware import (
     BUILTIN_PROFILES,
     detect_local_gpu,
     get_profile,
@@ -18,6 +17,7 @@ from specbench.measure.hardware import (
     load_profiles,
     match_profile,
 )
+from specbench.core.errors import SpecbenchError
 from tests.helpers import FakeNvml, NVMLError_LibraryNotFound
 
 EXPECTED = {"rtx3090", "rtx4090", "rtx5090", "l4", "l40s", "a10g", "a100-40g", "a100-80g",

@@ -52,7 +52,7 @@ def resume_command(stderr: str) -> list[str]:
 
 
 def test_ctrl_c_in_run_prints_the_resume_command_that_finishes_it(tiny_model_dir, tmp_path, monkeypatch):
-    import specbench.benchmark.pipeline as benchmark
+    import specbench.bench.pipeline as benchmark
 
     real = benchmark.measure_group
     monkeypatch.setattr(benchmark, "measure_group", interrupt_on_call(2, real)[0])
@@ -72,7 +72,7 @@ def test_ctrl_c_in_run_prints_the_resume_command_that_finishes_it(tiny_model_dir
 
 
 def test_ctrl_c_while_loading_writes_nothing(tiny_model_dir, tmp_path, monkeypatch):
-    import specbench.benchmark.pipeline as benchmark
+    import specbench.bench.pipeline as benchmark
 
     def interrupted(config):
         raise KeyboardInterrupt
@@ -85,7 +85,7 @@ def test_ctrl_c_while_loading_writes_nothing(tiny_model_dir, tmp_path, monkeypat
 
 
 def test_ctrl_c_while_resuming_says_the_run_is_unchanged(tiny_model_dir, tmp_path, monkeypatch):
-    import specbench.benchmark.pipeline as benchmark
+    import specbench.bench.pipeline as benchmark
 
     result = invoke("run", "--model", tiny_model_dir, "--strategy", "ngram", "--limit", 1, "--max-new-tokens", 2,
                     "--out", tmp_path, "--warmup", 0, "--json")

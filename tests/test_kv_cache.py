@@ -10,12 +10,12 @@ import torch
 from transformers import MistralConfig, MistralForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 from specbench.core.errors import SpecbenchError
-from specbench.engine.decode import generate
-from specbench.engine.kv_cache import attention_masks, check_supported, layer_types, state_bytes
-from specbench.engine.tree import DraftTree
-from specbench.strategies.controllers import FixedController
-from specbench.strategies.draft_model import DraftModelDrafter, DraftOptions
-from specbench.strategies.ngram import NgramDrafter, NgramOptions
+from specbench.decoding.decode import generate
+from specbench.decoding.kv_cache import attention_masks, check_supported, layer_types, state_bytes
+from specbench.decoding.tree import DraftTree
+from specbench.methods.controllers import FixedController
+from specbench.methods.draft_model import DraftModelDrafter, DraftOptions
+from specbench.methods.ngram import NgramDrafter, NgramOptions
 from tests.helpers import ScriptedDrafter, oracle_tree, random_prompt
 
 WINDOW = 6

@@ -1,5 +1,7 @@
-"""The package graph is one-way: import-linter checks pyproject.toml's layers contract (docs/architecture.md)."""
+"""The package graph is one-way and has no circle: import-linter checks pyproject.toml's contracts
+(docs/architecture.md); and no two modules share a name."""
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -29,13 +31,43 @@ def test_specbench_imports_only_downwards():
 def test_an_upward_import_breaks_the_contract(tmp_path):
     shutil.copy(ROOT / "pyproject.toml", tmp_path)
     shutil.copytree(ROOT / "specbench", tmp_path / "specbench", ignore=shutil.ignore_patterns("__pycache__"))
-    records = tmp_path / "specbench" / "core" / "records" / "run.py"
-    records.write_text(records.read_text() + "\nfrom specbench.output.run_dir import read_run  # noqa: E402\n")
+    records = tmp_path / "specbench" / "core" / "records" / "run_records.py"
+    records.write_text(records.read_text() + "\nfrom specbench.report.run_dir import read_run  # noqa: E402\n")
 
     result = lint_imports(tmp_path)
     assert result.returncode == 1, result.stdout
-    assert "specbench.core is not allowed to import specbench.output" in result.stdout
-    assert "specbench.core.records.run -> specbench.output.run_dir" in result.stdout
+    assert "specbench.core is not allowed to import specbench.report" in result.stdout
+    assert "specbench.core.records.run_records -> specbench.report.run_dir" in result.stdout
+
+
+def test_a_circle_inside_a_package_breaks_the_contract_even_deferred(tmp_path):
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    shutil.copytree(ROOT / "specbench", tmp_path / "specbench", ignore=shutil.ignore_patterns("__pycache__"))
+    stats = tmp_path / "specbench" / "analysis" / "noise.py"
+    stats.write_text(stats.read_text() + "\n\ndef _later():\n    from specbench.analysis import stats  # noqa: F401\n")
+    uses = tmp_path / "specbench" / "analysis" / "stats.py"
+    uses.write_text(uses.read_text() + "\n\ndef _later():\n    from specbench.analysis import noise  # noqa: F401\n")
+
+    result = lint_imports(tmp_path)
+    assert result.returncode == 1, result.stdout
+    assert "No cycles are allowed in specbench.analysis" in result.stdout
+
+
+def test_no_two_modules_share_a_name():
+    names: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "specbench").rglob("*.py")):
+        if path.name != "__init__.py":
+            names.setdefault(path.stem, []).append(str(path.relative_to(ROOT)))
+    assert {name: paths for name, paths in names.items() if len(paths) > 1} == {}
+
+
+def test_commands_stay_thin():
+    """A command parses, calls the library and prints: none of cli/'s functions runs past 60 lines."""
+    long = [f"{path.name}:{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+            for path in sorted((ROOT / "specbench" / "cli").glob("*.py"))
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 60]
+    assert long == []
 
 
 def test_core_loads_without_torch():

@@ -1,4 +1,4 @@
-"""engine/linear.py: products over packed weights at inference, F.linear's where gradients are recorded."""
+"""decoding/linear.py: products over packed weights at inference, F.linear's where gradients are recorded."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from specbench.engine import linear as packed_linear
-from specbench.engine.linear import Linear, linear, onednn, packing
+from specbench.decoding import linear as packed_linear
+from specbench.decoding.linear import Linear, linear, onednn, packing
 
 pytestmark = pytest.mark.skipif(not onednn(), reason="this torch cannot pack weights for oneDNN")
 

@@ -8,9 +8,9 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-import specbench.backends.specbench
+import specbench.engines.specbench
+from specbench.analysis.lossless import divergence_margin, first_divergence, mismatch_detail
 from specbench.cli import app
-from specbench.measure.lossless import divergence_margin, first_divergence, mismatch_detail
 
 
 def test_first_divergence():
@@ -38,7 +38,7 @@ def test_mismatch_detail_names_position_and_margins():
 
 def test_a_broken_strategy_is_reported_with_its_margin(tiny_model_dir, tmp_path, monkeypatch):
     """A run whose `ngram` outputs are corrupted at token 3 must say so, with the target's margin there."""
-    real_generate = specbench.backends.specbench.generate
+    real_generate = specbench.engines.specbench.generate
     corrupted = []  # (model, prompt, the corrupted tokens, ar's tokens)
 
     def corrupting_generate(model, prompt, *args, **kwargs):
@@ -49,7 +49,7 @@ def test_a_broken_strategy_is_reported_with_its_margin(tiny_model_dir, tmp_path,
             corrupted.append((model, prompt, gen.tokens, original))
         return gen
 
-    monkeypatch.setattr(specbench.backends.specbench, "generate", corrupting_generate)
+    monkeypatch.setattr(specbench.engines.specbench, "generate", corrupting_generate)
     result = CliRunner().invoke(app, ["run", "--model", str(tiny_model_dir), "--strategy", "ngram", "--limit", "2",
                                       "--max-new-tokens", "8", "--warmup", "0", "--out", str(tmp_path), "--json"])
     assert result.exit_code == 0, result.output

@@ -7,18 +7,18 @@ import sys
 import pytest
 import torch
 
-import specbench.strategies as strategies_package
-import specbench.strategies.published as published_package
-import specbench.strategies.published.formats as formats_package
-from specbench.backends.vllm import translate
-from specbench.strategies import published, registry
-from specbench.strategies.names import StrategyName
-from specbench.strategies.published import to_vllm
-from specbench.strategies.published.formats import open_source
+import specbench.methods as strategies_package
+import specbench.methods.published as published_package
+import specbench.methods.published.formats as formats_package
+from specbench.engines.vllm import translate
+from specbench.methods import published, registry
+from specbench.methods.names import StrategyName
+from specbench.methods.published import to_vllm
+from specbench.methods.published.formats import open_source
 from tests.published_layouts import write
 
 TOY_FORMATS = '''
-from specbench.strategies.published.formats import Format
+from specbench.methods.published.formats import Format
 
 FORMATS = (Format("toy-v1", "a toy drafter (toy-lab)", detect=lambda c: "toy_config" in c.config, code="toy_code",
                   vllm_as_is=True, vllm_writer="toy_code.export"),)
@@ -39,7 +39,7 @@ def export(source, target, out, mask_token_id):
 TOY_METHOD = '''
 import dataclasses
 
-from specbench.strategies.eagle import STRATEGY as EAGLE
+from specbench.methods.eagle import STRATEGY as EAGLE
 
 STRATEGY = dataclasses.replace(EAGLE, name="toy")
 '''
@@ -48,7 +48,8 @@ STRATEGY = dataclasses.replace(EAGLE, name="toy")
 @pytest.fixture
 def toy(tmp_path, monkeypatch):
     """The toy's three modules where the method, format and format-code modules go, and its registry line."""
-    for package, name, text in ((strategies_package, "toy", TOY_METHOD), (formats_package, "toy", TOY_FORMATS),
+    for package, name, text in ((strategies_package, "toy", TOY_METHOD),
+                                (published_package, "toy_formats", TOY_FORMATS),
                                 (published_package, "toy_code", TOY_CODE)):
         folder = tmp_path / package.__name__
         folder.mkdir(exist_ok=True)
@@ -63,8 +64,8 @@ def toy(tmp_path, monkeypatch):
     yield
     registry.definition.cache_clear()
     registry.formats.cache_clear()
-    for name in ("specbench.strategies.toy", "specbench.strategies.published.formats.toy",
-                 "specbench.strategies.published.toy_code"):
+    for name in ("specbench.methods.toy", "specbench.methods.published.toy_formats",
+                 "specbench.methods.published.toy_code"):
         sys.modules.pop(name, None)
 
 

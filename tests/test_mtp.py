@@ -8,14 +8,14 @@ import random
 import pytest
 import torch
 
-import specbench.strategies.mtp as mtp
+import specbench.methods.mtp as mtp
 from specbench.core.errors import SpecbenchError
-from specbench.engine.decode import generate
-from specbench.engine.sampling import Sampling
-from specbench.models import fingerprint
-from specbench.strategies.controllers import FixedController, HeuristicController
-from specbench.strategies.drafter_dir import save_drafter
-from specbench.strategies.mtp import MtpDrafter, MtpModel, MtpOptions, module_mask, mtp_tree
+from specbench.decoding.decode import generate
+from specbench.decoding.sampling import Sampling
+from specbench.decoding.target import fingerprint
+from specbench.methods.controllers import FixedController, HeuristicController
+from specbench.methods.drafter_dir import save_drafter
+from specbench.methods.mtp import MtpDrafter, MtpModel, MtpOptions, module_mask, mtp_tree
 from tests.helpers import (
     TINY_SHAPES,
     Spy,

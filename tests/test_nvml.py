@@ -8,9 +8,9 @@ import time
 
 import pytest
 
+from specbench.analysis.host import HostSampler
+from specbench.analysis.nvml import MIN_PERIOD_S, NvmlSampler, peak_bandwidth_gbs
 from specbench.core.errors import SpecbenchError
-from specbench.measure.host import HostSampler
-from specbench.measure.nvml import MIN_PERIOD_S, NvmlSampler, peak_bandwidth_gbs
 from tests.helpers import FakeNvml, NVMLError_DriverNotLoaded, NVMLError_LibraryNotFound
 
 H200_PEAK_GBS = 6144 * 3201e6 * 2 / 8 / 1e9

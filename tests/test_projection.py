@@ -7,11 +7,10 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from specbench.core.errors import SpecbenchError
-from specbench.measure.cost_model import StepShape, expected_tau, predict
-from specbench.measure.cost_table import CostTable
-from specbench.measure.hardware import BUILTIN_PROFILES, GpuProfile
-from specbench.measure.projection import (
+from specbench.analysis.cost_model import StepShape, expected_tau, predict
+from specbench.analysis.cost_table import CostTable
+from specbench.analysis.hardware import BUILTIN_PROFILES, GpuProfile
+from specbench.analysis.projection import (
     STEP_OVERHEAD_S,
     WorkloadShape,
     ar_shape,
@@ -21,6 +20,7 @@ from specbench.measure.projection import (
     step_time,
     workload_shape,
 )
+from specbench.core.errors import SpecbenchError
 from tests.helpers import tiny_lm
 
 # 1e9-parameter bf16 target (2e9 bytes), 1e8-parameter drafter (2e8 bytes), 1e5 KV bytes per token

@@ -12,12 +12,12 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from specbench.core.errors import SpecbenchError
-from specbench.engine.decode import generate
-from specbench.engine.sampling import Sampling
-from specbench.models import Target
-from specbench.strategies.build import build_strategy
-from specbench.strategies.names import parse_strategy
-from specbench.strategies.published.formats import open_source
+from specbench.decoding.decode import generate
+from specbench.decoding.sampling import Sampling
+from specbench.decoding.target import Target
+from specbench.methods.build import build_strategy
+from specbench.methods.names import parse_strategy
+from specbench.methods.published.formats import open_source
 from tests.helpers import chi_square_pvalue, small_vocab_target, tiny_lm
 from tests.published_layouts import BlockReference, deepspec_checkpoint, dflash_checkpoint, propose
 

@@ -11,12 +11,12 @@ from safetensors.torch import load_file, save_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from specbench.core.errors import SpecbenchError
-from specbench.engine.decode import generate
-from specbench.models import Target
-from specbench.strategies.build import build_strategy
-from specbench.strategies.controllers import EntropyController
-from specbench.strategies.names import parse_strategy
-from specbench.strategies.published.formats import open_source
+from specbench.decoding.decode import generate
+from specbench.decoding.target import Target
+from specbench.methods.build import build_strategy
+from specbench.methods.controllers import EntropyController
+from specbench.methods.names import parse_strategy
+from specbench.methods.published.formats import open_source
 from tests.published_layouts import Eagle3Reference, eagle3_checkpoint, propose
 
 VOCAB, DRAFT_VOCAB = 211, 64

@@ -14,9 +14,9 @@ from typer.testing import CliRunner
 
 from specbench.cli import app
 from specbench.core.errors import SpecbenchError
-from specbench.models import load_lm
-from specbench.strategies.names import parse_strategies
-from specbench.strategies.published.formats import drafter_dirs_by_strategy, open_source
+from specbench.decoding.target import load_lm
+from specbench.methods.names import parse_strategies
+from specbench.methods.published.formats import drafter_dirs_by_strategy, open_source
 from tests.helpers import write_tiny_model_dir
 from tests.published_layouts import deepspec_checkpoint, dflash_checkpoint, eagle3_checkpoint, mtp_target, write
 

@@ -11,10 +11,10 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from specbench.core.errors import SpecbenchError
-from specbench.engine.decode import generate
-from specbench.models import Target, load_lm
-from specbench.strategies.build import build_strategy
-from specbench.strategies.names import parse_strategy
+from specbench.decoding.decode import generate
+from specbench.decoding.target import Target, load_lm
+from specbench.methods.build import build_strategy
+from specbench.methods.names import parse_strategy
 from tests.published_layouts import mtp_target, propose
 
 FAMILIES = {"deepseek-v3": "mtp-deepseek-v3", "qwen3-next": "mtp-qwen3-next", "mimo": "mtp-mimo"}

@@ -8,14 +8,14 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from specbench.analysis.hardware import load_profiles
 from specbench.cli import app
 from specbench.core.errors import SpecbenchError
-from specbench.measure.hardware import load_profiles
+from specbench.methods.knobs import make_options, validate_knobs
+from specbench.methods.registry import DRAFTER_NAMES, definition
 from specbench.recommender import PRIOR, evaluate, learn, make_workload, prior_markdown, recommend
 from specbench.recommender.evidence import load_evidence
 from specbench.recommender.prior import members, short_draft_knobs
-from specbench.strategies.knobs import make_options, validate_knobs
-from specbench.strategies.registry import DRAFTER_NAMES, definition
 from tests.helpers import write_run
 
 runner = CliRunner()

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from specbench.benchmark.pipeline import run_benchmark
-from specbench.config import RunConfig
+from specbench.bench.pipeline import run_benchmark
 from specbench.core.errors import SpecbenchError
 from specbench.core.records import (
     ROW_KEYS,
@@ -21,8 +20,9 @@ from specbench.core.records import (
     SummaryFile,
     TunedStudy,
 )
-from specbench.core.records.study import Gain, Gains, Holdout, Speedups
-from specbench.output.run_dir import read_run
+from specbench.core.records.study_records import Gain, Gains, Holdout, Speedups
+from specbench.plan.run_config import RunConfig
+from specbench.report.run_dir import read_run
 from tests.helpers import write_run
 
 

@@ -1,7 +1,7 @@
 """Report tables and plots against run directories written by a small fixture generator.
 
 The fixture writes rows in the bench's layout and, for a finished run, the summaries of
-measure/stats.py: the report only renders, so every figure it shows must be the summaries' own.
+analysis/stats.py: the report only renders, so every figure it shows must be the summaries' own.
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ import pytest
 from PIL import Image
 from rich.console import Console
 
+from specbench.analysis.stats import summarise_strategies
 from specbench.cli.app import print_report
-from specbench.config import RunConfig
 from specbench.core.errors import SpecbenchError
 from specbench.core.records import EnginePair, EngineReport, RunResult
-from specbench.measure.stats import summarise_strategies
-from specbench.output.comparison import comparison, load_runs, render
-from specbench.output.plots import style, write_plots
-from specbench.output.run_report import lossless_checks, start_and_notes
+from specbench.plan.run_config import RunConfig
+from specbench.report.comparison import comparison, load_runs, render
+from specbench.report.plots import style, write_plots
+from specbench.report.run_report import lossless_checks, start_and_notes
 
 STRATEGIES = ("ar", "eagle", "dflash+eagle")
 CATEGORIES = ("code", "creative writing", "math")
@@ -267,7 +267,7 @@ def test_plots_are_valid_readable_pngs(tmp_path):
 
 
 def test_every_strategy_has_its_own_colour_and_marker():
-    from specbench.strategies.names import all_strategies
+    from specbench.methods.names import all_strategies
 
     names = ["ar"] + [s.name for s in all_strategies()]
     assert len({style(n) for n in names}) == len(names)

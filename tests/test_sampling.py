@@ -3,10 +3,10 @@ a deliberately wrong verifier fails the same test, so the test can fail."""
 
 from __future__ import annotations
 
-from specbench.engine.sampling import Sampling
-from specbench.strategies.controllers import FixedController
-from specbench.strategies.draft_model import DraftModelDrafter, DraftOptions
-from specbench.strategies.ngram import NgramDrafter, NgramOptions
+from specbench.decoding.sampling import Sampling
+from specbench.methods.controllers import FixedController
+from specbench.methods.draft_model import DraftModelDrafter, DraftOptions
+from specbench.methods.ngram import NgramDrafter, NgramOptions
 from tests.helpers import CHI_SQUARE_PROMPT, CHI_SQUARE_RUNS, chi_square_pvalue, small_vocab_lm
 
 
@@ -33,7 +33,7 @@ def test_a_wrong_verifier_fails_the_same_test(monkeypatch):
         path = list(range(len(tree))) if tree.is_chain() else []
         return path, rng.draw(sampling.probs(logits[len(path)]))
 
-    monkeypatch.setattr("specbench.engine.decode.accept_sampling", accept_everything)
+    monkeypatch.setattr("specbench.decoding.decode.accept_sampling", accept_everything)
     p, _ = chi_square_pvalue(target, CHI_SQUARE_PROMPT, Sampling(temperature=1.0), CHI_SQUARE_RUNS,
                              lambda: (DraftModelDrafter(draft, DraftOptions(k=2)), FixedController(2)))
     assert p < 1e-6

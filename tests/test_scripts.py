@@ -14,8 +14,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from specbench.models import fingerprint, load_target
-from specbench.strategies.drafter_config import read_drafter_config
+from specbench.decoding.target import fingerprint, load_target
+from specbench.methods.drafter_config import read_drafter_config
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 DRAFTERS = ("eagle", "mtp", "dflash", "dspark")

@@ -12,11 +12,11 @@ from typer.testing import CliRunner
 
 from specbench.cli import app
 from specbench.core.errors import SpecbenchError
-from specbench.strategies.controllers import CONTROLLERS
-from specbench.strategies.dspark import DSparkOptions
-from specbench.strategies.names import parse_strategy
-from specbench.strategies.registry import DRAFTER_NAMES, definition, definitions
-from specbench.strategies.search_space import Choice, FloatRange, IntRange, Param, Ref, SearchSpace, When, knob_infos
+from specbench.methods.controllers import CONTROLLERS
+from specbench.methods.dspark import DSparkOptions
+from specbench.methods.names import parse_strategy
+from specbench.methods.registry import DRAFTER_NAMES, definition, definitions
+from specbench.methods.search_space import Choice, FloatRange, IntRange, Param, Ref, SearchSpace, When, knob_infos
 from specbench.tuning.study_space import StudySpace
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -105,7 +105,7 @@ def test_the_run_directory_and_no_server_left(served):
 def ngram_server(tmp_path_factory):
     """A server the tests start themselves: ngram with a per-batch-size schedule (speculate alone, not at 2 or
     more), which `vllm serve` must accept as specbench exports it."""
-    from specbench.config import RunConfig
+    from specbench.plan.run_config import RunConfig
     from specbench.serving.vllm_args import server_arguments
 
     config = RunConfig(strategies=["ngram"], engine="vllm", engine_args=json.loads(SMALL)).plan()
@@ -155,8 +155,8 @@ def test_a_server_killed_during_a_level_leaves_it_incomplete_and_resume_measures
     """SIGKILL to the server's process group after two answers of concurrency 2: that level is written with its
     failed requests as errors and marked incomplete, concurrency 1 is kept, and --resume (the server started
     again on its port) measures concurrency 2 alone."""
-    from specbench.serving.config import serve_config
-    from specbench.serving.run_dir import ServeRun
+    from specbench.serving.serve_config import serve_config
+    from specbench.serving.serve_dir import ServeRun
     from specbench.serving.sweep import plan, serve_sweep, strategy_names
 
     config = serve_config({"limit": 7, "max_new_tokens": 24, "out": str(tmp_path)}, concurrency=[1, 2], requests=6,
@@ -229,7 +229,7 @@ def test_no_server_outlives_a_sigkill_of_specbench(tmp_path):
 
 def test_a_server_that_fails_to_start_quotes_its_own_error(tmp_path):
     from specbench.core.errors import SpecbenchError
-    from specbench.model_source import model_path
+    from specbench.decoding.model_source import model_path
 
     arguments = {"model": str(model_path(None)), "max_model_len": 10 ** 7, "enforce_eager": True}
     server = Server("ar", arguments, tmp_path / "ar.log", start_timeout=600)

@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def keyed_server(tmp_path_factory):
-    from specbench.config import RunConfig
+    from specbench.plan.run_config import RunConfig
     from specbench.serving.vllm_args import server_arguments
 
     config = RunConfig(strategies=["ar"], engine="vllm", engine_args=json.loads(SMALL_SERVER)).plan()
@@ -132,8 +132,8 @@ def test_a_slow_first_byte_is_part_of_the_ttft(proxy, tmp_path):
 
 
 def test_an_endpoint_that_dies_mid_level_is_marked_and_resume_measures_it(proxy, tmp_path):
-    from specbench.serving.config import serve_config
-    from specbench.serving.run_dir import ServeRun
+    from specbench.serving.serve_config import serve_config
+    from specbench.serving.serve_dir import ServeRun
     from specbench.serving.sweep import plan, serve_sweep, strategy_names
 
     config = serve_config({"max_new_tokens": 16, "out": str(tmp_path)}, KEY, concurrency=[1], requests=4, warmup=1,

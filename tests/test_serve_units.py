@@ -12,7 +12,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from specbench.cli import app
-from specbench.core.records.serve import (
+from specbench.core.records.serve_records import (
     Agreement,
     LevelKey,
     Percentiles,
@@ -22,12 +22,12 @@ from specbench.core.records.serve import (
     ServeVerdict,
     Speculation,
 )
+from specbench.serving.greedy_check import greedy_agreement
+from specbench.serving.level_stats import against_baseline, level_summary
 from specbench.serving.load import arrival_times
-from specbench.serving.lossless import greedy_agreement
-from specbench.serving.metrics import parse, speculation
 from specbench.serving.schedule import PAYS, STOPS, capacity, crossover, paying_until, speedup_verdict, vllm_schedule
 from specbench.serving.server import cli_arguments, last_error
-from specbench.serving.stats import against_baseline, level_summary
+from specbench.serving.server_metrics import parse, speculation
 
 runner = CliRunner()
 
@@ -72,7 +72,7 @@ def test_capacity_is_the_highest_load_where_the_share_of_requests_meeting_every_
     """Per request: a level where one request misses TTFT and another TPOT has two misses, though each metric's
     own p99 may pass. The share's exact 95% interval decides: 400 of 400 within it shows 0.99 (lower bound
     0.025 ** (1 / 400) = 0.9908), 390 of 400 shows below it, 20 of 20 is too few to tell."""
-    from specbench.output.serve_tables import capacity_line, requests_to_show
+    from specbench.report.serve_tables import capacity_line, requests_to_show
     from specbench.serving.sweep import capacity
 
     def level(key, concurrency, good, total, errors=0):
@@ -98,7 +98,7 @@ def test_itl_per_token_spreads_each_chunk_over_its_tokens(tmp_path):
     """A speculative chunk of 3 tokens 30 ms after the last is one 30 ms ITL per chunk and three of 10 ms per
     token; a level file written before chunks were counted reads back with no per-token ITL."""
     from specbench.core.files import read_json, write_json
-    from specbench.core.records.serve import LevelFile
+    from specbench.core.records.serve_records import LevelFile
 
     chunky = RequestRecord(0, "p0", ttft=0.1, e2e=0.16, output_tokens=6, itl=[0.03, 0.01, 0.02],
                            chunk_tokens=[3, 1, 1])
@@ -283,7 +283,7 @@ def test_the_watchdog_stops_the_group_when_its_holder_is_killed():
 
 
 def test_a_cpu_servers_kv_cache_is_sized_for_the_levels():
-    from specbench.config import RunConfig
+    from specbench.plan.run_config import RunConfig
     from specbench.serving.vllm_args import server_arguments
 
     config = RunConfig(strategies=["ngram"], engine="vllm").plan()
@@ -340,9 +340,9 @@ def test_each_request_of_a_level_has_a_prompt_of_its_own():
     prompts have the length asked and no special token."""
     from transformers import AutoTokenizer
 
-    from specbench.model_source import model_path
-    from specbench.serving.config import serve_config
+    from specbench.decoding.model_source import model_path
     from specbench.serving.prompts import synthetic_prompts
+    from specbench.serving.serve_config import serve_config
     from specbench.serving.sweep import workload
 
     config = serve_config({}, concurrency=[1, 4, 8], warmup=3, output_len=16)
@@ -357,7 +357,7 @@ def test_each_request_of_a_level_has_a_prompt_of_its_own():
 
 
 def test_level_tables_fit_80_columns():
-    from specbench.output.serve_tables import level_tables
+    from specbench.report.serve_tables import level_tables
 
     entry = served("ar", "c16", 16, [record(0, 0.1, 0.2, 4)], output_tok_s=12345.6, errors=10, requests=999,
                    ttft_ms=Percentiles(1234.5, None, None, 999), tpot_ms=Percentiles(123.45, None, 456.78, 999),
@@ -401,10 +401,10 @@ def test_recommend_for_a_load_reads_serve_runs(tmp_path):
 
 
 def test_summary_pairs_levels_and_keeps_an_incomplete_one_visible(tmp_path):
-    from specbench.config import RunConfig
-    from specbench.output.serve_tables import decisions
-    from specbench.serving.config import Level, ServeConfig
-    from specbench.serving.run_dir import ServeRun
+    from specbench.plan.run_config import RunConfig
+    from specbench.report.serve_tables import decisions
+    from specbench.serving.serve_config import Level, ServeConfig
+    from specbench.serving.serve_dir import ServeRun
     from specbench.serving.sweep import summarise
 
     config = ServeConfig(plan=RunConfig(strategies=["ngram"], out=str(tmp_path)).plan(), concurrency=[1, 4],
@@ -441,10 +441,10 @@ def test_summary_pairs_levels_and_keeps_an_incomplete_one_visible(tmp_path):
 def test_a_level_with_errors_gives_no_verdict_and_exports_no_setting(tmp_path):
     """ngram pays at concurrency 1 and loses at 4, but one of ar's requests failed at 1 and one of its own at 4:
     neither level is a verdict, so it reads "errors", never "pays" or "stops paying", and no setting is exported."""
-    from specbench.config import RunConfig
-    from specbench.output.serve_tables import decisions, level_tables, levels_csv
-    from specbench.serving.config import Level, ServeConfig
-    from specbench.serving.run_dir import ServeRun
+    from specbench.plan.run_config import RunConfig
+    from specbench.report.serve_tables import decisions, level_tables, levels_csv
+    from specbench.serving.serve_config import Level, ServeConfig
+    from specbench.serving.serve_dir import ServeRun
     from specbench.serving.sweep import summarise
 
     config = ServeConfig(plan=RunConfig(strategies=["ngram"], out=str(tmp_path)).plan(), concurrency=[1, 4])
@@ -477,10 +477,10 @@ def test_a_level_with_errors_gives_no_verdict_and_exports_no_setting(tmp_path):
 
 
 def test_a_speedup_whose_interval_holds_one_is_undecided(tmp_path):
-    from specbench.config import RunConfig
-    from specbench.output.serve_tables import decisions
-    from specbench.serving.config import Level, ServeConfig
-    from specbench.serving.run_dir import ServeRun
+    from specbench.plan.run_config import RunConfig
+    from specbench.report.serve_tables import decisions
+    from specbench.serving.serve_config import Level, ServeConfig
+    from specbench.serving.serve_dir import ServeRun
     from specbench.serving.sweep import summarise
 
     run = ServeRun.create(ServeConfig(plan=RunConfig(strategies=["ngram"], out=str(tmp_path)).plan(), concurrency=[1]),
@@ -503,10 +503,10 @@ def test_a_crossover_is_where_the_interval_lies_below_one(tmp_path):
     """ngram pays at 1 (interval above 1), its point estimate is below 1 at 4 but its interval holds 1, and at
     8 the interval lies below 1: 4 is too small to decide, so where it stops paying (4 or 8) is undecided, and
     its schedule speculates below 4 only."""
-    from specbench.config import RunConfig
-    from specbench.output.serve_tables import decisions
-    from specbench.serving.config import Level, ServeConfig
-    from specbench.serving.run_dir import ServeRun
+    from specbench.plan.run_config import RunConfig
+    from specbench.report.serve_tables import decisions
+    from specbench.serving.serve_config import Level, ServeConfig
+    from specbench.serving.serve_dir import ServeRun
     from specbench.serving.sweep import summarise
 
     config = ServeConfig(plan=RunConfig(strategies=["ngram"], out=str(tmp_path)).plan(), concurrency=[1, 4, 8])
@@ -531,9 +531,9 @@ def test_a_crossover_is_where_the_interval_lies_below_one(tmp_path):
 
 
 def test_resume_takes_no_other_option_and_refuses_a_complete_run(tmp_path):
-    from specbench.config import RunConfig
-    from specbench.serving.config import ServeConfig
-    from specbench.serving.run_dir import ServeRun
+    from specbench.plan.run_config import RunConfig
+    from specbench.serving.serve_config import ServeConfig
+    from specbench.serving.serve_dir import ServeRun
 
     run = ServeRun.create(ServeConfig(plan=RunConfig(out=str(tmp_path)).plan(), concurrency=[1]), ["ar"], "m", "s")
     result = runner.invoke(app, ["serve", "--resume", str(run.path), "--limit", "3"])
@@ -548,10 +548,10 @@ def test_resume_takes_no_other_option_and_refuses_a_complete_run(tmp_path):
 def test_a_study_at_a_load_asks_its_own_question():
     """tune at a load: goodput at the SLO is maximised, the TPOT p50 minimised without one, and the load and
     SLO are part of the study's identity (a study at another load is refused, not resumed)."""
-    from specbench.config import RunConfig
-    from specbench.strategies.names import parse_strategy
-    from specbench.tuning.config import TuneConfig
+    from specbench.methods.names import parse_strategy
+    from specbench.plan.run_config import RunConfig
     from specbench.tuning.study import question
+    from specbench.tuning.study_config import TuneConfig
 
     workload = RunConfig(limit=2)
     at_two = TuneConfig(workload, ("ngram",), concurrency=2)

@@ -1,4 +1,4 @@
-"""measure/stats.py against answers computed by hand: the paired per-token speedup and its geometric
+"""analysis/stats.py against answers computed by hand: the paired per-token speedup and its geometric
 mean, the bootstrap interval's coverage, per-position acceptance, tau and the other summary figures."""
 
 from __future__ import annotations
@@ -9,15 +9,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specbench.engine.decode import Generation
-from specbench.engine.tree import DraftTree
-from specbench.measure.stats import (
+from specbench.analysis.stats import (
     PositionCounts,
     geometric_mean,
     geometric_mean_ci,
     paired_speedups,
     summarise_strategies,
 )
+from specbench.decoding.decode import Generation
+from specbench.decoding.tree import DraftTree
 
 
 def row(strategy, prompt, new_tokens, wall_s, repeat=0, **extra):

@@ -7,15 +7,15 @@ import pytest
 import torch
 
 from specbench.core.errors import SpecbenchError
-from specbench.engine.decode import generate
-from specbench.engine.protocol import DraftContext, StepOutcome
-from specbench.engine.sampling import Sampling
-from specbench.engine.tree import DraftTree
-from specbench.models import load_target
-from specbench.strategies.controllers import FixedController
-from specbench.strategies.knobs import make_options
-from specbench.strategies.registry import definition, vllm_method
-from specbench.strategies.suffix import SuffixDrafter, SuffixOptions, SuffixTrie, speculate
+from specbench.decoding.decode import generate
+from specbench.decoding.drafting import DraftContext, StepOutcome
+from specbench.decoding.sampling import Sampling
+from specbench.decoding.target import load_target
+from specbench.decoding.tree import DraftTree
+from specbench.methods.controllers import FixedController
+from specbench.methods.knobs import make_options
+from specbench.methods.registry import definition, vllm_method
+from specbench.methods.suffix import SuffixDrafter, SuffixOptions, SuffixTrie, speculate
 from tests.helpers import TOLERANCE, step_distribution, target_joint
 
 

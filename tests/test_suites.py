@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from specbench.core.errors import SpecbenchError
-from specbench.suites import Suite, SuiteItem, builtin_suite_names, load_suite, select, suites_dir
+from specbench.plan.suites import Suite, SuiteItem, builtin_suite_names, load_suite, select, suites_dir
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 SPECBENCH_CATEGORIES = [

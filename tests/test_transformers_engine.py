@@ -10,12 +10,12 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from specbench.backends.specbench import SpecbenchBackend
-from specbench.backends.transformers import TransformersBackend
 from specbench.cli import app
-from specbench.config import RunConfig
-from specbench.engine.sampling import Sampling
-from specbench.models import load_target
+from specbench.decoding.sampling import Sampling
+from specbench.decoding.target import load_target
+from specbench.engines.specbench import SpecbenchBackend
+from specbench.engines.transformers import TransformersBackend
+from specbench.plan.run_config import RunConfig
 
 runner = CliRunner()
 ENGINES = ("specbench", "transformers")

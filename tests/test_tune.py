@@ -21,7 +21,7 @@ from optuna.trial import TrialState
 from typer.testing import CliRunner
 
 from specbench.cli import app
-from specbench.strategies.registry import definition
+from specbench.methods.registry import definition
 
 runner = CliRunner()
 STUDY = "e2e"
@@ -268,9 +268,9 @@ def test_recommend_after_an_interrupted_tune_names_what_it_did_not_measure(tiny_
     """The case of issue 20: `tune --gpu rtx4090` of two strategies, interrupted in the second one's study,
     its first study stopped short of its trials (--timeout) with 2 held-out prompts. The answer is the one
     strategy measured, but it says which candidates the evidence cannot rank and how to measure them."""
-    from specbench.config import RunConfig
+    from specbench.plan.run_config import RunConfig
     from specbench.recommender import make_workload, recommend
-    from specbench.tuning.config import TuneConfig
+    from specbench.tuning.study_config import TuneConfig
     from specbench.tuning.study_runner import tune as run_tune
 
     def interrupt_the_second_study(name: str, done: int, total: int, best, trial) -> None:

@@ -11,9 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from specbench.cli import app
-from specbench.config import layered
 from specbench.core.errors import SpecbenchError
-from specbench.tuning.config import TuneConfig
+from specbench.plan.run_config import layered
+from specbench.tuning.study_config import TuneConfig
 from tests.helpers import SMALL_SERVER, vllm_servers_left
 
 pytestmark = [pytest.mark.vllm, pytest.mark.usefixtures("vllm_installed")]
@@ -80,7 +80,7 @@ def test_a_load_makes_vllm_the_engine_and_takes_its_engine_args():
 def test_a_trials_level_repeats_prompts_only_where_the_tuning_prompts_fall_short(limit, repeats):
     """A trial's level sends each measured request a prompt of its own, as serve does, where the tuning prompts
     (the suite, or --limit of them, less the held-out share) are enough; with too few they repeat."""
-    from specbench.strategies.names import parse_strategy
+    from specbench.methods.names import parse_strategy
     from specbench.tuning.serve_study import plan_served
 
     config = TuneConfig(layered({}, {"limit": limit}), ("ngram",), concurrency=2).validate()

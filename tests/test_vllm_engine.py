@@ -21,17 +21,17 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from specbench.backends import vllm as vllm_backend
-from specbench.backends.protocol import EnginePlan
-from specbench.backends.vllm import VLLM
-from specbench.benchmark.measuring import make_row
-from specbench.benchmark.pipeline import measure_run
-from specbench.benchmark.prepare import prepare
+from specbench.bench.measuring import make_row
+from specbench.bench.pipeline import measure_run
+from specbench.bench.prepare import prepare
 from specbench.cli import app
-from specbench.config import RunConfig
 from specbench.core.errors import SpecbenchError
-from specbench.output.run_dir import RunDir
-from specbench.strategies.registry import definitions
+from specbench.engines import vllm as vllm_backend
+from specbench.engines.protocol import EnginePlan
+from specbench.engines.vllm import VLLM
+from specbench.methods.registry import definitions
+from specbench.plan.run_config import RunConfig
+from specbench.report.run_dir import RunDir
 
 pytestmark = [pytest.mark.vllm, pytest.mark.usefixtures("vllm_installed", "drafter_cache")]
 # everything vLLM runs for this target on a CPU: vLLM's V1 model runner (the CPU's, without Triton) has no dspark
@@ -160,7 +160,7 @@ def test_what_vllm_prints_goes_to_the_runs_log(both):
 
 def test_vllm_runs_as_deployed_unless_told(tmp_path):
     """No enforce_eager of specbench's: vLLM's defaults compile (and capture CUDA graphs on a GPU)."""
-    from specbench.backends.vllm import engine_kwargs, log_of
+    from specbench.engines.vllm import engine_kwargs, log_of
 
     kwargs = engine_kwargs(str(tmp_path), torch.float32, 0, {})
     assert "enforce_eager" not in kwargs and log_of(kwargs).parent == Path(tempfile.gettempdir())
@@ -170,7 +170,7 @@ def test_vllm_runs_as_deployed_unless_told(tmp_path):
 def test_the_log_joins_the_run_directory_after_an_interrupted_runs(tmp_path):
     import logging
 
-    from specbench.backends.vllm import VllmEngine, engine_kwargs
+    from specbench.engines.vllm import VllmEngine, engine_kwargs
 
     for attempt in ("first", "resumed"):
         engine = VllmEngine(engine_kwargs(str(tmp_path), torch.float32, 0, {}))

@@ -18,7 +18,7 @@ from specbench.core.errors import Interrupted, SpecbenchError
 from specbench.core.version import __version__
 from specbench.training.reporter import Reporter
 
-# specbench downloads nothing (model_source.py); this keeps every library it loads offline too
+# specbench downloads nothing (decoding/model_source.py); this keeps every library it loads offline too
 os.environ["HF_HUB_OFFLINE"] = "1"
 
 out = Console()
@@ -149,7 +149,7 @@ def print_report(runs, fmt: str = "table", wide: bool = False, by: str = "strate
                  console: Console | None = None) -> None:
     """The comparison of loaded runs: one table per group of comparable runs, the per-position
     acceptance, a legend of the columns and what the reader must know about the measurements."""
-    from specbench.output.comparison import acceptance_table, columns_of, comparison, footer, legend, noisy_runs, render
+    from specbench.report.comparison import acceptance_table, columns_of, comparison, footer, legend, noisy_runs, render
 
     console = console or out
     frame = comparison(runs, by)

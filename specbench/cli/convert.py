@@ -26,8 +26,8 @@ def convert(
     """Convert a drafter exactly: z-lab DFlash or DeepSpec DSpark -> specbench, specbench dspark -> DeepSpec,
     and with --to vllm a specbench drafter -> the layout vLLM loads."""
     from specbench.core.ranges import check_range
-    from specbench.model_source import model_path
-    from specbench.strategies.published.formats import open_source
+    from specbench.decoding.model_source import model_path
+    from specbench.methods.published.formats import open_source
 
     with user_errors():
         check_range("--mask-token-id", mask_token_id)
@@ -42,9 +42,9 @@ def convert(
 
         import torch
 
-        from specbench.models import load_target
-        from specbench.strategies.published.convert import convert as convert_drafter
-        from specbench.strategies.published.to_vllm import to_vllm
+        from specbench.decoding.target import load_target
+        from specbench.methods.published.conversion import convert as convert_drafter
+        from specbench.methods.published.to_vllm import to_vllm
 
         target = load_target(model, torch.device("cpu"), torch.float32)
         write = to_vllm if to == "vllm" else convert_drafter

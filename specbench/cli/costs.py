@@ -31,9 +31,9 @@ def costs(
     """
     from dataclasses import replace
 
+    from specbench.analysis.cost_table import BATCH_GRID
+    from specbench.core.paths import check_output_dir
     from specbench.core.ranges import check_device, check_dtype
-    from specbench.measure.cost_table import BATCH_GRID
-    from specbench.paths import check_output_dir
 
     defaults = options.DEFAULTS
     dtype, device, out_dir = dtype or defaults.dtype, device or defaults.device, out_dir or defaults.out
@@ -49,10 +49,10 @@ def costs(
         check_device(device)
         check_output_dir(out_dir, "--out")
 
+        from specbench.bench.cost_timing import measure_target_costs
         from specbench.core.strict_json import dumps
-        from specbench.measure.cost_timing import measure_target_costs
-        from specbench.models import load_target, resolve_device, resolve_dtype
-        from specbench.output.batch_tables import cost_frames, render_frame
+        from specbench.decoding.target import load_target, resolve_device, resolve_dtype
+        from specbench.report.batch_tables import cost_frames, render_frame
 
         torch_device = resolve_device(device)
         target = load_target(model, torch_device, resolve_dtype(dtype, torch_device))

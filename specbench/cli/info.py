@@ -12,7 +12,7 @@ from specbench.cli.app import app, out, user_errors
 @app.command()
 def suites(as_json: options.Json = False) -> None:
     """List the built-in suites with their categories and counts."""
-    from specbench.suites import builtin_suite_names, load_suite
+    from specbench.plan.suites import builtin_suite_names, load_suite
 
     with user_errors():
         listing = {name: load_suite(name).categories() for name in builtin_suite_names()}
@@ -30,7 +30,7 @@ def hardware(
     as_json: options.Json = False,
 ) -> None:
     """List the GPU profiles and the local device."""
-    from specbench.measure.hardware import detect_local_gpu, hardware_listing, hardware_table, load_profiles
+    from specbench.analysis.hardware import detect_local_gpu, hardware_listing, hardware_table, load_profiles
 
     with user_errors():
         known = load_profiles(profiles)
@@ -44,7 +44,7 @@ def hardware(
 @app.command()
 def strategies(as_json: options.Json = False) -> None:
     """List every strategy's knobs (default, valid range, unit, search range) and every controller."""
-    from specbench.strategies.catalog import catalog, catalog_markdown, catalog_rich
+    from specbench.methods.catalog import catalog, catalog_markdown, catalog_rich
 
     listing = catalog()
     if as_json:

@@ -17,7 +17,7 @@ from specbench.core.errors import SpecbenchError
 @app.command()
 def models(as_json: options.Json = False) -> None:
     """List the models specbench knows by name, whether each is ready, and which drafters it has."""
-    from specbench.model_source import KNOWN_MODELS
+    from specbench.decoding.model_source import KNOWN_MODELS
 
     listing = [model.status() for model in KNOWN_MODELS.values()]
     if as_json:
@@ -49,7 +49,7 @@ def prepare(
     import dataclasses
 
     from specbench.core.ranges import check_ranges
-    from specbench.model_source import DRAFTERS, preparable
+    from specbench.decoding.model_source import DRAFTERS, preparable
 
     with user_errors():
         check_ranges({"--prompts": prompts, "--answer-tokens": answer_tokens, "--steps": steps,

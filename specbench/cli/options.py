@@ -11,9 +11,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from specbench.backends.registry import choices
-from specbench.config import RunConfig
 from specbench.core.ranges import DEVICE_CHOICES, DTYPE_CHOICES
+from specbench.engines.engine_registry import choices
+from specbench.plan.run_config import RunConfig
 
 DEFAULTS = RunConfig()
 

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from specbench.backends.registry import ENGINE_NAMES
 from specbench.cli import options
 from specbench.cli.app import app, err, out, print_table, user_errors
+from specbench.engines.engine_registry import ENGINE_NAMES
 
 if TYPE_CHECKING:
     from specbench.recommender import LearnReport, Recommendation
@@ -38,9 +38,9 @@ def recommend(
     as_json: options.Json = False,
 ) -> None:
     """Pick a strategy and its settings for a workload on a GPU."""
+    from specbench.analysis.hardware import load_profiles
     from specbench.core.errors import SpecbenchError
     from specbench.core.strict_json import dumps
-    from specbench.measure.hardware import load_profiles
     from specbench.recommender import learn as fit_tree
     from specbench.recommender import make_workload
     from specbench.recommender import recommend as choose
@@ -52,8 +52,8 @@ def recommend(
         results_dir = results or Path("results")
         if concurrency is not None:
             from specbench.core.ranges import check_range
-            from specbench.output.recommend_report import under_load_lines
             from specbench.recommender.under_load import recommend_for_load
+            from specbench.report.recommend_report import under_load_lines
 
             check_range("--concurrency", concurrency)
             rec = recommend_for_load(results_dir, concurrency, model)
@@ -78,7 +78,7 @@ def recommend(
 def print_recommendation(rec: Recommendation, report: LearnReport | None, explain: bool) -> None:
     """The choice and why, the alternatives, the path through the evidence and the prior (`explain`), the
     learned tree beside the prior, and the results that could not be read."""
-    from specbench.output.recommend_report import (
+    from specbench.report.recommend_report import (
         alternatives_table,
         explain_nodes,
         learn_lines,

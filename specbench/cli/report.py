@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 
 from specbench.cli.app import app, err, print_report, table_format, user_errors
-from specbench.paths import check_output_file
+from specbench.core.paths import check_output_file
 
 
 @app.command()
@@ -28,9 +28,9 @@ def report(
             check_output_file(out_file, "--out")
 
         from specbench.core.files import write_atomic
-        from specbench.output.comparison import load_runs
-        from specbench.output.plots import write_plots
-        from specbench.serving.run_dir import SERVE_JSON
+        from specbench.report.comparison import load_runs
+        from specbench.report.plots import write_plots
+        from specbench.serving.serve_dir import SERVE_JSON
 
         serve_dirs = [path for path in run_dirs if (path / SERVE_JSON).is_file()]
         if serve_dirs:

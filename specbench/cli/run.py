@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
-from specbench.backends.registry import parse_engine_args
 from specbench.cli import options
 from specbench.cli.app import (
     app,
@@ -23,18 +22,19 @@ from specbench.cli.app import (
     user_errors,
 )
 from specbench.cli.options import default
-from specbench.config import load_config_file, resolve
 from specbench.core.errors import SpecbenchError
 from specbench.core.ranges import check_range, check_sizes
-from specbench.output.run_dir import RunDir
-from specbench.strategies.controllers import CONTROLLERS
-from specbench.strategies.knobs import parse_sets
-from specbench.strategies.names import COMBINATIONS, DEFAULT_STRATEGIES
+from specbench.engines.engine_registry import parse_engine_args
+from specbench.methods.controllers import CONTROLLERS
+from specbench.methods.knobs import parse_sets
+from specbench.methods.names import COMBINATIONS, DEFAULT_STRATEGIES
+from specbench.plan.run_config import load_config_file, resolve
+from specbench.report.run_dir import RunDir
 
 if TYPE_CHECKING:
-    from specbench.config import RunPlan
     from specbench.core.records import RunResult
-    from specbench.output.run_report import Line
+    from specbench.plan.run_config import RunPlan
+    from specbench.report.run_report import Line
 
 
 @app.command()
@@ -78,7 +78,7 @@ def run(
             controller=controller, gpu=gpu, out=out_dir, profiles=str(profiles) if profiles else None,
             cost_model=cost_model, engine=engine, engine_args=parse_engine_args(engine_args),
             knobs=parse_sets(set_ or [])))
-        from specbench.output.run_report import lossless_checks, start_and_notes, stops_paying
+        from specbench.report.run_report import lossless_checks, start_and_notes, stops_paying
 
         result = measure(plan, resume)
         print_lines(start_and_notes(result))
@@ -110,8 +110,8 @@ def checked_plan(batch_size: int | None, batch_sizes: str | None, config: Path |
 def measure(plan: RunPlan, resume: Path | None) -> RunResult:
     """The run, with a progress bar, the start-up and the estimate from the warm-up on stderr; an interruption
     says how to resume."""
-    from specbench.benchmark.pipeline import run_benchmark
-    from specbench.output.run_report import estimate_lines
+    from specbench.bench.pipeline import run_benchmark
+    from specbench.report.run_report import estimate_lines
 
     with resumable("run", resume), progress_bar() as bar:
         task = bar.add_task("prompts", total=None, detail="loading models")
@@ -129,7 +129,7 @@ def measure(plan: RunPlan, resume: Path | None) -> RunResult:
 
 def print_tables(result: RunResult, wide: bool) -> None:
     """The comparison table, then one table per batch-size axis."""
-    from specbench.output.batch_tables import batch_frames, render_frame
+    from specbench.report.batch_tables import batch_frames, render_frame
 
     print_report([result], table_format("table"), wide)
     for title, frame in batch_frames(result.summary, result.load).items():

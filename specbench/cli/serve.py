@@ -8,12 +8,14 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
-from specbench.backends.registry import parse_engine_args
 from specbench.cli import options
 from specbench.cli.app import app, err, out, progress_bar, resumable, size_list, split_list, user_errors
 from specbench.cli.options import default
 from specbench.core.errors import SpecbenchError
-from specbench.serving.config import (
+from specbench.engines.engine_registry import parse_engine_args
+from specbench.methods.knobs import parse_sets
+from specbench.serving.endpoint import parse_headers
+from specbench.serving.serve_config import (
     DEFAULT_CONCURRENCY,
     SERVE_STRATEGIES,
     ServeLoad,
@@ -21,8 +23,6 @@ from specbench.serving.config import (
     parse_rates,
     parse_slo,
 )
-from specbench.serving.endpoint import parse_headers
-from specbench.strategies.knobs import parse_sets
 
 if TYPE_CHECKING:
     from specbench.serving.sweep import ServeResult
@@ -118,8 +118,8 @@ def settings_of(flags: dict[str, Any]) -> dict[str, Any]:
 def print_result(result: ServeResult, as_json: bool) -> None:
     """The result's notes, then its JSON or a table per level with the decisions under them."""
     from specbench.core.strict_json import dumps
-    from specbench.output.run_report import Line
-    from specbench.output.serve_tables import serve_report
+    from specbench.report.run_report import Line
+    from specbench.report.serve_tables import serve_report
 
     notes, body, after = serve_report(result)
     for line in notes:

@@ -9,7 +9,7 @@ import typer
 
 from specbench.cli import options
 from specbench.cli.app import app, command_line, interruptible, out, progress_bar, reporter, user_errors
-from specbench.strategies.knobs import parse_sets
+from specbench.methods.knobs import parse_sets
 from specbench.training.settings import TrainSettings
 
 

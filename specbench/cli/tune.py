@@ -8,15 +8,15 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 from optuna.trial import FrozenTrial
 
-from specbench.backends.registry import parse_engine_args
 from specbench.cli import options
 from specbench.cli.app import app, err, interruptible, out, progress_bar, split_list, user_errors
-from specbench.config import layered, load_config_file
 from specbench.core.strict_json import dumps
-from specbench.serving.config import parse_slo
-from specbench.strategies.names import DEFAULT_STRATEGIES
-from specbench.tuning.config import OBJECTIVES, TuneConfig
+from specbench.engines.engine_registry import parse_engine_args
+from specbench.methods.names import DEFAULT_STRATEGIES
+from specbench.plan.run_config import layered, load_config_file
+from specbench.serving.serve_config import parse_slo
 from specbench.tuning.study import open_checked
+from specbench.tuning.study_config import OBJECTIVES, TuneConfig
 
 if TYPE_CHECKING:
     from specbench.tuning.trials import TuneReport
@@ -75,7 +75,7 @@ def tune(
         open_checked(cfg)
         report = run_studies(cfg)
 
-    from specbench.output.tune_report import render_markdown, render_rich
+    from specbench.report.tune_report import render_markdown, render_rich
 
     if as_json:
         sys.stdout.write(dumps(report.as_json(), indent=2) + "\n")

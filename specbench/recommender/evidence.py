@@ -1,6 +1,6 @@
 """Evidence under a results directory, and the candidates it offers a workload.
 
-Readers: run directories (anywhere below the results directory, read with `output.run_dir.read_run`) and
+Readers: run directories (anywhere below the results directory, read with `report.run_dir.read_run`) and
 tuned studies (results/tuned/<study>.json with the run config <study>.toml beside it). Whatever
 cannot be read is skipped and named; recommend goes on without it.
 
@@ -26,16 +26,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from specbench.analysis.hardware import match_profile
+from specbench.analysis.stats import paired_speedups, summarise_strategy
 from specbench.core.engine_names import SPECBENCH, label
 from specbench.core.errors import SpecbenchError
 from specbench.core.files import read_json_object, read_toml
 from specbench.core.records import LoadPoint, Projection, RunResult, TunedStudy
-from specbench.measure.hardware import match_profile
-from specbench.measure.stats import paired_speedups, summarise_strategy
-from specbench.output.run_dir import read_run, saved_config
+from specbench.methods.names import BASELINE
 from specbench.recommender.prior import members
 from specbench.recommender.workload import Workload
-from specbench.strategies.names import BASELINE
+from specbench.report.run_dir import read_run, saved_config
 
 SOURCES = ("measured", "modelled", "projected", "prior")
 """Every recommendation names one; evidence ranks in this order (the prior only speaks without it)."""
@@ -49,7 +49,7 @@ class RunSetup:
     knobs: dict[str, dict[str, Any]] = field(default_factory=dict)
     controller: str | None = None
     toml: str | None = None  # a tuned configuration file `specbench run --config` reads
-    engine: str = SPECBENCH  # the engine its figures were measured in (backends/)
+    engine: str = SPECBENCH  # the engine its figures were measured in (engines/)
 
     def key(self) -> str:
         return json.dumps([self.strategy, self.knobs, self.controller, self.engine], sort_keys=True, default=str)

@@ -25,13 +25,13 @@ import numpy as np
 import pandas as pd
 from scipy.stats import binomtest
 
+from specbench.analysis.hardware import GpuProfile
 from specbench.core.files import atomic_path, write_atomic
 from specbench.core.markdown import markdown_table
-from specbench.measure.hardware import GpuProfile
+from specbench.methods.names import BASELINE
 from specbench.recommender.evidence import Evidence
 from specbench.recommender.prior import PRIOR, Branch, PriorOutcome, evaluate, members, prior_markdown
 from specbench.recommender.workload import Workload
-from specbench.strategies.names import BASELINE
 
 NUMERIC_FEATURES = ("gpu_bandwidth_gbs", "gpu_memory_gb", "pcie_gen", "temperature", "batch_size",
                     "prompt_tokens", "output_tokens")

@@ -23,14 +23,14 @@ import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
+from specbench.methods.names import BASELINE
+from specbench.methods.registry import definition
 from specbench.recommender.workload import (
     CREATIVE_TASKS,
     DEFAULT_VERIFY_TOKENS,
     HIGH_PRECISION_TASKS,
     Workload,
 )
-from specbench.strategies.names import BASELINE
-from specbench.strategies.registry import definition
 
 Verb = Literal["choose", "skip", "baseline", "cap", "combine", "avoid", "pass"]  # what a branch does
 OPS: dict[str, Callable[[Any, Any], bool]] = {

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specbench.output.recommend_report import speedup_text
 from specbench.recommender.evidence import SOURCES, Candidate
 from specbench.recommender.prior import members
 from specbench.recommender.workload import Workload
+from specbench.report.recommend_report import speedup_text
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ from typing import Any
 
 from specbench.core.engine_names import SPECBENCH
 from specbench.core.errors import SpecbenchError
-from specbench.output.recommend_report import speedup_text
+from specbench.methods.names import BASELINE
+from specbench.plan.suites import SPEED_BENCH_CATEGORIES, load_suite
 from specbench.recommender.evidence import (
     SOURCES,
     Candidate,
@@ -28,8 +29,7 @@ from specbench.recommender.evidence import (
 from specbench.recommender.prior import PriorOutcome, Step, evaluate
 from specbench.recommender.rank import Assessed, rank, why_lost
 from specbench.recommender.workload import CREATIVE_TASKS, HIGH_PRECISION_TASKS, Workload, check_task
-from specbench.strategies.names import BASELINE
-from specbench.suites import SPEED_BENCH_CATEGORIES, load_suite
+from specbench.report.recommend_report import speedup_text
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,9 @@ from typing import Any
 
 from specbench.core.errors import SpecbenchError
 from specbench.core.files import read_json
-from specbench.core.records.serve import ServeResult
-from specbench.serving.run_dir import SERVE_JSON
-from specbench.strategies.names import BASELINE
+from specbench.core.records.serve_records import ServeResult
+from specbench.methods.names import BASELINE
+from specbench.serving.serve_dir import SERVE_JSON
 
 
 def serve_evidence(results_dir: Path, model: str | None = None) -> list[tuple[Path, ServeResult]]:

@@ -10,10 +10,10 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from specbench.backends.registry import ENGINE_NAMES
+from specbench.analysis.hardware import GpuProfile, detect_local_gpu, get_profile, load_profiles
 from specbench.core.errors import SpecbenchError
 from specbench.core.ranges import check_ranges
-from specbench.measure.hardware import GpuProfile, detect_local_gpu, get_profile, load_profiles
+from specbench.engines.engine_registry import ENGINE_NAMES
 
 CUDA_EXPERIENCE = ("none", "some", "expert")
 HIGH_PRECISION_TASKS = ("high_precision", "legal", "medical")
@@ -37,7 +37,7 @@ class Workload:
     cuda_experience: str | None = None
     score_variance: float | None = None  # variance of the output scores (a practitioners' signal)
     model: str | None = None  # None: evidence of any model
-    engine: str | None = None  # the deployment's engine (backends/registry.py): its figures first; None: any
+    engine: str | None = None  # the deployment's engine (engines/engine_registry.py): its figures first; None: any
 
     @property
     def ridge_tokens(self) -> float:

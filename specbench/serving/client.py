@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from specbench.core.records.serve import RequestRecord
+from specbench.core.records.serve_records import RequestRecord
 
 
 @dataclass(frozen=True)

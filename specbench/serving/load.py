@@ -23,10 +23,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specbench.core.records.serve import RequestRecord, Speculation
-from specbench.serving import metrics
+from specbench.core.records.serve_records import RequestRecord, Speculation
+from specbench.serving import server_metrics
 from specbench.serving.client import Prompt, request_body, served_model, session, stream_completion
-from specbench.serving.config import Level
+from specbench.serving.serve_config import Level
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class LevelLog:
     records: list[RequestRecord]
     duration_s: float  # from the first measured request sent to the last one answered
     stopped_by_time: bool  # the time bound ended the level before every request was sent
-    speculation: Speculation | None = None  # the server's speculative counters over the measured requests (metrics.py)
+    speculation: Speculation | None = None  # the server's speculative counters (server_metrics.py)
 
 
 def arrival_times(rate: float, burstiness: float, count: int, seed: int) -> np.ndarray:
@@ -127,11 +127,11 @@ async def drive(base_url: str, level: Level, workload: Workload, requests: int, 
         if warmup:
             origin = time.perf_counter()
             await shape(warmup, origin + seconds)
-        before = await metrics.scrape(base_url, headers or {})
+        before = await server_metrics.scrape(base_url, headers or {})
         origin, measuring = time.perf_counter(), True
         records = await shape(requests, origin + seconds)
-        after = await metrics.scrape(base_url, headers or {})
+        after = await server_metrics.scrape(base_url, headers or {})
         ends = [r.sent + (r.e2e or 0.0) for r in records]
         duration = max(ends, default=0.0) - min((r.sent for r in records), default=0.0)
-        speculation = metrics.speculation(before, after, sum(r.output_tokens for r in records))
+        speculation = server_metrics.speculation(before, after, sum(r.output_tokens for r in records))
         return LevelLog(records, duration, len(records) < requests, speculation)

@@ -14,7 +14,7 @@ from specbench.serving.client import Prompt
 
 
 def suite_prompts(tokenizer, items) -> list[Prompt]:
-    from specbench.models import encode_turn
+    from specbench.decoding.target import encode_turn
 
     return [Prompt(item.id, encode_turn(tokenizer, item), item.turns[0]) for item in items]
 

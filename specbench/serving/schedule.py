@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specbench.draft_schedule import vllm_ranges
+from specbench.methods.draft_schedule import vllm_ranges
 
 PAYS, STOPS = "pays", "stops paying"
 

@@ -19,20 +19,20 @@ from typing import Any
 
 import aiohttp
 
-from specbench.config import RunPlan
 from specbench.core.errors import Interrupted, SpecbenchError
 from specbench.core.files import read_json, write_atomic, write_json
-from specbench.core.records.serve import LevelFile, LevelKey, ServeLevel, ServeResult, ServeVerdict
+from specbench.core.records.serve_records import LevelFile, LevelKey, ServeLevel, ServeResult, ServeVerdict
+from specbench.methods.names import BASELINE
+from specbench.plan.run_config import RunPlan
 from specbench.serving import schedule
-from specbench.serving.config import Level, ServeConfig
 from specbench.serving.endpoint import answers, check_tokenizer, endpoint_tokenizer, listed_models
+from specbench.serving.greedy_check import greedy_agreement
+from specbench.serving.level_stats import against_baseline, level_summary
 from specbench.serving.load import LevelLog, Workload, drive
-from specbench.serving.lossless import greedy_agreement
 from specbench.serving.prompts import suite_prompts, synthetic_prompts
-from specbench.serving.run_dir import ServeRun
+from specbench.serving.serve_config import Level, ServeConfig
+from specbench.serving.serve_dir import ServeRun
 from specbench.serving.server import Server
-from specbench.serving.stats import against_baseline, level_summary
-from specbench.strategies.names import BASELINE
 
 DRAFT_TOKENS_AT_MOST = 16  # a verify step's draft tokens beyond the answer, at most (the knobs' ranges end below)
 Progress = Callable[[str, Level, int, int], None]  # strategy, level, requests answered, requests of the level
@@ -227,7 +227,7 @@ def measure_strategy(run: ServeRun, strategy: str, engine_args: dict[str, Any] |
 
 def load_target_for(plan: RunPlan):
     """The target the plan names, loaded where it says: what a drafter's conversion to vLLM's layout reads."""
-    from specbench.models import load_target, resolve_device, resolve_dtype
+    from specbench.decoding.target import load_target, resolve_device, resolve_dtype
 
     device = resolve_device(plan.config.device)
     return load_target(plan.config.model, device, resolve_dtype(plan.config.dtype, device))
@@ -298,8 +298,8 @@ def capacity(own: list[ServeLevel], share: float) -> ServeVerdict:
 
 def write_summary(run: ServeRun, result: ServeResult) -> None:
     """summary.json and summary.csv, schedule.json and the plots; serve.json's status."""
-    from specbench.output.serve_plots import write_serve_plots
-    from specbench.output.serve_tables import levels_csv
+    from specbench.report.serve_plots import write_serve_plots
+    from specbench.report.serve_tables import levels_csv
 
     write_json(run.path / "summary.json", result.as_json())
     write_atomic(run.path / "summary.csv", levels_csv(result.levels))

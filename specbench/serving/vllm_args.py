@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from specbench.backends import vllm as vllm_backend
-from specbench.config import RunPlan
+from specbench.engines import vllm as vllm_backend
+from specbench.plan.run_config import RunPlan
 
 # KV-cache memory of a CPU server beyond its target's own need: a drafter's cache and whole blocks
 KV_CACHE_MARGIN = 2
@@ -33,7 +33,7 @@ def server_arguments(plan: RunPlan, target_loader, kv_tokens: int | None = None)
     itself lets VLLM_CPU_KVCACHE_SPACE win over all."""
     from transformers import AutoConfig
 
-    from specbench.models import resolve_device, resolve_dtype
+    from specbench.decoding.target import resolve_device, resolve_dtype
 
     config, sources = plan.config, plan.drafter_sources
     strategies = [vllm_backend.translate(s, config.knobs, config.controller, sources) for s in plan.strategies]

@@ -11,7 +11,7 @@ load itself changes, so the cut needs no share or duration to be chosen.
 
 from __future__ import annotations
 
-from specbench.core.records.serve import RequestRecord
+from specbench.core.records.serve_records import RequestRecord
 
 
 def steady_state(records: list[RequestRecord]) -> list[RequestRecord]:

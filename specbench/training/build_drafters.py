@@ -25,10 +25,10 @@ import torch
 
 from specbench.core.errors import Interrupted, SpecbenchError
 from specbench.core.files import atomic_path, read_json, write_json
-from specbench.model_source import DRAFT, DRAFTERS, KnownModel, preparable
-from specbench.models import fingerprint, load_target, resolve_device
-from specbench.strategies.knobs import make_options
-from specbench.strategies.registry import definition
+from specbench.decoding.model_source import DRAFT, DRAFTERS, KnownModel, preparable
+from specbench.decoding.target import fingerprint, load_target, resolve_device
+from specbench.methods.knobs import make_options
+from specbench.methods.registry import definition
 from specbench.training.corpus import CorpusSettings, build_corpus
 from specbench.training.distill import features, pick_layers, split
 from specbench.training.held_out import evaluator

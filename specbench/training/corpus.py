@@ -7,7 +7,7 @@ kept only when the model closed the turn itself, deduplicated, filtered by lengt
 they share a word sequence with a suite specbench measures on; a share of the written request forms
 of training/chat_prompts.py is mixed in for the kinds (code, arithmetic, extraction) a small model
 rarely asks for. The target then answers every instruction greedily, as decoding it later will
-(engine/batch.py: each the answer it gets alone), so a drafter learns the very text it must predict.
+(decoding/batch.py: each the answer it gets alone), so a drafter learns the very text it must predict.
 
 The work is done in chunks, each saved as it is finished (renamed into place), so a build that is
 stopped resumes at its first missing chunk; `write_corpus` then keeps the whole as one compressed
@@ -27,10 +27,10 @@ import numpy as np
 
 from specbench.core.errors import SpecbenchError
 from specbench.core.files import atomic_path
-from specbench.engine.batch import generate_batch
-from specbench.engine.sampling import Sampling, seeded
-from specbench.models import Target, encode_turns
-from specbench.suites import builtin_suite_names, load_suite
+from specbench.decoding.batch import generate_batch
+from specbench.decoding.sampling import Sampling, seeded
+from specbench.decoding.target import Target, encode_turns
+from specbench.plan.suites import builtin_suite_names, load_suite
 from specbench.training.chat_prompts import chat_prompts, overlapping
 
 Progress = Callable[[int, int], None]  # samples done, total

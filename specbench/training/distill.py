@@ -16,9 +16,9 @@ from typing import Callable
 import torch
 
 from specbench.core.files import atomic_path
-from specbench.engine.batch import generate_batch
-from specbench.models import Target, encode_turns
-from specbench.strategies.trainable import DistillBatch
+from specbench.decoding.batch import generate_batch
+from specbench.decoding.target import Target, encode_turns
+from specbench.methods.trainable import DistillBatch
 from specbench.training.corpus import Corpus
 
 HELD_OUT_EVERY = 64  # one corpus prompt in this many is kept out of training (chosen by a hash of its ids)
@@ -35,7 +35,7 @@ class DistillSequence:
 def collect(target: Target, prompts: list[list[str]], layers: tuple[int, ...], max_new_tokens: int,
             on_prompt: Callable[[], None] | None = None, batch_size: int = 1) -> list[DistillSequence]:
     """Regenerate the target's answers to `prompts` (each a list of turns; the first is used), decoding
-    `batch_size` of them at a time (greedy, each the answer it would get alone: engine/batch.py)."""
+    `batch_size` of them at a time (greedy, each the answer it would get alone: decoding/batch.py)."""
     sequences = []
     encoded = [encode_turns(target.tokenizer, turns[:1], []) for turns in prompts]
     for start in range(0, len(encoded), batch_size):

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from specbench.engine.decode import generate
-from specbench.strategies.build import controller_factory
-from specbench.strategies.registry import definition
+from specbench.decoding.decode import generate
+from specbench.methods.build import controller_factory
+from specbench.methods.registry import definition
 from specbench.training.reporter import Reporter
 
 

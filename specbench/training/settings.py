@@ -11,14 +11,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from specbench.config import DecodeSettings
 from specbench.core.errors import SpecbenchError
 from specbench.core.files import read_json, write_json
+from specbench.core.paths import check_output_dir
 from specbench.core.ranges import check_device, check_ranges
-from specbench.model_source import model_path
-from specbench.paths import check_output_dir
-from specbench.strategies.registry import DRAFTER_NAMES
-from specbench.suites import Suite, load_suite, select
+from specbench.decoding.model_source import model_path
+from specbench.methods.registry import DRAFTER_NAMES
+from specbench.plan.run_config import DecodeSettings
+from specbench.plan.suites import Suite, load_suite, select
 
 SETTINGS = "settings.json"
 

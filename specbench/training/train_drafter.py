@@ -11,9 +11,9 @@ import torch
 
 from specbench.core.errors import Interrupted, SpecbenchError
 from specbench.core.files import atomic_path
-from specbench.models import fingerprint, load_target, resolve_device, resolve_dtype
-from specbench.strategies.knobs import make_options
-from specbench.strategies.registry import definitions
+from specbench.decoding.target import fingerprint, load_target, resolve_device, resolve_dtype
+from specbench.methods.knobs import make_options
+from specbench.methods.registry import definitions
 from specbench.training.corpus import CorpusSettings, build_corpus
 from specbench.training.distill import DistillSequence, collect, features, split
 from specbench.training.held_out import evaluator

@@ -16,8 +16,8 @@ import torch
 
 from specbench.core.errors import Interrupted
 from specbench.core.files import atomic_path
-from specbench.strategies.draft_vocab import DraftVocab, frequent_tokens
-from specbench.strategies.drafter_dir import save_drafter
+from specbench.methods.draft_vocab import DraftVocab, frequent_tokens
+from specbench.methods.drafter_dir import save_drafter
 from specbench.training.distill import DistillSequence, make_batch
 from specbench.training.settings import partial_dir
 

@@ -5,5 +5,5 @@ asked), study_space (a study's search space from the methods' own), storage and 
 identity, resumption), objective (a trial's measurement), holdout (the check on unseen prompts),
 trials (running, counting and recording a study's trials, whichever way they are measured), outputs (what a
 study leaves behind), serve_study (a study whose trials are `vllm serve` at a load). What the command
-prints is output/tune_report.py's.
+prints is report/tune_report.py's.
 """

@@ -12,12 +12,12 @@ import random
 
 import numpy as np
 
-from specbench.core.records.study import Gain, Holdout, Speedups
-from specbench.measure.stats import geometric_mean_ci
-from specbench.strategies.build import Strategy
-from specbench.suites import SuiteItem
-from specbench.tuning.config import check_splittable
+from specbench.analysis.stats import geometric_mean_ci
+from specbench.core.records.study_records import Gain, Holdout, Speedups
+from specbench.methods.build import Strategy
+from specbench.plan.suites import SuiteItem
 from specbench.tuning.objective import Evaluator, TrialFailure
+from specbench.tuning.study_config import check_splittable
 
 
 def split_items(items: tuple[SuiteItem, ...], fraction: float, seed: int) -> tuple[list[SuiteItem], list[SuiteItem]]:

@@ -20,20 +20,20 @@ from typing import Any
 import numpy as np
 import optuna
 
-from specbench.benchmark.decoding import prompt_seed, run_one
-from specbench.benchmark.measuring import make_row
-from specbench.benchmark.prepare import PreparedRun
+from specbench.analysis.hardware import GpuProfile
+from specbench.analysis.lossless import first_divergence, mismatch_detail
+from specbench.analysis.projection import memory_fit, project, workload_shape
+from specbench.analysis.stats import geometric_mean, paired_speedups, tau
+from specbench.bench.decode_groups import prompt_seed, run_one
+from specbench.bench.measuring import make_row
+from specbench.bench.prepare import PreparedRun
 from specbench.core.errors import SpecbenchError
 from specbench.core.records import Row, rows_frame
-from specbench.engine.sampling import Sampling
-from specbench.measure.hardware import GpuProfile
-from specbench.measure.lossless import first_divergence, mismatch_detail
-from specbench.measure.projection import memory_fit, project, workload_shape
-from specbench.measure.stats import geometric_mean, paired_speedups, tau
-from specbench.models import answer_text, encode_turn
-from specbench.strategies.build import Strategy
-from specbench.strategies.names import StrategyName
-from specbench.suites import SuiteItem
+from specbench.decoding.sampling import Sampling
+from specbench.decoding.target import answer_text, encode_turn
+from specbench.methods.build import Strategy
+from specbench.methods.names import StrategyName
+from specbench.plan.suites import SuiteItem
 from specbench.tuning.study import FAIL_REASON, MEMORY_CONSTRAINT, PER_PROMPT
 from specbench.tuning.study_space import StudySpace
 

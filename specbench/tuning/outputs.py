@@ -16,9 +16,9 @@ import numpy as np
 import optuna
 import tomli_w
 
-from specbench.config import RunConfig
 from specbench.core.files import atomic_path
 from specbench.core.records import StudyRecord, TunedStudy
+from specbench.plan.run_config import RunConfig
 
 
 def _x(value: float | None) -> str:

@@ -29,20 +29,20 @@ import optuna
 from specbench.core.errors import SpecbenchError
 from specbench.core.files import write_atomic, write_json
 from specbench.core.records import ServedStudy
-from specbench.core.records.serve import LevelFigures, RequestRecord, Speculation
-from specbench.serving.config import Level, ServeConfig, ServeLoad
+from specbench.core.records.serve_records import LevelFigures, RequestRecord, Speculation
+from specbench.methods.names import BASELINE, StrategyName
+from specbench.serving.greedy_check import greedy_agreement
+from specbench.serving.level_stats import against_baseline, level_summary
 from specbench.serving.load import Workload
-from specbench.serving.lossless import greedy_agreement
+from specbench.serving.serve_config import Level, ServeConfig, ServeLoad
 from specbench.serving.server import Server
-from specbench.serving.stats import against_baseline, level_summary
 from specbench.serving.sweep import load_target_for, measure, workload
 from specbench.serving.vllm_args import server_arguments
-from specbench.strategies.names import BASELINE, StrategyName
 from specbench.tuning import study as studies
-from specbench.tuning.config import TuneConfig
 from specbench.tuning.objective import TrialFailure
 from specbench.tuning.outputs import tuned_toml
 from specbench.tuning.storage import display_url
+from specbench.tuning.study_config import TuneConfig
 from specbench.tuning.study_space import StudySpace, study_space
 from specbench.tuning.trials import Progress, TuneReport, new_record, optimize, set_best
 

@@ -18,11 +18,11 @@ from optuna.storages import BaseStorage
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
+from specbench.analysis.hardware import is_local_gpu
 from specbench.core.errors import SpecbenchError
-from specbench.measure.hardware import is_local_gpu
-from specbench.strategies.names import StrategyName
-from specbench.tuning.config import TuneConfig
+from specbench.methods.names import StrategyName
 from specbench.tuning.storage import default_storage, display_url, local_file, open_storage
+from specbench.tuning.study_config import TuneConfig
 
 IDENTITY = "specbench"  # study attribute: what the study measures
 DEFAULTS = "defaults"  # trial attribute: the defaults' trial

@@ -24,21 +24,20 @@ from typing import Any
 import optuna
 import torch
 
-from specbench.backends.protocol import Deploys
-from specbench.benchmark.prepare import PreparedRun, prepare
-from specbench.config import RunPlan
+from specbench.analysis.hardware import GpuProfile
+from specbench.bench.prepare import PreparedRun, prepare
 from specbench.core.errors import SpecbenchError
 from specbench.core.files import write_atomic, write_json
 from specbench.core.records import TunedStudy
-from specbench.core.records.study import Gains
-from specbench.measure.hardware import GpuProfile
-from specbench.models import fingerprint
-from specbench.strategies.knobs import make_options
-from specbench.strategies.names import StrategyName
-from specbench.strategies.registry import definition
-from specbench.strategies.serving import engines_markdown
-from specbench.suites import SuiteItem
-from specbench.tuning.config import TuneConfig
+from specbench.core.records.study_records import Gains
+from specbench.decoding.target import fingerprint
+from specbench.engines.protocol import Deploys
+from specbench.methods.knobs import make_options
+from specbench.methods.names import StrategyName
+from specbench.methods.registry import definition
+from specbench.methods.serving import engines_markdown
+from specbench.plan.run_config import RunPlan
+from specbench.plan.suites import SuiteItem
 from specbench.tuning.holdout import holdout_check, interval, paired_gain, split_items
 from specbench.tuning.objective import Evaluator
 from specbench.tuning.outputs import speedup_figures, tuned_toml, write_plots
@@ -59,6 +58,7 @@ from specbench.tuning.study import (
     question,
     study_names,
 )
+from specbench.tuning.study_config import TuneConfig
 from specbench.tuning.study_space import StudySpace, study_space
 from specbench.tuning.trials import Progress, TuneReport, new_record, optimize, set_best
 

@@ -13,12 +13,12 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from specbench.backends.registry import backend
 from specbench.core.errors import SpecbenchError
-from specbench.strategies.build import Strategy
-from specbench.strategies.names import StrategyName
-from specbench.strategies.registry import definition
-from specbench.strategies.search_space import SearchSpace
+from specbench.engines.engine_registry import backend
+from specbench.methods.build import Strategy
+from specbench.methods.names import StrategyName
+from specbench.methods.registry import definition
+from specbench.methods.search_space import SearchSpace
 
 CONTROLLER = "controller"
 

@@ -11,7 +11,7 @@ import optuna
 from optuna.trial import TrialState
 
 from specbench.core.records import StudyRecord
-from specbench.core.records.study import DefaultsTrial
+from specbench.core.records.study_records import DefaultsTrial
 from specbench.tuning.objective import Evaluator, TrialFailure
 from specbench.tuning.outputs import importances
 from specbench.tuning.storage import display_url

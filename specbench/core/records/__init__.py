@@ -4,7 +4,7 @@ metrics.py (each figure's meaning, unit and columns, declared once), all written
 schema.py gives summary.json's JSON schema."""
 
 from specbench.core.records.metrics import COLUMN_SPECS, METRICS, SUMMARY_MEANINGS, Column, Metric
-from specbench.core.records.run import (
+from specbench.core.records.run_records import (
     ROW_KEYS,
     SUMMARY_KEYS,
     EnginePair,
@@ -21,7 +21,7 @@ from specbench.core.records.run import (
     SummaryFile,
     rows_frame,
 )
-from specbench.core.records.study import ServedStudy, StudyRecord, TunedStudy
+from specbench.core.records.study_records import ServedStudy, StudyRecord, TunedStudy
 
 __all__ = ["COLUMN_SPECS", "METRICS", "ROW_KEYS", "SUMMARY_KEYS", "SUMMARY_MEANINGS", "Column", "EnginePair",
            "EngineReport", "LoadAxis", "LoadPoint", "Metric", "ModelledSpeedup", "Noise", "Projection", "Row",

@@ -4,7 +4,7 @@ its header, legend line and format.
 
 README.md's field table and docs/summary.schema.json are rendered from `METRICS` by
 scripts/render_readme_fields.py (tests/test_readme_fields.py fails until it is run); the comparison tables
-(output/comparison.py) take their headers, legends and formats from it. `SUMMARY_MEANINGS` and `COLUMN_SPECS`
+(report/comparison.py) take their headers, legends and formats from it. `SUMMARY_MEANINGS` and `COLUMN_SPECS`
 are two views of it.
 """
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from specbench.core.records.metrics import METRICS
-from specbench.core.records.run import SummaryFile
+from specbench.core.records.run_records import SummaryFile
 
 
 def summary_schema() -> dict[str, Any]:

@@ -1,2 +1,0 @@
-"""Who decodes a run: specbench's own engine (engine/), vLLM, transformers' `generate`; one module each,
-behind one protocol (protocol.py), listed in registry.py."""

@@ -1,0 +1,362 @@
+"""Measured forward costs: what one target verify forward and one drafter proposal take on this device.
+
+The target is timed at batch B x verify length n x context c (a KV cache of c positions per row,
+then n new tokens per row, with a chain's causal mask or a tree mask), and each drafter's `propose`
+at each draft budget, always after the same real context (DRAFTER_CONTEXT tokens). Above batch 1
+chains go through the batched engine's own forward (decoding/batch.py: per-row positions and masks);
+trees, which the engine verifies at batch 1 only, are timed with the same tree mask in every row,
+for the model's batch axis. The batched
+engine's step overhead (acceptance, compaction, commits) is timed too, at each batch size and block
+length. Drafters run per sequence (decoding/batch.py), so a batch's drafting costs B proposals: the
+table holds one. Each entry is the median of repeats after a warm-up, with its spread
+(interquartile range over the median). A table is stored under results/costs/ keyed by model,
+device, dtype, torch version and a digest of the engine's and drafters' source; drafters are keyed
+inside it by strategy, knobs and weights, and entries already measured are reused instead of timed again.
+
+The cost model (analysis/stats.py) predicts a strategy's speedup from these costs and the tau and
+draft shape a run measured, never from the strategy's own step times.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import time
+from contextlib import contextmanager
+from dataclasses import replace
+from functools import partial
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+import torch
+
+from specbench import decoding as engine_package
+from specbench import methods as strategies_package
+from specbench.analysis import noise
+from specbench.analysis.cost_table import BATCH_GRID, CHAIN, TREE, CostTable, Grid, load_table, table_path
+from specbench.analysis.host import cpu_name
+from specbench.core.files import write_json
+from specbench.decoding.batch import forward_block, generate_batch
+from specbench.decoding.decode import forward, generate, prefill
+from specbench.decoding.drafting import DraftContext, StepOutcome
+from specbench.decoding.kv_cache import new_cache, per_layer_type, repeat_rows, run_model, truncate
+from specbench.decoding.sampling import Sampling, seeded
+from specbench.decoding.target import DEFAULT_MODEL, encode_turn, fingerprint
+from specbench.decoding.tree import DraftTree, tree_attention_mask
+from specbench.methods.base import own_drafter
+from specbench.methods.build import Strategy, build_strategy
+from specbench.methods.controllers import FixedController
+from specbench.methods.names import parse_strategy
+from specbench.methods.published.formats import drafter_dirs_by_strategy
+from specbench.methods.registry import DRAFTER_NAMES, definition
+from specbench.plan.suites import load_suite
+
+Progress = Callable[[str, int, int], None]  # what, done, total
+
+TREE_WIDTH = 4  # the test trees are complete 4-ary trees: the mask's shape, not its content, sets the cost
+
+
+DRAFTER_CONTEXT = 128  # tokens a drafter has absorbed when its proposals are timed (drafter_context)
+
+def device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
+
+
+@functools.cache
+def code_digest() -> str:
+    """A digest of the source of what is timed (the engine and the drafters): a forward that changed
+    (another kernel, a fused product) costs something else, so its old entries are not reused."""
+    digest = hashlib.sha256()
+    for package in (engine_package, strategies_package):
+        for source in sorted(Path(package.__file__).parent.rglob("*.py")):
+            digest.update(source.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def table_key(model: torch.nn.Module) -> dict[str, str]:
+    device = model.device
+    return {"model": fingerprint(model), "device": device_name(device),
+            "dtype": str(model.dtype).removeprefix("torch."), "torch": torch.__version__,
+            "threads": str(torch.get_num_threads()) if device.type == "cpu" else "-",
+            "drafter_context": str(DRAFTER_CONTEXT), "code": code_digest()}
+
+
+def drafter_key(strategy: Strategy) -> str:
+    """Strategy name, each member's knobs and a digest of its weights: what the cost of a proposal depends on."""
+    digest = hashlib.sha256(strategy.name.encode())
+    for member in strategy.drafter.members:
+        digest.update(repr(member.options).encode())
+        for p in member.model.parameters() if member.model is not None else ():
+            digest.update(p.detach().flatten()[:16].float().cpu().numpy().tobytes())
+    return f"{strategy.name}:{digest.hexdigest()[:12]}"
+
+
+def _time_rounds(fns: list[Callable[[], None]], repeats: int, warmup: int, device: torch.device,
+                 setup: Callable[[], None] = lambda: None) -> list[dict[str, float]]:
+    """Median seconds of each of `fns` over `repeats` runs after `warmup` (each after an untimed
+    `setup`), and the spread (IQR / median). Timed in rounds, each once per round: a slow spell of
+    the machine, which lasts seconds, then lands on every entry alike instead of on the few timed
+    during it, so the entries' ratios (what the models use) hold."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    times: list[list[float]] = [[] for _ in fns]
+    for round_ in range(warmup + repeats):
+        for i, fn in enumerate(fns):
+            setup()
+            sync()
+            start = time.perf_counter()
+            fn()
+            sync()
+            if round_ >= warmup:
+                times[i].append(time.perf_counter() - start)
+    return [_timing(t) for t in times]
+
+
+def engine_table(table: CostTable, engine: str, timed: list) -> CostTable:
+    """`table` with the target's forwards as another engine times them (its `target_costs`, TimesTarget, batch 1,
+    chains): that engine's strategies are priced with its own forwards and with the proposals of the same
+    drafters (their weights and knobs), timed in specbench's engine."""
+    rows = [{"batch": 1, "tokens": t.tokens, "context": t.context, "mask": CHAIN, **_timing(t.seconds)}
+            for t in timed]
+    return replace(table, key={**table.key, "engine": engine}, target=rows, overhead=[])
+
+
+def _timing(times: list[float]) -> dict[str, float]:
+    q1, median, q3 = np.percentile(times, [25, 50, 75])
+    return {"median_s": float(median), "spread": float((q3 - q1) / median) if median > 0 else 0.0}
+
+
+@contextmanager
+def recorded_load(entries: list[dict]) -> Iterator[None]:
+    """Record in each entry timed inside the block how busy other processes kept the CPUs meanwhile
+    (over the whole block: a single entry is too short for the CPU counters), for cost_table.trusted."""
+    with noise.Window() as window:
+        yield
+    for entry in entries:
+        entry.setdefault("others_cpu", window.share)
+
+
+def complete_tree(nodes: int, width: int = TREE_WIDTH) -> DraftTree:
+    """`nodes` nodes filled breadth first, `width` children each."""
+    tree = DraftTree()
+    for i in range(nodes):
+        tree.add(0, (i // width) - 1 if i >= width else -1, "cost")
+    return tree
+
+
+def filled_cache(model, batch: int, context: int):
+    """A cache of `context` positions in each of `batch` rows: one row's prefill repeated (what the
+    keys hold does not change what a forward over them costs)."""
+    cache = new_cache(model)
+    if context:
+        run_model(model, cache, torch.randint(model.config.vocab_size, (1, context), device=model.device))
+        repeat_rows(cache, batch)
+    return cache
+
+
+def verify_forward(model, ids: torch.Tensor, cache, context: int, tree: DraftTree | None) -> None:
+    """One verify forward of ids (batch, n) after `context` cached positions, as the engine runs it:
+    decode.forward at batch 1, the batched engine's forward above; a tree gets its mask in every row."""
+    batch = ids.shape[0]
+    if batch == 1:
+        forward(model, ids[0], cache, tree, ())
+    elif tree is None:
+        forward_block(model, list(ids), torch.full((batch,), context, device=ids.device), cache, ())
+    else:
+        positions = (context + torch.tensor([0] + tree.depths(), device=ids.device)).expand(batch, -1)
+        mask = per_layer_type(model.config, lambda window: tree_attention_mask(
+            tree, context, model.dtype, ids.device, window).expand(batch, -1, -1, -1))
+        run_model(model, cache, ids, positions, mask)
+
+
+@torch.inference_mode()
+def time_targets(model, batch: int, context: int, shapes: list[tuple[int, str]], repeats: int,
+                 warmup: int) -> list[dict]:
+    """One verify forward of each (tokens, mask) of `shapes` per row over `context` cached positions,
+    timed in rounds (the cache is cut back to those positions after each forward)."""
+    device = model.device
+    cache = filled_cache(model, batch, context)
+
+    def verify(tokens: int, mask: str) -> Callable[[], None]:
+        ids = torch.randint(model.config.vocab_size, (batch, tokens), device=device)
+        tree = complete_tree(tokens - 1) if mask == TREE else None
+
+        def run() -> None:
+            verify_forward(model, ids, cache, context, tree)
+            truncate(cache, context)
+        return run
+
+    timings = _time_rounds([verify(n, m) for n, m in shapes], repeats, warmup, device)
+    return [{"batch": batch, "tokens": n, "context": context, "mask": m, **t} for (n, m), t in zip(shapes, timings)]
+
+
+class FixedChain:
+    """A drafter proposing `depth` copies of one token: what the batched engine's bookkeeping costs
+    around a verify block of depth + 1, whatever the drafts are."""
+
+    name = "cost"
+    hidden_layers: tuple[int, ...] = ()
+
+    def __init__(self, depth: int):
+        self.depth = depth
+
+    def start(self, prompt: torch.Tensor, hidden: tuple[torch.Tensor, ...]) -> None:
+        pass
+
+    def propose(self, ctx: DraftContext) -> DraftTree:
+        return DraftTree.chain([0] * min(self.depth, ctx.budget), self.name)
+
+    def observe(self, outcome: StepOutcome) -> None:
+        pass
+
+    def state_bytes(self) -> int:
+        return 0
+
+
+OVERHEAD_PROMPT = 16  # tokens per sequence: the overhead hardly depends on the context, the forwards do
+
+
+def time_overhead(model, batch: int, tokens: int, steps: int) -> dict:
+    """The batched engine's step time outside the drafters and the forward (acceptance, compaction,
+    commits), at `batch` rows and a verify block of `tokens`, over `steps` measured steps."""
+    drafters = [FixedChain(tokens - 1)] * batch if tokens > 1 else None
+    controllers = [FixedController(tokens - 1)] * batch if tokens > 1 else None
+    prompts = [list(range(1, OVERHEAD_PROMPT + 1))] * batch
+    run = generate_batch(model, prompts, steps + 1, drafters=drafters, controllers=controllers)
+    times = [other for _, _, other in run.step_times[1:steps + 1]] or [run.step_times[0][2]]
+    return {"batch": batch, "tokens": tokens, **_timing(times)}
+
+
+@torch.inference_mode()
+def time_drafter(model, strategy: Strategy, context_ids: list[int], budget: int, repeats: int, warmup: int) -> dict:
+    """One proposal at `budget` after the drafter absorbed `context_ids` (its first proposal is unmeasured).
+
+    Before each proposal one more token is committed and observed, as after a step that accepted no
+    draft, so a feature drafter's proposal includes absorbing that token's target features."""
+    drafter = strategy.drafter
+    committed = torch.tensor(context_ids, dtype=torch.long, device=model.device)
+    hidden = prefill(model, committed, new_cache(model), drafter.hidden_layers)
+    drafter.start(committed, hidden)
+    last = tuple(h[-1:] for h in hidden)
+    rng = seeded(0, model.device)
+    depth: list[int] = []
+    tokens = [committed]
+
+    def commit_one() -> None:
+        drafter.observe(StepOutcome(DraftTree(), [], int(tokens[0][-1]), [int(tokens[0][-1])], last))
+        tokens[0] = torch.cat([tokens[0], tokens[0][-1:]])
+
+    def propose() -> None:
+        tree = drafter.propose(DraftContext(tokens[0], budget, Sampling(), rng, FixedController(budget)))
+        depth.append(max(tree.depths(), default=0))
+
+    timing = _time_rounds([propose], repeats, warmup, model.device, setup=commit_one)[0]
+    return {"budget": budget, "context": len(context_ids), "depth": float(np.mean(depth)), **timing}
+
+
+def save_table(out_dir: str | Path, table: CostTable) -> Path:
+    path = table_path(out_dir, table.key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json(path, table.as_json())
+    return path
+
+
+def measure_costs(model, strategies: list[Strategy], context: Callable[[], list[int]], out_dir: str | Path,
+                  grid: Grid = Grid(), progress: Progress | None = None) -> CostTable:
+    """The cost table for `model` and `strategies`: what is stored is reused, what is missing is timed
+    and stored (atomically, after each group of entries, so an interruption keeps what was timed).
+    `context` gives the token ids the drafters absorb; it is called only when a proposal is timed."""
+    grid = grid.check().within(getattr(model.config, "max_position_embeddings", None))
+    table = load_table(out_dir, table_key(model))
+    groups = {(b, c): [(n, m) for m in grid.masks for n in grid.verify_lengths
+                       if not (m == TREE and n < 2) and not table.has_target(b, n, c, m)]
+              for b in grid.batch_sizes for c in grid.context_lens}
+    groups = {k: v for k, v in groups.items() if v}
+    overhead = [(b, n) for b in grid.batch_sizes for n in grid.verify_lengths if not table.has_overhead(b, n)]
+    total = sum(map(len, groups.values())) + len(overhead) + sum(map(len, missing_budgets(table, strategies, grid)))
+    done = 0
+
+    def advance(what: str) -> None:
+        nonlocal done
+        done += 1
+        if progress:
+            progress(what, done, total)
+
+    for (b, c), shapes in groups.items():
+        with recorded_load(table.target):
+            table.target.extend(time_targets(model, b, c, shapes, grid.repeats, grid.warmup))
+        for _ in shapes:
+            advance(f"target: batch {b}, context {c}")
+        save_table(out_dir, table)
+    with recorded_load(table.overhead):
+        for b, n in overhead:
+            table.overhead.append(time_overhead(model, b, n, grid.overhead_steps))
+            advance(f"step overhead: batch {b}")
+    if overhead:
+        save_table(out_dir, table)
+    time_drafters(table, model, strategies, context, out_dir, grid, advance)
+    return table
+
+
+def missing_budgets(table: CostTable, strategies: list[Strategy], grid: Grid) -> list[list[int]]:
+    """Per strategy with a drafter, the grid's budgets the table has no proposal cost for."""
+    return [[b for b in grid.budgets if b not in {r["budget"] for r in table.drafters.get(drafter_key(s), [])}]
+            for s in strategies if s.drafter is not None]
+
+
+def time_drafters(table: CostTable, model, strategies: list[Strategy], context: Callable[[], list[int]],
+                  out_dir: str | Path, grid: Grid = BATCH_GRID,
+                  advance: Callable[[str], None] = lambda what: None) -> CostTable:
+    """Time the proposals `table` lacks (each drafter at each of the grid's budgets) and store them;
+    `context` is called once, and only when there is something to time."""
+    missing = missing_budgets(table, strategies, grid)
+    if not any(missing):
+        return table
+    context_ids = context()
+    with_drafter = [s for s in strategies if s.drafter is not None]
+    for strategy, budgets in zip(with_drafter, missing):
+        entries = table.drafters.setdefault(drafter_key(strategy), [])
+        with recorded_load(entries):
+            for budget in budgets:
+                entries.append(time_drafter(model, strategy, context_ids, budget, grid.repeats, grid.warmup))
+                advance(f"{strategy.name} proposals")
+        if budgets:
+            save_table(out_dir, table)
+    return table
+
+
+def cost_strategies(target, drafter_dirs: list[str | Path], names: list[str] | None = None) -> list[Strategy]:
+    """The strategies whose proposals a table times: `names`, or every drafter this target has (the
+    model-free ones always, the trained ones where a known model keeps them or a --drafter gives them)."""
+    specs = [parse_strategy(name) for name in names or DRAFTER_NAMES]
+    sources = drafter_dirs_by_strategy(drafter_dirs, specs)
+    if names is None:
+        specs = [s for s in specs if definition(s.name).model_free or s.name in sources or target.name == DEFAULT_MODEL
+                 or own_drafter(target, s.name)]
+    return [build_strategy(spec, target, {}, sources) for spec in specs]
+
+
+def drafter_context(target) -> list[int]:
+    """The real text every drafter absorbs before its timed proposals: DRAFTER_CONTEXT tokens, or half
+    the model's context where that is shorter. One length for all of a table's proposal costs, which
+    grow with the context a feature drafter attends to, so that every entry prices the same thing."""
+    limit = getattr(target.model.config, "max_position_embeddings", None)
+    return real_context(target, DRAFTER_CONTEXT if limit is None else max(1, min(DRAFTER_CONTEXT, limit // 2)))
+
+
+def real_context(target, length: int) -> list[int]:
+    """`length` tokens of real text for the drafters' context: the default suite's first prompt and
+    the target's own greedy answer (or the prompt repeated where there is no tokenizer)."""
+    item = load_suite("default").items[0]
+    prompt = encode_turn(target.tokenizer, item)
+    answer = generate(target.model, prompt, max(0, length - len(prompt))).tokens
+    return (prompt + answer)[:length]
+
+
+def measure_target_costs(target, drafter_dirs: list[str | Path], out_dir: str | Path, grid: Grid = BATCH_GRID,
+                         names: list[str] | None = None, progress: Progress | None = None) -> tuple[CostTable, Path]:
+    """`specbench costs`: the cost table of a loaded target and its drafters, and where it is stored."""
+    grid.check(getattr(target.model.config, "max_position_embeddings", None))
+    strategies = cost_strategies(target, drafter_dirs, names)
+    table = measure_costs(target.model, strategies, partial(drafter_context, target), out_dir, grid, progress)
+    return table, table_path(out_dir, table.key)

@@ -1,0 +1,154 @@
+"""A benchmark run: every strategy against `ar` on the same prompts, interleaved, in one process.
+
+Data flows one way: suite -> prompts -> (target, strategy) -> per-step trace (engine) -> rows
+(bench/measuring.py) -> the run's result (bench/summarise.py). Rows are appended to the run directory group by
+group, so an interruption keeps what was measured and `resume` carries on where it stopped.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from functools import cache, partial
+from pathlib import Path
+from typing import Any, Callable
+
+from specbench.analysis.cost_table import CHAIN, TREE, CostTable, Grid
+from specbench.analysis.noise import NoiseMonitor
+from specbench.analysis.stats import CostInputs
+from specbench.bench.cost_timing import drafter_context, drafter_key, engine_table, measure_costs
+from specbench.bench.decode_groups import warm_up
+from specbench.bench.measuring import measure_group
+from specbench.bench.modelled_speedup import time_proposals
+from specbench.bench.prepare import PreparedRun, prepare
+from specbench.bench.summarise import finish
+from specbench.core.errors import Interrupted, SpecbenchError
+from specbench.core.records import Row, RunResult
+from specbench.decoding.target import context_limit, encode_turn
+from specbench.engines.protocol import KeepsLog, TimesTarget
+from specbench.methods.names import BASELINE
+from specbench.plan.run_config import RunPlan
+from specbench.report.run_dir import RunDir, group_of
+
+Progress = Callable[[str, int, int], None]  # what, done, total
+Estimate = Callable[[dict[str, Any]], None]  # after the warm-up: the plan (seconds, prompts, strategies, ...)
+
+BATCHED_VERIFY_LENGTHS = (1, 2, 4, 8, 12, 16)  # the chains' verify blocks: the engine pads them to the longest draft
+ENGINE_VERIFY_LENGTHS = (1, 2, 3, 4, 6, 8, 12, 16)  # another engine's chains (longer ones extrapolate)
+
+
+def cost_inputs(bench: PreparedRun) -> CostInputs:
+    """The measured forward costs of this target and these strategies (stored under results/costs/,
+    reused by later runs), at the verify lengths, masks and contexts the run can reach: the reference
+    engine's strategies priced with the forwards specbench times, another engine's with its own where it
+    times them (`TimesTarget`)."""
+    contexts = [64, 256] + [c for c in (1024, 4096) if c <= (context_limit(bench.target) or 0)]
+    longest = max(len(encode_turn(bench.target.tokenizer, i)) for i in bench.suite.items)
+    contexts = [c for c in contexts if c <= 4 * (longest + bench.config.max_new_tokens)] or contexts[:1]
+    grid = Grid(context_lens=tuple(contexts), masks=(CHAIN, TREE))
+    context = cache(partial(drafter_context, bench.target))  # generated once, if a proposal is timed
+    table: CostTable = measure_costs(bench.target.model, bench.strategies, context, bench.config.out, grid)
+    batched = tuple(b for b in bench.batch_sizes if b > 1)
+    if batched:  # the load axis's model at the run's batch sizes (chains only run batched)
+        table = measure_costs(bench.target.model, bench.strategies, context, bench.config.out,
+                              replace(grid, batch_sizes=batched, verify_lengths=BATCHED_VERIFY_LENGTHS, masks=(CHAIN,)))
+    tables = {bench.plan.reference: table}
+    for name, engine in bench.backends.items():
+        if name == bench.plan.reference or not any(s.engine == name for s in bench.engine_strategies
+                                                   if s.name != BASELINE):
+            continue
+        timed = engine.target_costs(list(contexts), list(ENGINE_VERIFY_LENGTHS), grid.repeats, grid.warmup) \
+            if isinstance(engine, TimesTarget) else None
+        if timed:
+            tables[name] = engine_table(table, name, timed)
+        else:
+            bench.notes.append(f"{engine.title}'s forwards are not timed apart: the cost model predicts no speedup "
+                               "for its strategies")
+    return CostInputs(tables, {s.name: drafter_key(s) for s in bench.strategies if s.drafter is not None})
+
+
+def run_benchmark(plan: RunPlan, progress: Progress | None = None, resume: str | Path | None = None,
+                  on_estimate: Estimate | None = None) -> RunResult:
+    """Measure every strategy of the plan against `ar` and write a run directory.
+
+    With `resume`, reopen an interrupted run directory (its saved configuration wins) and measure
+    only the prompts it lacks; a complete run is refused and left untouched. On KeyboardInterrupt
+    while prompts are measured, the rows measured so far are kept, the run is marked incomplete
+    and `Interrupted` (a KeyboardInterrupt naming the run directory) propagates. `on_estimate`
+    hears, after the warm-up, how long the measured part should take.
+    """
+    started = time.perf_counter()  # the start-up a user waits for: loading and the warm-up (nothing is compiled)
+    if resume is not None:
+        run, config = RunDir.resume(resume)
+        bench = prepare(config.plan())
+        if run.meta.get("strategies") != [s.label for s in bench.runs]:
+            bench.close()
+            raise SpecbenchError(f"{resume}: the strategies no longer match the saved run")
+    else:
+        bench = prepare(plan)
+        run = RunDir.create(plan.config.out, plan.config, bench.target.name, bench.suite.name,
+                            [s.label for s in bench.runs],
+                            drafters={s.label: s.drafter_sources for s in bench.runs if s.drafter_sources})
+    try:
+        return measure_run(bench, run, progress, on_estimate, started)
+    finally:
+        bench.close()
+        for engine in bench.backends.values():  # what the engines printed, once they have stopped
+            if isinstance(engine, KeepsLog):
+                engine.keep_log(run.path)
+
+
+def measure_run(bench: PreparedRun, run: RunDir, progress: Progress | None = None, on_estimate: Estimate | None = None,
+                started: float | None = None) -> RunResult:
+    """The measured part of run_benchmark, on a prepared run and its run directory; `started` is when
+    the user's wait began (the start-up reported is from then)."""
+    config = bench.config
+    started = time.perf_counter() if started is None else started
+    previous: dict[tuple[str, int, int], list[int]] = {}
+    rows = run.keep_complete_groups({s.label for s in bench.runs})  # an interrupted run's, read once
+    done = {group_of(r) for r in rows}
+    for r in rows:  # batch size 1's rows come first, and its outputs are the reference
+        if r.strategy == BASELINE and r.engine == bench.plan.reference:
+            previous.setdefault((r.prompt_id, r.turn, r.repeat), r.output_ids)
+
+    def keep(measured: list[Row]) -> None:
+        # memory first: an interruption inside the append (Ctrl-C lands after the fsync returns) must not
+        # leave rows on disk that finish, which rewrites rows.jsonl from memory, does not know of
+        rows.extend(measured)
+        run.append_rows(measured)
+
+    noise = NoiseMonitor()  # the load before this run adds its own
+    per_prompt = warm_up(bench)
+    todo = [(b, item) for b in bench.batch_sizes for item in bench.suite.items
+            if any((item.id, turn, r, b) not in done for turn in range(len(item.turns)) for r in range(config.repeats))]
+    if on_estimate:
+        prompts = {item.id: item for _, item in todo}.values()
+        generations = sum(len(item.turns) for item in prompts) * config.repeats
+        on_estimate({"seconds": per_prompt * generations, "prompts": len(prompts), "strategies": len(bench.runs),
+                     "load": noise.load_before, "cpus": noise.cpus, "busy": noise.busy_before(),
+                     "skipped": list(bench.skipped), "context": context_limit(bench.target),
+                     "startup_s": time.perf_counter() - started})
+    # the cost model prices proposals as the reference engine times them, whose strategies run only where it
+    # is listed (else `ar` alone)
+    costs = cost_inputs(bench) if config.cost_model and bench.plan.reference in bench.plan.engines else None
+    priced = time_proposals(bench.target, bench.strategies, config.out)  # the load axis's, timed before measuring
+    noise.restart()
+    complete = False
+    try:
+        finished = 0
+        for batch_size in bench.batch_sizes:
+            items = [item for b, item in todo if b == batch_size]
+            for start in range(0, len(items), batch_size):
+                batch = items[start:start + batch_size]
+                dropped = measure_group(bench, batch_size, batch, done, previous, keep)
+                bench.skipped += [item for item in dropped if item not in bench.skipped]
+                noise.tick()
+                finished += len(batch)
+                if progress:
+                    progress(f"batch size {batch_size}: {batch[-1].id}", finished, len(todo))
+        complete = True
+    except KeyboardInterrupt as exc:
+        raise Interrupted(run.path, "the prompts finished so far are kept; the run is marked incomplete") from exc
+    finally:
+        result = finish(bench, run, rows, complete, noise, costs, priced)
+    return result
