@@ -8,9 +8,10 @@ import pytest
 from specbench.core.errors import SpecbenchError
 from specbench.decoding.model_source import KNOWN_MODELS
 from specbench.training.chat_prompts import overlapping
-from specbench.training.corpus import Corpus, load_corpus, save_corpus, suite_turns
+from specbench.training.corpus import Corpus, CorpusSettings, build_corpus, load_corpus, save_corpus, suite_turns
 
-SHIPPED = sorted((KNOWN_MODELS["smollm2-135m"].shipped / "corpus").glob("corpus-*.npz"))
+SMOLLM2 = KNOWN_MODELS["smollm2-135m"]
+SHIPPED = sorted(SMOLLM2.shipped_corpus.glob("corpus-*.npz"))
 
 
 def test_a_corpus_round_trips_as_token_ids(tmp_path):
@@ -42,3 +43,12 @@ def test_the_shipped_corpus_is_distinct_and_apart_from_every_suite():
         answers += sum(1 for a in chunk.answers if a)
     assert len(set(instructions)) == len(instructions) and answers == len(instructions)
     assert overlapping([[text] for text in instructions], suite_turns(), n=6) == []
+
+
+@pytest.mark.skipif(not SHIPPED, reason="no corpus shipped for SmolLM2")
+def test_a_build_reads_the_shipped_corpus_and_makes_no_chunk(tmp_path):
+    # with every chunk shipped the target is never asked for one (None would fail at once)
+    settings = CorpusSettings(samples=len(SHIPPED) * 64)
+    mark = load_corpus(SHIPPED[0])[1]["key"]["target"]
+    corpus = build_corpus(None, tmp_path, settings, mark, shipped=SMOLLM2.shipped_corpus)
+    assert len(corpus) == settings.samples and list(tmp_path.iterdir()) == []

@@ -40,8 +40,12 @@ class KnownModel:
 
     @property
     def shipped(self) -> Path:
-        """What specbench ships for it beside the code: the drafters' training corpus."""
+        """What specbench ships for it beside the code: corpus/ (the drafters' training data) and drafters/."""
         return ASSETS / self.name
+
+    @property
+    def shipped_corpus(self) -> Path:
+        return self.shipped / "corpus"
 
     @property
     def target_dir(self) -> Path:

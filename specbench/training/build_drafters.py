@@ -106,7 +106,8 @@ def prepare_model(name: str, settings: BuildSettings = BuildSettings(), only: tu
     work = known.home / "build"
     try:
         started = time.time()
-        corpus = build_corpus(target, work, settings.corpus, mark, _phase(report, "corpus"), known.shipped)
+        corpus = build_corpus(target, work, settings.corpus, mark, _phase(report, "corpus"),
+                              known.shipped_corpus)
         done.seconds["corpus"] = round(time.time() - started)
         training, evaluation = split(corpus)
         started = time.time()
