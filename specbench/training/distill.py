@@ -111,7 +111,8 @@ def split(corpus: Corpus) -> tuple[Corpus, list[list[int]]]:
 def features(target, corpus: Corpus, layers: tuple[int, ...], work: Path, batch: int, mark: str,
              progress: Callable[[int, int], None]) -> list[DistillSequence]:
     """Each prompt and answer with the target's hidden states of `layers`, computed `batch` sequences at a
-    time into work/features-NNNN.pt; saved chunks made from the same ids are read back."""
+    time into work/features-NNNN.pt; saved chunks made from the same ids are read back, narrowed to
+    `layers` where they hold more (a build of every drafter serves a later one of some)."""
     work.mkdir(parents=True, exist_ok=True)
     sequences: list[DistillSequence] = []
     for index, start in enumerate(range(0, len(corpus), batch)):
@@ -120,10 +121,18 @@ def features(target, corpus: Corpus, layers: tuple[int, ...], work: Path, batch:
         key = {"target": mark, "layers": list(layers), "ids": zlib.crc32(str(ids).encode())}
         path = work / f"features-{index:04d}.pt"
         saved = torch.load(path, weights_only=False) if path.is_file() else None
-        if saved is None or saved["key"] != key:
+        if saved is not None and _serves(saved["key"], key):
+            sequences += pick_layers(saved["sequences"], tuple(saved["key"]["layers"]), layers)
+        else:
             saved = {"key": key, "sequences": hidden_states(target, ids, starts, layers)}
             with atomic_path(path) as tmp:
                 torch.save(saved, tmp)
-        sequences += saved["sequences"]
+            sequences += saved["sequences"]
         progress(len(sequences), len(corpus))
     return sequences
+
+
+def _serves(saved: dict, wanted: dict) -> bool:
+    """A chunk saved under key `saved` holds what `wanted` asks for: the same target and ids, every layer."""
+    return ({k: v for k, v in saved.items() if k != "layers"} == {k: v for k, v in wanted.items() if k != "layers"}
+            and set(wanted["layers"]) <= set(saved["layers"]))
