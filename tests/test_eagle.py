@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import random
+import shutil
 
 import pytest
 import torch
@@ -10,10 +12,14 @@ import torch
 import specbench.methods.eagle as eagle
 from specbench.core.errors import SpecbenchError
 from specbench.decoding.decode import generate
+from specbench.decoding.model_source import KNOWN_MODELS
 from specbench.decoding.sampling import Sampling
 from specbench.decoding.target import Target
+from specbench.methods.build import build_strategy
 from specbench.methods.controllers import FixedController, HeuristicController
 from specbench.methods.eagle import EagleDrafter, EagleModel, EagleOptions, eagle_tree, feature_layers
+from specbench.methods.names import parse_strategy
+from specbench.methods.published.formats import open_source
 from tests.helpers import (
     TINY_SHAPES,
     Spy,
@@ -192,3 +198,19 @@ def test_sampling_distribution_is_exact():
                                     lambda: (drafter, FixedController(2)))
     assert sum(accepted) > 1200 // 4  # drafts were accepted often: acceptance is tested, not plain sampling
     assert p > 0.001
+
+
+def test_a_drafter_carries_its_drafting_knobs_under_the_users(default_target, tmp_path):
+    shutil.copytree(KNOWN_MODELS["default"].drafter_dir("eagle"), tmp_path / "eagle")
+    config = json.loads((tmp_path / "eagle" / "config.json").read_text())
+    config["drafting"] = {"depth": 3, "top_k": 1, "total_tokens": 3}
+    (tmp_path / "eagle" / "config.json").write_text(json.dumps(config))
+
+    def knobs(given: dict, sources: dict) -> dict:
+        strategy = build_strategy(parse_strategy("eagle"), default_target, {"eagle": given}, sources)
+        return {k: strategy.drafter_sources["eagle"]["knobs"][k] for k in ("depth", "top_k", "total_tokens")}
+
+    source = {"eagle": open_source(tmp_path / "eagle")}
+    assert knobs({}, source) == {"depth": 3, "top_k": 1, "total_tokens": 3}
+    assert knobs({"depth": 2}, source) == {"depth": 2, "top_k": 1, "total_tokens": 3}
+    assert knobs({}, {}) == {"depth": 5, "top_k": 8, "total_tokens": 48}  # the embedded model's carries none

@@ -12,6 +12,7 @@ from specbench.core.errors import SpecbenchError
 from specbench.decoding.drafting import Drafter
 from specbench.decoding.model_source import known_model
 from specbench.decoding.target import fingerprint
+from specbench.methods.drafter_config import CONFIG, read_drafter_config
 from specbench.methods.drafter_dir import load_drafter
 from specbench.methods.search_space import SearchSpace
 from specbench.methods.serving import Serving
@@ -48,6 +49,20 @@ def own_drafter(target, strategy: str) -> Path | None:
     known = known_model(target.name)
     path = known.drafter_dir(strategy) if known is not None else None
     return path if path is not None and (path / "config.json").is_file() else None
+
+
+# in a specbench drafter's config.json: the knob values that draft best with it on its own model and
+# hardware (chosen by `specbench tune`), which a run takes under the user's own
+DRAFTING = "drafting"
+
+
+def drafting_defaults(target, strategy: str, drafter_dir: Path | None) -> dict[str, Any]:
+    """The drafting knob values the drafter `strategy` would load carries; {} where it carries none or
+    there is no drafter (which loading it then says)."""
+    path = Path(drafter_dir) if drafter_dir is not None else own_drafter(target, strategy)
+    if path is None or not (path / CONFIG).is_file():
+        return {}
+    return dict(read_drafter_config(path).get(DRAFTING, {}))
 
 
 def default_drafter_dir(target, strategy: str, drafter_dir: Path | None) -> Path:

@@ -10,6 +10,7 @@ from specbench.core.engine_names import SPECBENCH, label
 from specbench.core.errors import SpecbenchError
 from specbench.decoding.drafting import Controller, Drafter
 from specbench.methods import published
+from specbench.methods.base import drafting_defaults
 from specbench.methods.combine import CombinedDrafter
 from specbench.methods.controllers import CONTROLLERS, FixedController
 from specbench.methods.knobs import make_options
@@ -48,12 +49,14 @@ COMBINED_MAX_DEPTH = 16
 
 def build_member(name: str, target, knobs: dict[str, Any], source: DrafterSource | None) -> tuple[Drafter, Any]:
     """One method's drafter and knobs: from a published checkpoint (its own knob values under the user's),
-    the target's own MTP modules, or specbench's own drafter directory (the embedded default's without one)."""
+    the target's own MTP modules, or specbench's own drafter directory (the embedded default's without one), with
+    the drafting knobs chosen for it under the user's."""
     if source is not None and source.published:
         options = make_options(name, {**published.knob_defaults(source), **knobs})
         return published.load(source, target, options), options
-    options = make_options(name, knobs)
-    return definition(name).build(target, options, source.path if source else None), options
+    path = source.path if source else None
+    options = make_options(name, {**drafting_defaults(target, name, path), **knobs})
+    return definition(name).build(target, options, path), options
 
 
 def describe(source: DrafterSource | None, options: Any) -> dict[str, Any]:
