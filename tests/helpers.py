@@ -6,8 +6,10 @@ from each other; tests/conftest.py turns the models into fixtures."""
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import random
+import sys
 import zlib
 from collections import defaultdict
 from dataclasses import asdict, dataclass
@@ -785,3 +787,17 @@ def _row(strategy: str, category: str, i: int, prompt_tokens: int, wall: float, 
         "first_divergence": 3 if mismatch else None, "divergence_margin": 0.0 if mismatch else None,
         "output_ids": list(range(new_tokens)),
     }
+
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+
+def run_script(name: str, *args, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`python scripts/NAME.py ARGS`, in this process (the scripts' imports are the tests' own)."""
+    spec = importlib.util.spec_from_file_location(f"script_{name}", SCRIPTS / f"{name}.py")
+    script = importlib.util.module_from_spec(spec)
+    with monkeypatch.context() as patch:
+        patch.setattr(sys, "path", list(sys.path))  # build_default_drafters puts scripts/ on it
+        patch.setattr(sys, "argv", [f"{name}.py", *map(str, args)])
+        spec.loader.exec_module(script)
+        script.main()

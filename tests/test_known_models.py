@@ -24,6 +24,7 @@ from specbench.training.chat_prompts import chat_prompts, overlapping
 
 pytest.importorskip("gguf", reason="the GGUF tests need the smollm2 extra (pip install gguf accelerate)")
 
+from tests.helpers import run_script  # noqa: E402
 from tests.tiny_gguf import install_fake_package, same_logits, tiny_llama_gguf  # noqa: E402
 
 runner = CliRunner()
@@ -219,18 +220,23 @@ def test_shipped_drafters_are_installed_not_trained_and_rebuilt_on_request(known
     import shutil
 
     import specbench.decoding.model_source
-    from specbench.training.build_drafters import BuildSettings, prepare_model
+    from specbench.training.build_drafters import BuildSettings, prepare_model, ship
 
     settings = BuildSettings(**TINY_BUILD)
     prepare_model(NAME, settings, ("mtp", "dflash"))
     monkeypatch.setattr(specbench.decoding.model_source, "ASSETS", tmp_path / "assets")
-    shutil.copytree(known.home / "drafters", known.shipped / "drafters")
+    # the drafting shape chosen for a drafter travels with it
+    run_script("ship_drafters", NAME, "--only", "mtp", "--only", "dflash", "--set", "mtp.branching=2",
+               monkeypatch=monkeypatch)
     shutil.rmtree(known.home / "drafters")
     done = prepare_model(NAME, settings, ("mtp", "dflash"))
     assert done.installed == ["mtp", "dflash"] and done.built == [] and "features" not in done.seconds
     record = json.loads((known.home / "drafters" / "BUILD.json").read_text())
     assert record["mtp"]["installed_from"] == str(known.shipped / "drafters" / "mtp")
     assert record["mtp"]["knobs"] == {"draft_vocab": 40}  # the recipe it was trained with, as shipped
+    assert json.loads((known.drafter_dir("mtp") / "config.json").read_text())["drafting"] == {"branching": "2"}
+    with pytest.raises(SpecbenchError, match="installed from what specbench ships"):
+        ship(known, "mtp")  # only what was built here is shipped
     result = invoke("run", "--model", NAME, "--strategy", "mtp,dflash", "--limit", 1, "--max-new-tokens", 6,
                     "--out", tmp_path / "results", "--json", "--warmup", 0)
     assert result.exit_code == 0 and [r["mismatches"] for r in json.loads(result.stdout)["results"]] == [0] * 3

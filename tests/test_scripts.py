@@ -5,9 +5,7 @@ writes, and keeps its own checks (greedy mismatches, identical outputs) on the t
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,20 +14,9 @@ from transformers import AutoModelForCausalLM
 
 from specbench.decoding.target import fingerprint, load_target
 from specbench.methods.drafter_config import read_drafter_config
+from tests.helpers import run_script
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 DRAFTERS = ("eagle", "mtp", "dflash", "dspark")
-
-
-def run_script(name: str, *args, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`python scripts/NAME.py ARGS`, in this process (the scripts' imports are the tests' own)."""
-    spec = importlib.util.spec_from_file_location(f"script_{name}", SCRIPTS / f"{name}.py")
-    script = importlib.util.module_from_spec(spec)
-    with monkeypatch.context() as patch:
-        patch.setattr(sys, "path", list(sys.path))  # build_default_drafters puts scripts/ on it
-        patch.setattr(sys, "argv", [f"{name}.py", *map(str, args)])
-        spec.loader.exec_module(script)
-        script.main()
 
 
 @pytest.fixture(scope="module")

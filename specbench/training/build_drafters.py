@@ -19,6 +19,7 @@ from __future__ import annotations
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -27,6 +28,7 @@ from specbench.core.errors import Interrupted, SpecbenchError
 from specbench.core.files import atomic_path, read_json, write_json
 from specbench.decoding.model_source import DRAFT, DRAFTERS, KnownModel, preparable
 from specbench.decoding.target import fingerprint, load_target, resolve_device
+from specbench.methods.base import DRAFTING
 from specbench.methods.knobs import make_options
 from specbench.methods.registry import definition
 from specbench.training.corpus import CorpusSettings, build_corpus
@@ -152,6 +154,31 @@ def install_shipped(known: KnownModel, strategy: str, mark: str) -> bool:
     recipe = read_json(build, "build record").get(strategy, {}) if build.is_file() else {}
     _write_record(known, strategy, {**recipe, "installed_from": str(shipped)})
     return True
+
+
+def ship(known: KnownModel, strategy: str, drafting: dict | None = None) -> Path:
+    """Copy the drafter built in the model's home into what specbench ships for it (known.shipped), with its
+    build record and the drafting knobs chosen for it (`drafting`, e.g. by `specbench tune` on the model):
+    `specbench prepare` then installs it in minutes. The weights stay bfloat16, the draft vocabulary's head
+    rows are the target's and not stored (methods/draft_vocab.py)."""
+    built = known.drafter_dir(strategy)
+    if not (built / "config.json").is_file():
+        raise SpecbenchError(f"no finished {strategy} drafter in {built}: build it with "
+                             f"`specbench prepare {known.name} --rebuild --only {strategy}`")
+    record = read_json(known.home / "drafters" / BUILD, "build record").get(strategy, {})
+    if "installed_from" in record:
+        raise SpecbenchError(f"the {strategy} drafter in {built} was installed from what specbench ships, not built")
+    destination = known.shipped / "drafters" / strategy
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(destination) as tmp:
+        shutil.copytree(built, tmp)
+        if drafting:
+            config = read_json(tmp / "config.json", "drafter config")
+            write_json(tmp / "config.json", {**config, DRAFTING: drafting})
+    path = destination.parent / BUILD
+    shipped = read_json(path, "build record") if path.is_file() else {}
+    write_json(path, {**shipped, strategy: {**record, DRAFTING: drafting or {}}})
+    return destination
 
 
 def _installed(known: KnownModel, strategy: str) -> bool:
