@@ -4,7 +4,8 @@ greedy answers, it drafts them back through the real decode loop with near-perfe
 A wrong feature layer, a position off by one, or a mask that hides from drafting what training saw
 (or shows training what drafting cannot see) leaves a drafter that learns its loss and still misses
 its own training answers; this catches such a silent bug where a benchmark would only show a low tau.
-Each method runs with its whole vocabulary and with a reduced draft vocabulary.
+Each method runs with its whole vocabulary and with a reduced draft vocabulary, in float32 and, where the
+CPU multiplies it natively, with the products in bfloat16 as `specbench prepare` trains there.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from specbench.decoding.target import fingerprint
 from specbench.methods.controllers import FixedController
 from specbench.methods.knobs import make_options
 from specbench.methods.registry import definition, definitions
-from specbench.training.trainer import train
+from specbench.training.trainer import bf16_native, train
 from tests.helpers import distill_sequences, tiny_target
 
 # knobs that draft a chain of 4 (trees of width 1): acceptance then reads position by position
@@ -27,9 +28,12 @@ CHAINS = {"eagle": {"depth": 4, "top_k": 1, "total_tokens": 4, "ttt_steps": 4},
           "dspark": {"block_size": 4, "context_window": 0, "confidence_threshold": 0.0}}
 
 
-@pytest.mark.parametrize("draft_vocab", [0, 48], ids=["whole-vocabulary", "draft-vocabulary"])
+@pytest.mark.parametrize(("draft_vocab", "bf16"), [(0, False), (48, False), (48, True)],
+                         ids=["whole-vocabulary", "draft-vocabulary", "draft-vocabulary-bf16"])
 @pytest.mark.parametrize("strategy", sorted(CHAINS))
-def test_a_drafter_fits_the_answers_it_was_trained_on(strategy, draft_vocab, tmp_path):
+def test_a_drafter_fits_the_answers_it_was_trained_on(strategy, draft_vocab, bf16, tmp_path):
+    if bf16 and not bf16_native(torch.device("cpu")):
+        pytest.skip("this CPU has no native bfloat16 products (AVX512-BF16 or AMX): prepare trains in float32 here")
     target = tiny_target("qwen3-gqa", seed=1)
     with torch.no_grad():  # next-token distributions as peaked as a trained model's (the greedy answers unchanged)
         target.model.lm_head.weight.mul_(4.0)
@@ -39,7 +43,7 @@ def test_a_drafter_fits_the_answers_it_was_trained_on(strategy, draft_vocab, tmp
     model = method.trainable(target, options)
     sequences = distill_sequences(target, tuple(model.hidden_layers), 4, prompt_len=6, answer_len=24)
     train(model, sequences, tmp_path / "drafter", strategy, fingerprint(target.model), steps=400, batch_size=4,
-          lr=1e-2)
+          lr=1e-2, bf16=bf16)
     drafter = method.build(target, options, tmp_path / "drafter")
     drafts = first_accepted = tokens = steps = 0
     for s in sequences:

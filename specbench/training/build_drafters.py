@@ -35,7 +35,7 @@ from specbench.training.corpus import CorpusSettings, build_corpus
 from specbench.training.distill import features, pick_layers, split
 from specbench.training.held_out import evaluator
 from specbench.training.reporter import Reporter
-from specbench.training.trainer import train
+from specbench.training.trainer import bf16_native, train
 
 BUILD = "BUILD.json"  # in the model's drafters/ directory: how each drafter was made
 
@@ -106,6 +106,7 @@ def prepare_model(name: str, settings: BuildSettings = BuildSettings(), only: tu
     models = {s: definition(s).trainable(target, options[s]) for s in todo}
     layers = tuple(sorted({layer for m in models.values() for layer in m.hidden_layers}))
     work = known.home / "build"
+    bf16 = bf16_native(target.device)
     try:
         started = time.time()
         corpus = build_corpus(target, work, settings.corpus, mark, _phase(report, "corpus"),
@@ -124,9 +125,10 @@ def prepare_model(name: str, settings: BuildSettings = BuildSettings(), only: tu
                            known.drafter_dir(strategy), strategy, mark, settings.steps, settings.batch_size,
                            settings.draft_lr if strategy == DRAFT else settings.lr, settings.max_len, settings.seed,
                            on_step=_loss(report, f"train {strategy}", settings.steps), decay=True,
-                           evaluate=evaluate, evaluate_every=settings.evaluate_every)
+                           evaluate=evaluate, evaluate_every=settings.evaluate_every, bf16=bf16)
             done.seconds[strategy] = round(time.time() - started)
-            _record(known, strategy, settings, losses, model, done.seconds[strategy], len(sequences), evaluations)
+            _record(known, strategy, settings, losses, model, done.seconds[strategy], len(sequences), evaluations,
+                    bf16)
             done.built.append(strategy)
     except KeyboardInterrupt as exc:
         training_kept = f"; {exc.kept}" if isinstance(exc, Interrupted) else ""
@@ -208,9 +210,9 @@ def _finished(known: KnownModel, strategy: str, mark: str) -> bool:
 
 
 def _record(known: KnownModel, strategy: str, settings: BuildSettings, losses: list[float], model, seconds: float,
-            sequences: int, evaluations: list[dict]) -> None:
+            sequences: int, evaluations: list[dict], bf16: bool) -> None:
     _write_record(known, strategy, {
-        **asdict(settings), "knobs": settings.knobs(strategy), "training_sequences": sequences,
+        **asdict(settings), "knobs": settings.knobs(strategy), "training_sequences": sequences, "bf16": bf16,
         "first_loss": losses[0], "final_loss": sum(losses[-10:]) / len(losses[-10:]),
         "parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
         "train_seconds": round(seconds), "held_out": evaluations})

@@ -19,7 +19,7 @@ from specbench.training.distill import DistillSequence, collect, features, split
 from specbench.training.held_out import evaluator
 from specbench.training.reporter import Reporter
 from specbench.training.settings import TrainSettings, partial_dir
-from specbench.training.trainer import train
+from specbench.training.trainer import bf16_native, train
 
 HELD_OUT = 16  # held-out prompts decoded as a synthesised training goes
 
@@ -76,7 +76,7 @@ def train_drafter(settings: TrainSettings, report: Reporter = Reporter()) -> Tra
     steps = settings.steps
     try:
         losses = train(drafter, sequences, settings.out_dir, strategy, mark, steps, settings.batch_size,
-                       settings.lr, seed=settings.seed, decay=True, evaluate=evaluate,
+                       settings.lr, seed=settings.seed, decay=True, evaluate=evaluate, bf16=bf16_native(target.device),
                        on_step=lambda s, loss: report.progress("train", s, steps, f"loss {loss:.3f}"))
     except Interrupted as exc:
         raise Interrupted(work, f"kept in {work}: the target's answers to {len(sequences)} prompts and "
