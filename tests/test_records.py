@@ -15,6 +15,7 @@ from specbench.core.records import (
     SUMMARY_KEYS,
     EngineReport,
     Row,
+    RunMeta,
     RunResult,
     StrategySummary,
     SummaryFile,
@@ -24,6 +25,8 @@ from specbench.core.records.study_records import Gain, Gains, Holdout, Speedups
 from specbench.plan.run_config import RunConfig
 from specbench.report.run_dir import read_run
 from tests.helpers import write_run
+
+RUN_JSON = RunMeta("complete", "m", "s", None, None, None, [], None)
 
 
 @pytest.mark.parametrize("batch_sizes", [[1], [1, 2]])
@@ -44,6 +47,9 @@ def test_rows_keep_the_files_schema(tiny_model_dir, tmp_path):
     assert "batch_rows" not in written[0] and "engines_agree" not in written[0]  # batched and vLLM rows only
     summary = json.loads((result.path / "summary.json").read_text())
     assert summary == json.loads(json.dumps(result.summary_json()))
+    meta = json.loads((result.path / "run.json").read_text())
+    assert meta == result.meta.as_dict() and list(meta) == ["status", "model", "suite", "started", "finished",
+                                                            "specbench_version", "strategies", "gpu_profile", "noise"]
     assert "transfer" not in summary["results"][1] and "by_category" in summary
 
 
@@ -56,6 +62,9 @@ def test_older_rows_read_with_their_defaults():
         Row.from_dict({"strategy": "ar"})
     assert StrategySummary.from_dict({"strategy": "ar"} | {k: None for k in SUMMARY_KEYS[2:]}).engine \
         == "specbench"
+    # run.json before the version and the --gpu profile were kept
+    meta = RunMeta.from_dict({"status": "complete", "model": "m", "suite": "s", "strategies": ["ar"]})
+    assert meta.complete and meta.specbench_version is None and meta.noise is None
 
 
 def test_summaries_written_before_the_acceptance_rename_read_under_the_new_name():
@@ -87,7 +96,7 @@ def test_what_a_summary_and_a_run_note_read_as_records_and_write_back_unchanged(
                                              "stops_paying": {}, "schedule": {}, "schedule_toml": "", "vllm": {}}):
         noted = {"noise": noise, "projection": {"gpu": "rtx4090", "projected": True}, "load": load}
         saved = SummaryFile.from_dict({"results": []} | noted)
-        result = RunResult(Path("run"), {}, {}, {}, [], [], **RunResult.noted(saved))
+        result = RunResult(Path("run"), RUN_JSON, {}, {}, [], [], **RunResult.noted(saved))
         assert result.load.modelled == ("note" not in load)
         assert [p.modelled_speedup for p in result.load.points] == ([] if "note" in load else [1.2])
         assert result.summary_json() == {"results": [], "skipped_prompts": [], "notes": []} | noted

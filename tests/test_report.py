@@ -19,7 +19,7 @@ from rich.console import Console
 from specbench.analysis.stats import summarise_strategies
 from specbench.cli.app import print_report
 from specbench.core.errors import SpecbenchError
-from specbench.core.records import EnginePair, EngineReport, RunResult
+from specbench.core.records import EnginePair, EngineReport, RunMeta, RunResult
 from specbench.plan.run_config import RunConfig
 from specbench.report.comparison import comparison, load_runs, render
 from specbench.report.plots import style, write_plots
@@ -283,7 +283,8 @@ def test_plots_of_several_runs(tmp_path):
 
 
 def test_the_run_reports_start_up_notes_and_engine_agreement():
-    result = RunResult(Path("run"), {"status": "complete"}, {}, {}, [], [], notes=["batch size 8 is measured as 4"],
+    meta = RunMeta("complete", "m", "s", None, None, None, [], None)
+    result = RunResult(Path("run"), meta, {}, {}, [], [], notes=["batch size 8 is measured as 4"],
                        engines=[EngineReport("vllm", {"ngram": 41.6}, {"compile_s": {"ngram": 0.0}})],
                        engine_pairs=[EnginePair("specbench", "vllm", 3, 2, [5], {})])
     assert [line.text for line in start_and_notes(result)] == [

@@ -81,7 +81,7 @@ def run_benchmark(plan: RunPlan, progress: Progress | None = None, resume: str |
     if resume is not None:
         run, config = RunDir.resume(resume)
         bench = prepare(config.plan())
-        if run.meta.get("strategies") != [s.label for s in bench.runs]:
+        if run.meta.strategies != [s.label for s in bench.runs]:
             bench.close()
             raise SpecbenchError(f"{resume}: the strategies no longer match the saved run")
     else:

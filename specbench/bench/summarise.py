@@ -78,7 +78,7 @@ def finish(bench: PreparedRun, run: RunDir, rows: list[Row], complete: bool, noi
            costs: CostInputs | None, priced: CostTable | None) -> RunResult:
     """The run's result from every row measured (those of an interrupted run included), written to its
     directory with the plots; `priced` is the cost table the load axis prices with."""
-    result = RunResult(run.path, {**run.meta, "status": "complete" if complete else "incomplete"}, run.config,
+    result = RunResult(run.path, replace(run.meta, status="complete" if complete else "incomplete"), run.config,
                        run.environment, rows, [], skipped_prompts=bench.skipped, notes=bench.notes,
                        engines=[r for b in bench.backends.values() if not (r := b.report()).empty],
                        nvml_series=bench.metrics.series_frame().to_dict("records"))

@@ -17,7 +17,7 @@ import json
 import os
 import platform
 import subprocess
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -26,13 +26,11 @@ from specbench.core.engine_names import label
 from specbench.core.errors import SpecbenchError
 from specbench.core.files import atomic_path, read_json, read_json_object, read_jsonl, write_atomic, write_json
 from specbench.core.paths import check_output_dir
-from specbench.core.records import Row, RunResult, SummaryFile, rows_frame
+from specbench.core.records import STATUSES, NoiseVerdict, Row, RunMeta, RunResult, SummaryFile, rows_frame
 from specbench.core.strict_json import dumps
 from specbench.core.version import __version__
 from specbench.methods.names import BASELINE
 from specbench.plan.run_config import FIELDS, RunConfig
-
-STATUSES = ("complete", "incomplete")
 
 
 def _now() -> str:
@@ -80,7 +78,7 @@ def _read_object(path: Path, name: str) -> dict[str, Any]:
 class RunDir:
     """One run's directory: created fresh or reopened to resume."""
 
-    def __init__(self, path: Path, meta: dict[str, Any], config: dict[str, Any], environment: dict[str, Any]):
+    def __init__(self, path: Path, meta: RunMeta, config: dict[str, Any], environment: dict[str, Any]):
         self.path = path
         self.rows_file = path / "rows.jsonl"
         self.meta = meta  # run.json, config.json and environment.json as written
@@ -92,12 +90,11 @@ class RunDir:
                drafters: dict[str, Any] | None = None) -> RunDir:
         """A fresh run directory; `drafters` (each strategy's drafter formats and knobs) joins environment.json."""
         path = cls._new_path(Path(out) / "runs", run_name(config, strategies))
-        run = cls(path, {"status": "incomplete", "model": model, "suite": suite, "started": _now(), "finished": None,
-                         "specbench_version": __version__, "strategies": strategies, "gpu_profile": config.gpu},
+        run = cls(path, RunMeta("incomplete", model, suite, _now(), None, __version__, strategies, config.gpu),
                   asdict(config), {**environment(), "drafters": drafters or {}})
         write_json(path / "config.json", run.config)
         write_json(path / "environment.json", run.environment)
-        write_json(path / "run.json", run.meta)
+        write_json(path / "run.json", run.meta.as_dict())
         run.rows_file.touch()
         return run
 
@@ -125,6 +122,7 @@ class RunDir:
         if meta.get("status") not in STATUSES or not isinstance(meta.get("strategies"), list):
             raise SpecbenchError(f"{path / 'run.json'} is damaged: it lacks a status ({' or '.join(STATUSES)}) "
                                  "and the list of strategies")
+        meta = _run_meta(meta, path)
         values = _read_object(path, "config.json")
         unknown = sorted(set(values) - FIELDS)
         if unknown:
@@ -137,7 +135,7 @@ class RunDir:
     def resume(cls, path: str | Path) -> tuple[RunDir, RunConfig]:
         """Reopen an interrupted run to finish it; a complete run is refused and left untouched."""
         run, config = cls.reopen(path)
-        if run.meta["status"] == "complete":
+        if run.meta.complete:
             raise SpecbenchError(f"{run.path} is complete: there is nothing to resume and nothing was changed "
                                  f"(its results: {run.path / 'summary.json'})")
         check_output_dir(run.path, "--resume")
@@ -188,15 +186,18 @@ class RunDir:
         table = pd.DataFrame([{k: v for k, v in s.items() if not isinstance(v, (list, dict))} for s in summaries])
         write_atomic(self.path / "summary.csv", table.to_csv(index=False))
         write_atomic(self.path / "summary.md", table.to_markdown(index=False, floatfmt=".3g") + "\n")
-        result.meta = {**result.meta, "finished": _now()}
-        if result.noise is not None:
-            noise = result.noise
-            result.meta["noise"] = {"noisy": noise.noisy, "reasons": noise.reasons, "advice": noise.advice}
+        noise = result.noise
+        verdict = NoiseVerdict(noise.noisy, noise.reasons, noise.advice) if noise is not None else result.meta.noise
+        result.meta = replace(result.meta, finished=_now(), noise=verdict)
         self.meta = result.meta
-        write_json(self.path / "run.json", result.meta)
+        write_json(self.path / "run.json", result.meta.as_dict())
 
 
 # -- reading a run directory back --------------------------------------------------------------
+
+
+def _run_meta(meta: dict[str, Any], path: Path) -> RunMeta:
+    return RunMeta.from_dict(meta, str(path / "run.json"))
 
 
 def _optional_dict(path: Path) -> dict[str, Any]:
@@ -215,7 +216,8 @@ def read_run(path: Path, label: str = "", warnings: list[str] | None = None) -> 
     meta = read_json(path / "run.json", "run metadata")
     if not isinstance(meta, dict) or meta.get("status") not in STATUSES:
         raise SpecbenchError(f"{path / 'run.json'}: 'status' must be one of {', '.join(STATUSES)}")
-    complete = meta["status"] == "complete"
+    meta = _run_meta(meta, path)
+    complete = meta.complete
     config = _optional_dict(path / "config.json")
     rows = _read_rows(path, complete, warnings, {"batch_size": config.get("batch_size") or 1})
     saved = _optional_dict(path / "summary.json")

@@ -1,11 +1,13 @@
-"""The typed records specbench writes and reads back, one module per what they record: run.py (a run's rows,
-summaries and what it noted), study.py (a tune study), serve.py (a serve run's records, imported from there),
+"""The typed records specbench writes and reads back, one module per what they record: run_records.py (a run's
+run.json, rows, summaries and what it noted), study_records.py (a tune study), serve_records.py (a serve run's
+records, imported from there),
 metrics.py (each figure's meaning, unit and columns, declared once), all written and read by serialise.py;
 schema.py gives summary.json's JSON schema."""
 
 from specbench.core.records.metrics import COLUMN_SPECS, METRICS, SUMMARY_MEANINGS, Column, Metric
 from specbench.core.records.run_records import (
     ROW_KEYS,
+    STATUSES,
     SUMMARY_KEYS,
     EnginePair,
     EngineReport,
@@ -13,8 +15,10 @@ from specbench.core.records.run_records import (
     LoadPoint,
     ModelledSpeedup,
     Noise,
+    NoiseVerdict,
     Projection,
     Row,
+    RunMeta,
     RunProjection,
     RunResult,
     StrategySummary,
@@ -24,6 +28,6 @@ from specbench.core.records.run_records import (
 from specbench.core.records.study_records import ServedStudy, StudyRecord, TunedStudy
 
 __all__ = ["COLUMN_SPECS", "METRICS", "ROW_KEYS", "SUMMARY_KEYS", "SUMMARY_MEANINGS", "Column", "EnginePair",
-           "EngineReport", "LoadAxis", "LoadPoint", "Metric", "ModelledSpeedup", "Noise", "Projection", "Row",
-           "RunProjection", "RunResult", "ServedStudy", "StrategySummary", "StudyRecord", "SummaryFile", "TunedStudy",
-           "rows_frame"]
+           "EngineReport", "LoadAxis", "LoadPoint", "Metric", "ModelledSpeedup", "Noise", "NoiseVerdict", "Projection",
+           "Row", "RunMeta", "RunProjection", "RunResult", "STATUSES", "ServedStudy", "StrategySummary", "StudyRecord",
+           "SummaryFile", "TunedStudy", "rows_frame"]

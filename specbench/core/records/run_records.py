@@ -307,12 +307,48 @@ class SummaryFile(Record):
         return [*self.engines, EngineReport("vllm", dict(self.vllm_start_s or {}), details)]
 
 
+STATUSES = ("complete", "incomplete")
+
+
+@dataclass
+class NoiseVerdict(Record):
+    """What run.json keeps of the noise check: its verdict (the figures are summary.json's `noise`)."""
+
+    noisy: bool
+    reasons: list[str]
+    advice: list[str]
+
+
+@dataclass
+class RunMeta(Record):
+    """run.json: what a run measures, on which model and suite, and whether it finished."""
+
+    status: str  # one of STATUSES: incomplete while measuring, and where it was interrupted or killed
+    model: str
+    suite: str
+    started: str | None  # UTC, ISO 8601 to the second
+    finished: str | None  # None until it finishes
+    specbench_version: str | None
+    strategies: list[str]  # as measured: `ngram`, `ngram@vllm`
+    gpu_profile: str | None  # the --gpu profile its summaries are projected onto
+    noise: NoiseVerdict | None = None  # written when it finishes
+
+    OPTIONAL = {"noise": ("noise",)}
+    DEFAULTS = {"started": None, "finished": None, "specbench_version": None, "gpu_profile": None}
+    """Entries run.json files of older versions lack."""
+    RECORDS = {"noise": NoiseVerdict}
+
+    @property
+    def complete(self) -> bool:
+        return self.status == "complete"
+
+
 @dataclass
 class RunResult:
     """One run: its settings, its rows, the summaries of them and what the run noted."""
 
     path: Path
-    meta: dict[str, Any]  # run.json: status, model, suite, strategies, start and finish
+    meta: RunMeta  # run.json
     config: dict[str, Any]  # config.json: the RunConfig measured with
     environment: dict[str, Any]  # environment.json: versions, the machine, the drafters' formats and knobs
     rows: list[Row]
@@ -336,15 +372,15 @@ class RunResult:
 
     @property
     def complete(self) -> bool:
-        return self.meta["status"] == "complete"
+        return self.meta.complete
 
     @property
     def model(self) -> str:
-        return self.meta["model"]
+        return self.meta.model
 
     @property
     def suite(self) -> str:
-        return self.meta["suite"]
+        return self.meta.suite
 
     def frame(self) -> pd.DataFrame:
         return rows_frame(self.rows)
