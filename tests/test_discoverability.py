@@ -23,6 +23,7 @@ from rich.progress import TimeRemainingColumn
 from specbench.cli import app
 from specbench.cli.app import progress_bar
 from specbench.core.errors import SpecbenchError
+from specbench.core.records import Environment
 from specbench.decoding.model_source import model_path
 from specbench.decoding.target import load_target
 from specbench.methods.controllers import CONTROLLERS
@@ -90,7 +91,7 @@ def test_run_names_tell_runs_apart():
 
 
 def test_two_runs_started_in_the_same_second_get_two_directories(tmp_path, monkeypatch):
-    monkeypatch.setattr("specbench.report.run_dir.environment", dict)
+    monkeypatch.setattr("specbench.report.run_dir.environment", lambda drafters: Environment())
     config = RunConfig(strategies=["ngram"])
     first = RunDir.create(tmp_path, config, "m", "s", ["ar", "ngram"])
     monkeypatch.setattr("specbench.report.run_dir.run_name", lambda *args: first.path.name)

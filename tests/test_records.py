@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from specbench.bench.pipeline import run_benchmark
 from specbench.core.errors import SpecbenchError
@@ -14,6 +15,7 @@ from specbench.core.records import (
     ROW_KEYS,
     SUMMARY_KEYS,
     EngineReport,
+    Environment,
     Row,
     RunMeta,
     RunResult,
@@ -50,6 +52,10 @@ def test_rows_keep_the_files_schema(tiny_model_dir, tmp_path):
     meta = json.loads((result.path / "run.json").read_text())
     assert meta == result.meta.as_dict() and list(meta) == ["status", "model", "suite", "started", "finished",
                                                             "specbench_version", "strategies", "gpu_profile", "noise"]
+    environment = json.loads((result.path / "environment.json").read_text())
+    assert environment == result.environment.as_dict() and environment["torch"] == torch.__version__
+    assert list(environment) == ["specbench", "git_revision", "python", "torch", "transformers", "platform", "cpu",
+                                 "cpu_count", "torch_threads", "cuda", "drafters"]
     assert "transfer" not in summary["results"][1] and "by_category" in summary
 
 
@@ -65,6 +71,7 @@ def test_older_rows_read_with_their_defaults():
     # run.json before the version and the --gpu profile were kept
     meta = RunMeta.from_dict({"status": "complete", "model": "m", "suite": "s", "strategies": ["ar"]})
     assert meta.complete and meta.specbench_version is None and meta.noise is None
+    assert Environment.from_dict({"python": "3.11"}).cuda is None  # environment.json of an older version
 
 
 def test_summaries_written_before_the_acceptance_rename_read_under_the_new_name():

@@ -171,7 +171,7 @@ def _run_record(path: Path) -> RunRecord:
 
 def run_device(run: RunResult) -> str | None:
     """The profile of the device a run measured on: its CUDA GPU, or `cpu`."""
-    cuda = run.environment.get("cuda")  # environment.json is what the machine had: None or absent, no CUDA device
+    cuda = run.environment.cuda
     if saved_config(run).device == "cpu" or not cuda:
         return "cpu"
     return match_profile(str(cuda))

@@ -26,7 +26,7 @@ from specbench.core.engine_names import label
 from specbench.core.errors import SpecbenchError
 from specbench.core.files import atomic_path, read_json, read_json_object, read_jsonl, write_atomic, write_json
 from specbench.core.paths import check_output_dir
-from specbench.core.records import STATUSES, NoiseVerdict, Row, RunMeta, RunResult, SummaryFile, rows_frame
+from specbench.core.records import STATUSES, Environment, NoiseVerdict, Row, RunMeta, RunResult, SummaryFile, rows_frame
 from specbench.core.strict_json import dumps
 from specbench.core.version import __version__
 from specbench.methods.names import BASELINE
@@ -37,7 +37,8 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def environment() -> dict[str, Any]:
+def environment(drafters: dict[str, Any] | None = None) -> Environment:
+    """This machine and its software, and the drafters' formats and knobs (`drafters`)."""
     import torch
     import transformers
 
@@ -46,12 +47,10 @@ def environment() -> dict[str, Any]:
                                   cwd=Path(__file__).parent, timeout=5).stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         revision = None
-    env = {"specbench": __version__, "git_revision": revision, "python": platform.python_version(),
-           "torch": torch.__version__, "transformers": transformers.__version__,
-           "platform": platform.platform(), "cpu": platform.processor() or platform.machine(),
-           "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-           "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
-    return env
+    return Environment(__version__, revision, platform.python_version(), torch.__version__, transformers.__version__,
+                       platform.platform(), platform.processor() or platform.machine(), os.cpu_count(),
+                       torch.get_num_threads(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+                       drafters or {})
 
 
 def group_of(row: Row) -> tuple[str, int, int, int]:
@@ -78,7 +77,7 @@ def _read_object(path: Path, name: str) -> dict[str, Any]:
 class RunDir:
     """One run's directory: created fresh or reopened to resume."""
 
-    def __init__(self, path: Path, meta: RunMeta, config: dict[str, Any], environment: dict[str, Any]):
+    def __init__(self, path: Path, meta: RunMeta, config: dict[str, Any], environment: Environment):
         self.path = path
         self.rows_file = path / "rows.jsonl"
         self.meta = meta  # run.json, config.json and environment.json as written
@@ -91,9 +90,9 @@ class RunDir:
         """A fresh run directory; `drafters` (each strategy's drafter formats and knobs) joins environment.json."""
         path = cls._new_path(Path(out) / "runs", run_name(config, strategies))
         run = cls(path, RunMeta("incomplete", model, suite, _now(), None, __version__, strategies, config.gpu),
-                  asdict(config), {**environment(), "drafters": drafters or {}})
+                  asdict(config), environment(drafters))
         write_json(path / "config.json", run.config)
-        write_json(path / "environment.json", run.environment)
+        write_json(path / "environment.json", run.environment.as_dict())
         write_json(path / "run.json", run.meta.as_dict())
         run.rows_file.touch()
         return run
@@ -128,7 +127,7 @@ class RunDir:
         if unknown:
             raise SpecbenchError(f"{path / 'config.json'} is damaged: unknown key(s) {', '.join(unknown)} "
                                  "(or written by another specbench version)")
-        run = cls(path, meta, values, _optional_dict(path / "environment.json"))
+        run = cls(path, meta, values, _environment(path))
         return run, RunConfig(**values).validate(where=str(path / "config.json"))
 
     @classmethod
@@ -200,6 +199,10 @@ def _run_meta(meta: dict[str, Any], path: Path) -> RunMeta:
     return RunMeta.from_dict(meta, str(path / "run.json"))
 
 
+def _environment(path: Path) -> Environment:
+    return Environment.from_dict(_optional_dict(path / "environment.json"), str(path / "environment.json"))
+
+
 def _optional_dict(path: Path) -> dict[str, Any]:
     return read_json_object(path, path.name) if path.is_file() else {}
 
@@ -246,7 +249,7 @@ def read_run(path: Path, label: str = "", warnings: list[str] | None = None) -> 
         if missing:
             raise SpecbenchError(f"{path / 'nvml_series.csv'} lacks column(s) {', '.join(sorted(missing))}")
         series = frame.to_dict("records")
-    return RunResult(path, meta, config, _optional_dict(path / "environment.json"), rows, summary, by_category,
+    return RunResult(path, meta, config, _environment(path), rows, summary, by_category,
                      nvml_series=series, label=label, **RunResult.noted(noted))
 
 

@@ -11,6 +11,7 @@ from specbench.core.records.run_records import (
     SUMMARY_KEYS,
     EnginePair,
     EngineReport,
+    Environment,
     LoadAxis,
     LoadPoint,
     ModelledSpeedup,
@@ -28,6 +29,6 @@ from specbench.core.records.run_records import (
 from specbench.core.records.study_records import ServedStudy, StudyRecord, TunedStudy
 
 __all__ = ["COLUMN_SPECS", "METRICS", "ROW_KEYS", "SUMMARY_KEYS", "SUMMARY_MEANINGS", "Column", "EnginePair",
-           "EngineReport", "LoadAxis", "LoadPoint", "Metric", "ModelledSpeedup", "Noise", "NoiseVerdict", "Projection",
-           "Row", "RunMeta", "RunProjection", "RunResult", "STATUSES", "ServedStudy", "StrategySummary", "StudyRecord",
-           "SummaryFile", "TunedStudy", "rows_frame"]
+           "EngineReport", "Environment", "LoadAxis", "LoadPoint", "Metric", "ModelledSpeedup", "Noise",
+           "NoiseVerdict", "Projection", "Row", "RunMeta", "RunProjection", "RunResult", "STATUSES", "ServedStudy",
+           "StrategySummary", "StudyRecord", "SummaryFile", "TunedStudy", "rows_frame"]

@@ -344,13 +344,31 @@ class RunMeta(Record):
 
 
 @dataclass
+class Environment(Record):
+    """environment.json: the software and machine a run measured on, and where each strategy's drafters came
+    from with the knobs they ran with. Every entry may be absent from an older file."""
+
+    specbench: str | None = None
+    git_revision: str | None = None
+    python: str | None = None
+    torch: str | None = None
+    transformers: str | None = None
+    platform: str | None = None
+    cpu: str | None = None
+    cpu_count: int | None = None
+    torch_threads: int | None = None
+    cuda: str | None = None  # the CUDA device's name; None where the run had none
+    drafters: dict[str, dict[str, Any]] = field(default_factory=dict)  # strategy -> member -> format, path, knobs
+
+
+@dataclass
 class RunResult:
     """One run: its settings, its rows, the summaries of them and what the run noted."""
 
     path: Path
     meta: RunMeta  # run.json
     config: dict[str, Any]  # config.json: the RunConfig measured with
-    environment: dict[str, Any]  # environment.json: versions, the machine, the drafters' formats and knobs
+    environment: Environment
     rows: list[Row]
     summary: list[StrategySummary]  # per strategy, engine and batch size
     by_category: list[StrategySummary] = field(default_factory=list)
