@@ -23,7 +23,7 @@ from specbench.core.records import (
     SummaryFile,
     TunedStudy,
 )
-from specbench.core.records.study_records import Gain, Gains, Holdout, Speedups
+from specbench.core.records.study_records import Gain, Gains, Holdout, Speedups, TrialCounts
 from specbench.plan.run_config import RunConfig
 from specbench.report.run_dir import read_run
 from tests.helpers import write_run
@@ -121,7 +121,7 @@ def test_a_tuned_study_keeps_its_files_schema():
     """Without a best trial a study writes none of its entries; with one, all of them, a None controller too.
     Records from before `session` was kept read without it."""
     study = TunedStudy(study="s", storage="sqlite:///s.db", strategy="ngram", model="m", label="measured here",
-                       suite="mini", categories=[], temperature=0.0, max_new_tokens=8, trials={"counted": 2},
+                       suite="mini", categories=[], temperature=0.0, max_new_tokens=8, trials=TrialCounts(2),
                        target_trials=2, created="2025-01-01", best_params=None, best_value=None, toml=None, plots=[],
                        gpu=None, projected=False, objectives=["speedup"], batch_size=1,
                        prompts={"tuning": 2, "holdout": 1}, note="no trial completed")

@@ -434,7 +434,7 @@ def study_candidates(evidence: Evidence, workload: Workload) -> tuple[list[Candi
         ci = figures.speedup_ci
         note = f"tuned; speedup on {'held-out' if held_out else 'the tuning'} prompts" + \
             ("" if record.categories else " of every category")
-        counted = record.trials["counted"]
+        counted = record.trials.counted
         short = f"study short of its trials: {counted} of {record.target_trials}" \
             if counted < record.target_trials else ""
         candidates.append(Candidate(study.config, "projected" if record.projected else "measured",

@@ -43,11 +43,11 @@ def study_lines(record: StudyRecord) -> tuple[list[str], list[str]]:
         return served_lines(record)
     t = record.trials
     lines = [f"{record.strategy}: study {record.study}, speedup over ar {record.label}",
-             f"trials: {t['counted']} ({t['complete']} complete, {t['pruned']} pruned, {t['failed']} failed"
-             + (f", {t['infeasible']} not fitting the GPU's memory" if t["infeasible"] else "") + ")"
-             + (f"; pruning skipped {t['pruning']['prompts_skipped']} of {t['pruning']['prompts_of_pruned_trials']} "
-                "prompt runs of the pruned trials" if t["pruned"] else "")]
-    warnings = [f"trial {f['number']} failed: {f['reason']}" for f in t["failures"]]
+             f"trials: {t.counted} ({t.complete} complete, {t.pruned} pruned, {t.failed} failed"
+             + (f", {t.infeasible} not fitting the GPU's memory" if t.infeasible else "") + ")"
+             + (f"; pruning skipped {t.pruning.prompts_skipped} of {t.pruning.prompts_of_pruned_trials} "
+                "prompt runs of the pruned trials" if t.pruned else "")]
+    warnings = [f"trial {f.number} failed: {f.reason}" for f in t.failures]
     if record.best_value is None:
         return lines + [f"no best configuration: {record.note or ''}"], warnings
     gain, holdout = record.gain, record.holdout or Holdout()
@@ -78,9 +78,9 @@ def served_lines(record: ServedStudy) -> tuple[list[str], list[str]]:
         return "n/a" if value is None else f"{value:.3g} {unit}"
 
     lines = [f"{record.strategy}: study {record.study}, {record.label}",
-             f"trials: {t['counted']} ({t['complete']} complete, {t['failed']} failed); server logs under "
+             f"trials: {t.counted} ({t.complete} complete, {t.failed} failed); server logs under "
              f"{record.logs}"]
-    warnings = [f"trial {f['number']} failed: {f['reason']}" for f in t["failures"]]
+    warnings = [f"trial {f.number} failed: {f.reason}" for f in t.failures]
     if record.best_value is None:
         return lines + [f"no best configuration: {record.note or ''}"], warnings
     defaults = record.defaults.value if record.defaults else None

@@ -55,7 +55,7 @@ def tuned_toml(record: StudyRecord, knobs: dict[str, dict[str, Any]], controller
             data["engine_args"] = workload.engine_args
     data["knobs"] = {name: dict(values) for name, values in knobs.items() if values}
     header = [
-        f"# specbench tune: study {record.study} ({record.strategy}, {record.trials['counted']} trials, "
+        f"# specbench tune: study {record.study} ({record.strategy}, {record.trials.counted} trials, "
         f"objective {record.label})",
         figures,
         f"# run it: specbench run --config {record.toml}",

@@ -239,7 +239,7 @@ def finish_study(config: TuneConfig, plan: StudyPlan, study: optuna.Study, url: 
         prompts={"tuning": len(plan.identity["prompts"]), "holdout": sum(len(item.turns) for item in plan.holdout)},
         session=[spec.name for spec in config.specs()])
     if best is None:
-        record.note = ("no trial completed" if not record.trials["complete"] else
+        record.note = ("no trial completed" if not record.trials.complete else
                        f"no configuration fits {plan.profile.name}'s memory" if plan.profile else "no best trial")
         write_json(tuned_dir / f"{name}.json", record.as_dict())
         return record

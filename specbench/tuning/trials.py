@@ -11,7 +11,7 @@ import optuna
 from optuna.trial import TrialState
 
 from specbench.core.records import StudyRecord
-from specbench.core.records.study_records import DefaultsTrial
+from specbench.core.records.study_records import DefaultsTrial, FailedTrial, PruningSaved, TrialCounts, TrialWalls
 from specbench.tuning.objective import Evaluator, TrialFailure
 from specbench.tuning.outputs import importances
 from specbench.tuning.storage import display_url
@@ -72,7 +72,7 @@ def set_best(record: StudyRecord, study: optuna.Study, best: optuna.trial.Frozen
     return knobs, controller
 
 
-def trial_counts(study: optuna.Study, prompts: int) -> dict[str, Any]:
+def trial_counts(study: optuna.Study, prompts: int) -> TrialCounts:
     counted = counted_trials(study)
     by_state = {state: [t for t in counted if t.state == state]
                 for state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)}
@@ -83,12 +83,9 @@ def trial_counts(study: optuna.Study, prompts: int) -> dict[str, Any]:
         return sum(walls) / len(walls) if walls else None
 
     run = sum(t.user_attrs.get("prompts", 0) for t in pruned)
-    return {
-        "counted": len(counted), "complete": len(complete), "pruned": len(pruned),
-        "failed": len(by_state[TrialState.FAIL]),
-        "infeasible": sum(1 for t in complete if t.constraints.get(MEMORY_CONSTRAINT, 0.0) > 0),
-        "wall_s_per_trial": {"complete": mean_wall(complete), "pruned": mean_wall(pruned)},
-        # what pruning saved: the prompts pruned trials did not run, of what they would have run
-        "pruning": {"prompts_skipped": len(pruned) * prompts - run, "prompts_of_pruned_trials": len(pruned) * prompts},
-        "failures": [{"number": t.number, "reason": t.user_attrs[FAIL_REASON]} for t in by_state[TrialState.FAIL]],
-    }
+    return TrialCounts(
+        len(counted), len(complete), len(pruned), len(by_state[TrialState.FAIL]),
+        sum(1 for t in complete if t.constraints.get(MEMORY_CONSTRAINT, 0.0) > 0),
+        TrialWalls(mean_wall(complete), mean_wall(pruned)),
+        PruningSaved(len(pruned) * prompts - run, len(pruned) * prompts),
+        [FailedTrial(t.number, t.user_attrs[FAIL_REASON]) for t in by_state[TrialState.FAIL]])

@@ -12,6 +12,45 @@ from specbench.core.records.serialise import Record
 
 
 @dataclass
+class FailedTrial(Record):
+    number: int
+    reason: str
+
+
+@dataclass
+class TrialWalls(Record):
+    """Mean wall seconds of a complete and of a pruned trial; None where there was none."""
+
+    complete: float | None = None
+    pruned: float | None = None
+
+
+@dataclass
+class PruningSaved(Record):
+    """What pruning saved: the prompt runs the pruned trials skipped, of all they would have run."""
+
+    prompts_skipped: int = 0
+    prompts_of_pruned_trials: int = 0
+
+
+@dataclass
+class TrialCounts(Record):
+    """A study's trials by how they ended (tuning/trials.py: trial_counts); all but `counted` may be absent
+    from a hand-written or older file."""
+
+    counted: int  # every trial but those that ran out of --trials
+    complete: int = 0
+    pruned: int = 0
+    failed: int = 0
+    infeasible: int = 0  # complete, but not fitting the --gpu profile's memory
+    wall_s_per_trial: TrialWalls = field(default_factory=TrialWalls)
+    pruning: PruningSaved = field(default_factory=PruningSaved)
+    failures: list[FailedTrial] = field(default_factory=list)
+
+    RECORDS = {"wall_s_per_trial": TrialWalls, "pruning": PruningSaved, "failures": [FailedTrial]}
+
+
+@dataclass
 class DefaultsTrial(Record):
     """The study's first trial: the method's default knobs, measured as any trial."""
 
@@ -74,7 +113,7 @@ class StudyRecord(Record):
     categories: list[str]  # empty: every category
     temperature: float
     max_new_tokens: int
-    trials: dict[str, Any]  # counted, complete, pruned, failed and why (tuning/study_runner.py: trial_counts)
+    trials: TrialCounts
     target_trials: int
     created: str
     best_params: dict[str, Any] | None  # None: no best configuration (the note says why)
@@ -90,7 +129,7 @@ class StudyRecord(Record):
     vllm_config: str | None = None  # the measured speculative config, as `vllm serve` takes it
 
     BEST = ("best_trial", "knobs", "controller", "importances")
-    RECORDS = {"defaults": DefaultsTrial}
+    RECORDS = {"defaults": DefaultsTrial, "trials": TrialCounts}
     OPTIONAL = {"defaults": ("defaults",), "note": ("note",), "vllm_config": ("vllm_config",)}
     """The entries only some studies have: each group is written where the study has its first."""
 
