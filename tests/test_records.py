@@ -19,13 +19,24 @@ from specbench.core.records import (
     Row,
     RunMeta,
     RunResult,
+    ServedStudy,
     StrategySummary,
     SummaryFile,
     TunedStudy,
 )
-from specbench.core.records.study_records import Gain, Gains, Holdout, Speedups, TrialCounts
+from specbench.core.records.study_records import (
+    Gain,
+    Gains,
+    Holdout,
+    ServedBest,
+    ServedFigures,
+    ServedTrial,
+    Speedups,
+    TrialCounts,
+)
 from specbench.plan.run_config import RunConfig
 from specbench.report.run_dir import read_run
+from specbench.report.tune_report import study_lines
 from tests.helpers import write_run
 
 RUN_JSON = RunMeta("complete", "m", "s", None, None, None, [], None)
@@ -155,3 +166,24 @@ def test_a_run_from_before_engines_were_plug_ins_reads_its_vllm_report(tmp_path)
     written = run.summary_json()
     assert "vllm_start_s" not in written and written["engines"][0]["start_s"] == {"ar": 12.5, "ngram": 14.0}
     assert read_run(path).summary == run.summary and read_run(path).engine_pairs == []
+
+
+def test_a_served_study_reads_back_as_written():
+    figures = {"goodput_req_s": 1.5, "tpot_p50_ms": 40.0, "ttft_p50_ms": 90.0, "e2e_p50_ms": 700.0,
+               "tpot_p99_ms": 60.0, "output_tok_s": 50.0, "req_s": 1.6}
+    trial = figures | {"tpot_speedup": 1.2, "tau": 1.8, "number": 0, "params": {"max_ngram": 3}, "value": 1.5,
+                       "speculative_config": {"method": "ngram"}, "wall_s": 30.0}
+    study = ServedStudy(study="s", storage="sqlite:///s.db", strategy="ngram", model="m", label="at concurrency 2",
+                        suite="mini", categories=[], temperature=0.0, max_new_tokens=8,
+                        trials=TrialCounts(1, complete=1), target_trials=1, created="2025-01-01",
+                        best_params={"max_ngram": 3}, best_value=1.5, toml="s.toml", plots=[], best_trial=0, knobs={},
+                        engine="vllm", objective="goodput_req_s", unit="req/s", direction="maximize",
+                        load={"concurrency": 2, "request_rate": None}, slo={}, requests=4, engine_args={},
+                        logs="logs", baseline=ServedFigures(**figures), measured=[ServedTrial.from_dict(trial)],
+                        best=ServedBest.from_dict(trial))
+    written = json.loads(json.dumps(study.as_dict()))
+    assert written["baseline"] == figures and written["measured"] == [trial]
+    assert written["best"] == figures | {"tpot_speedup": 1.2, "tau": 1.8}
+    assert ServedStudy.from_dict(written) == study
+    lines, warnings = study_lines(study)
+    assert "ar 1.5 req/s; TPOT speedup over ar 1.20x" in lines[2] and warnings == []

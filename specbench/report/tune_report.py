@@ -84,9 +84,9 @@ def served_lines(record: ServedStudy) -> tuple[list[str], list[str]]:
     if record.best_value is None:
         return lines + [f"no best configuration: {record.note or ''}"], warnings
     defaults = record.defaults.value if record.defaults else None
-    ar = record.baseline[record.objective]
+    ar = getattr(record.baseline, record.objective) if record.baseline else None
     lines.append(f"best trial {record.best_trial}: {figure(record.best_value)}; defaults {figure(defaults)}; "
-                 f"ar {figure(ar)}; TPOT speedup over ar {_x(record.best['tpot_speedup'])}")
+                 f"ar {figure(ar)}; TPOT speedup over ar {_x(record.best.tpot_speedup)}")
     return lines + config_lines(record), warnings
 
 

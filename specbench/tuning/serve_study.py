@@ -30,6 +30,7 @@ from specbench.core.errors import SpecbenchError
 from specbench.core.files import write_atomic, write_json
 from specbench.core.records import ServedStudy
 from specbench.core.records.serve_records import LevelFigures, RequestRecord, Speculation
+from specbench.core.records.study_records import ServedBest, ServedFigures, ServedTrial
 from specbench.methods.names import BASELINE, StrategyName
 from specbench.serving.greedy_check import greedy_agreement
 from specbench.serving.level_stats import against_baseline, level_summary
@@ -170,11 +171,10 @@ def baseline(study: optuna.Study, plan: ServedPlan, logs: Path) -> dict[str, Any
     return stored
 
 
-def level_figures(summary: LevelFigures) -> dict[str, Any]:
+def level_figures(summary: LevelFigures) -> ServedFigures:
     """The figures a trial keeps of its level (and the study of ar's)."""
-    return {"goodput_req_s": summary.goodput_req_s, "tpot_p50_ms": summary.tpot_ms.p50,
-            "ttft_p50_ms": summary.ttft_ms.p50, "e2e_p50_ms": summary.e2e_ms.p50,
-            "tpot_p99_ms": summary.tpot_ms.p99, "output_tok_s": summary.output_tok_s, "req_s": summary.req_s}
+    return ServedFigures(summary.goodput_req_s, summary.tpot_ms.p50, summary.ttft_ms.p50, summary.e2e_ms.p50,
+                         summary.tpot_ms.p99, summary.output_tok_s, summary.req_s)
 
 
 class ServedEvaluator:
@@ -216,7 +216,7 @@ class ServedEvaluator:
                                    f"{check.first_divergence})")
         summary = level_summary(records, duration, self.plan.serve.slo)
         versus = against_baseline(records, self.ar_records, summary, self.ar_summary, self.plan.serve.run.seed)
-        attrs = {**level_figures(summary), "tpot_speedup": versus.tpot_speedup,
+        attrs = {**level_figures(summary).as_dict(), "tpot_speedup": versus.tpot_speedup,
                  "tau": speculation.tau if speculation else None,
                  "speculative_config": arguments.get("speculative_config"),
                  "wall_s": time.perf_counter() - started}
@@ -244,18 +244,19 @@ def finish(config: TuneConfig, plan: ServedPlan, study: optuna.Study, url: str, 
         max_new_tokens=run.max_new_tokens, requests=plan.requests, engine_args=run.engine_args,
         logs=str(logs_dir(config, name)),
         baseline=level_figures(LevelFigures.from_dict(ar_level["summary"], name)) if ar_level else None,
-        measured=[{"number": t.number, "params": t.params, "value": t.value, **t.user_attrs}
+        measured=[ServedTrial.from_dict({"number": t.number, "params": t.params, "value": t.value, **t.user_attrs},
+                                        f"trial {t.number}")
                   for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))])
     if best is None:
         record.note = "no trial completed"
         write_json(tuned_dir / f"{name}.json", record.as_dict())
         return record
     knobs, controller = set_best(record, study, best, plan.space)
-    record.best = {k: best.user_attrs.get(k) for k in (*record.baseline, "tpot_speedup", "tau")}
+    record.best = ServedBest.from_dict(best.user_attrs, f"trial {best.number}")
     record.toml, record.vllm_config = str(tuned_dir / f"{name}.toml"), str(tuned_dir / f"{name}.vllm.json")
     unit = UNITS[plan.objective]
     figures = (f"# {plan.objective} {best.values[0]:.4g} {unit} at {level.label}; ar "
-               f"{record.baseline[plan.objective]:.4g} {unit}, the defaults "
+               f"{getattr(record.baseline, plan.objective):.4g} {unit}, the defaults "
                + (f"{defaults.values[0]:.4g} {unit}" if defaults is not None else "not measured"))
     write_atomic(Path(record.toml), tuned_toml(record, knobs, controller, run, figures))
     write_json(Path(record.vllm_config), best.user_attrs["speculative_config"])

@@ -164,6 +164,39 @@ class TunedStudy(StudyRecord):
         return figures.speedup if figures else None
 
 
+@dataclass
+class ServedFigures(Record):
+    """What a study at a load keeps of a level on a server (ar's, or a trial's): the objectives and the
+    latencies beside them."""
+
+    goodput_req_s: float | None
+    tpot_p50_ms: float | None
+    ttft_p50_ms: float | None
+    e2e_p50_ms: float | None
+    tpot_p99_ms: float | None
+    output_tok_s: float | None
+    req_s: float | None
+
+
+@dataclass
+class ServedBest(ServedFigures):
+    """A trial's figures, with what it gained over ar's at the same load."""
+
+    tpot_speedup: float | None = None  # ar's TPOT over the trial's, paired by prompt
+    tau: float | None = None  # tokens per target forward, from the server's speculation counters
+
+
+@dataclass
+class ServedTrial(ServedBest):
+    """A complete trial: its knobs, its value and its figures, and the speculative config its server ran."""
+
+    number: int = 0
+    params: dict[str, Any] = field(default_factory=dict)
+    value: float | None = None
+    speculative_config: dict[str, Any] | None = None
+    wall_s: float | None = None
+
+
 @dataclass(kw_only=True)
 class ServedStudy(StudyRecord):
     """A study at a load on vLLM servers (<out>/tuned/serve/<study>.json)."""
@@ -177,8 +210,9 @@ class ServedStudy(StudyRecord):
     requests: int
     engine_args: dict[str, Any]
     logs: str  # the servers' logs
-    baseline: dict[str, Any] | None  # ar's figures at the load
-    measured: list[dict[str, Any]]  # every complete trial: number, params, value and figures
-    best: dict[str, Any] | None = None  # the best trial's figures, as ar's
+    baseline: ServedFigures | None  # ar's figures at the load
+    measured: list[ServedTrial]  # every complete trial
+    best: ServedBest | None = None  # the best trial's figures
 
+    RECORDS = {**StudyRecord.RECORDS, "baseline": ServedFigures, "measured": [ServedTrial], "best": ServedBest}
     OPTIONAL = {**StudyRecord.OPTIONAL, "best_trial": (*StudyRecord.BEST, "best")}
