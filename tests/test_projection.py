@@ -141,10 +141,10 @@ def test_cost_table_interpolates_and_extends():
 def test_predict_from_the_table_by_hand():
     # tau 3 at 4 verified tokens, budget 3, context 64: (3 * 10 ms) / (6 ms + 13 ms)
     out = predict(StepShape(tau=3.0, verified=4, budget=3, context=64, tree=False), hand_table(), "d")
-    assert out["predicted_speedup"] == pytest.approx(3 * 0.010 / (0.006 + 0.013))
-    assert out["ar_step_s"] == pytest.approx(0.010)
+    assert out.predicted_speedup == pytest.approx(3 * 0.010 / (0.006 + 0.013))
+    assert out.ar_step_s == pytest.approx(0.010)
     ar = predict(StepShape(tau=1.0, verified=1, budget=0, context=64, tree=False), hand_table(), None)
-    assert ar["predicted_speedup"] == pytest.approx(1.0)
+    assert ar.predicted_speedup == pytest.approx(1.0)
 
 
 def test_a_block_drafter_that_drafts_under_a_token_a_step_projects():

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from specbench.analysis.cost_table import CostTable
 from specbench.core.errors import SpecbenchError
+from specbench.core.records import CostPrediction
 
 
 def expected_tau(acceptance_by_position: Sequence[float], depth: int | None = None) -> float:
@@ -50,12 +50,11 @@ class StepShape:
     tree: bool  # verified with a tree mask
 
 
-def predict(shape: StepShape, table: CostTable, drafter: str | None, batch: int = 1) -> dict[str, Any]:
+def predict(shape: StepShape, table: CostTable, drafter: str | None, batch: int = 1) -> CostPrediction:
     """Predicted step times and speedup over `ar` from `table`; `drafter` is the table's key for the
     strategy's proposals (None for `ar`)."""
     ar_step = table.target_s(1, shape.context, batch)
     verify = table.target_s(shape.verified, shape.context, batch, shape.tree)
     draft = table.drafter_s(drafter, shape.budget) if drafter is not None else 0.0
-    return {"predicted_speedup": shape.tau * ar_step / (draft + verify), "draft_s": draft, "verify_s": verify,
-            "ar_step_s": ar_step, "tau": shape.tau, "verified": shape.verified, "budget": shape.budget,
-            "context": shape.context, "tree": shape.tree}
+    return CostPrediction(shape.tau * ar_step / (draft + verify), draft, verify, ar_step, shape.tau, shape.verified,
+                          shape.budget, shape.context, shape.tree)

@@ -17,6 +17,7 @@ import torch
 
 from specbench.analysis.host import HostSampler, peak_rss_bytes
 from specbench.analysis.nvml import NvmlSampler, open_nvml
+from specbench.core.records import HostFigures
 
 
 class RunMetrics:
@@ -52,8 +53,7 @@ class RunMetrics:
         if not self.gpu:
             wall = self.elapsed[strategy]
             return {"nvml": {"available": False, "reason": self.reason},
-                    "host": {"cpu_util_pct": 100 * self.cpu_s[strategy] / wall if wall else None,
-                             "peak_rss_bytes": peak_rss_bytes()}}
+                    "host": HostFigures(100 * self.cpu_s[strategy] / wall if wall else None, peak_rss_bytes())}
         out: dict[str, Any] = {"available": True, "energy_j": self.energy_j[strategy],
                                "tokens_per_j": (new_tokens / self.energy_j[strategy]
                                                 if self.energy_j[strategy] else None),

@@ -27,7 +27,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -37,7 +36,7 @@ from specbench.analysis.cost_model import StepShape, predict
 from specbench.analysis.cost_table import CostTable
 from specbench.analysis.lossless import divergences, first_divergence
 from specbench.core.engine_names import SPECBENCH
-from specbench.core.records import EnginePair, StrategySummary
+from specbench.core.records import EngineAgreement, EnginePair, StrategySummary
 from specbench.methods.names import BASELINE
 
 PROMPT = ["prompt_id", "turn"]
@@ -178,7 +177,7 @@ def summarise_strategy(rows: pd.DataFrame, seed: int = 0, costs: CostInputs | No
         summary.engine_agreement = engine_agreement(rows)
     if costs is not None and engine in costs.tables and name != BASELINE and name in costs.drafter_keys and steps:
         model = predict(step_shape(rows), costs.tables[engine], costs.drafter_keys[name])
-        summary.cost_model = {**model, "measured_over_predicted": speedup / model["predicted_speedup"]}
+        summary.cost_model = replace(model, measured_over_predicted=speedup / model.predicted_speedup)
     return summary
 
 
@@ -208,13 +207,13 @@ def summarise_strategies(rows: pd.DataFrame, seed: int = 0, by: str | None = Non
     return out
 
 
-def engine_agreement(rows: pd.DataFrame) -> dict[str, Any]:
+def engine_agreement(rows: pd.DataFrame) -> EngineAgreement:
     """Another engine's `ar` rows against specbench's: prompts that agree token for token, and where the others part."""
     checked = rows[rows.engines_agree.notna()]
     parted = checked[~checked.engines_agree.astype(bool)]
-    return {"prompts": len(checked), "agreeing": int(checked.engines_agree.astype(bool).sum()),
-            "first_divergence": [int(v) for v in parted.engines_first_divergence],
-            "divergence_margin": [None if pd.isna(v) else float(v) for v in parted.engines_divergence_margin]}
+    return EngineAgreement(len(checked), int(checked.engines_agree.astype(bool).sum()),
+                           [int(v) for v in parted.engines_first_divergence],
+                           [None if pd.isna(v) else float(v) for v in parted.engines_divergence_margin])
 
 
 def transfer(summaries: list[StrategySummary], reference: str = SPECBENCH) -> dict[tuple[str, str, int], float]:

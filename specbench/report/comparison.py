@@ -96,8 +96,8 @@ def _flat(summary: StrategySummary) -> dict[str, Any]:
         out[f"share_{part}"] = share
     out.update(memory_gb=summary.memory_bytes / 1e9, peak_mem_gb=summary.peak_mem_bytes / 1e9)
     if summary.cost_model:
-        out["predicted_speedup"] = summary.cost_model["predicted_speedup"]
-        out["measured_over_predicted"] = summary.cost_model["measured_over_predicted"]
+        out["predicted_speedup"] = summary.cost_model.predicted_speedup
+        out["measured_over_predicted"] = summary.cost_model.measured_over_predicted
     nvml = summary.nvml
     if nvml and nvml["available"]:
         out.update(mem_util_pct=nvml.get("mem_util_pct_mean"), dram_bw_gbs=nvml.get("dram_bw_gbs_mean"),

@@ -80,7 +80,7 @@ def lossless_checks(result: RunResult, config: RunConfig) -> list[Line]:
             lines.append(Line(f"LOSSLESS CHECK FAILED: {r.strategy}{where}{at}: {r.mismatches} of {r.prompts} "
                               f"greedy outputs differ from ar{where}"
                               + mismatch_detail(r.first_divergence, r.divergence_margin), "bold red"))
-    margins = {r.engine: r.engine_agreement["divergence_margin"] for r in result.summary if r.engine_agreement}
+    margins = {r.engine: r.engine_agreement.divergence_margin for r in result.summary if r.engine_agreement}
     for pair in result.engine_pairs:
         if pair.prompts:  # specbench's forward gives the margins where specbench is one of the two
             margin = margins.get(pair.engine, []) if pair.reference == SPECBENCH else []

@@ -9,9 +9,12 @@ from specbench.core.records.run_records import (
     ROW_KEYS,
     STATUSES,
     SUMMARY_KEYS,
+    CostPrediction,
+    EngineAgreement,
     EnginePair,
     EngineReport,
     Environment,
+    HostFigures,
     LoadAxis,
     LoadPoint,
     ModelledSpeedup,
@@ -28,7 +31,8 @@ from specbench.core.records.run_records import (
 )
 from specbench.core.records.study_records import ServedStudy, StudyRecord, TunedStudy
 
-__all__ = ["COLUMN_SPECS", "METRICS", "ROW_KEYS", "SUMMARY_KEYS", "SUMMARY_MEANINGS", "Column", "EnginePair",
-           "EngineReport", "Environment", "LoadAxis", "LoadPoint", "Metric", "ModelledSpeedup", "Noise",
-           "NoiseVerdict", "Projection", "Row", "RunMeta", "RunProjection", "RunResult", "STATUSES", "ServedStudy",
-           "StrategySummary", "StudyRecord", "SummaryFile", "TunedStudy", "rows_frame"]
+__all__ = ["COLUMN_SPECS", "METRICS", "ROW_KEYS", "STATUSES", "SUMMARY_KEYS", "SUMMARY_MEANINGS", "Column",
+           "CostPrediction", "EngineAgreement", "EnginePair", "EngineReport", "Environment", "HostFigures", "LoadAxis",
+           "LoadPoint", "Metric", "ModelledSpeedup", "Noise", "NoiseVerdict", "Projection", "Row", "rows_frame",
+           "RunMeta", "RunProjection", "RunResult", "ServedStudy", "StrategySummary", "StudyRecord", "SummaryFile",
+           "TunedStudy"]

@@ -132,6 +132,43 @@ class ModelledSpeedup(Record):
 
 
 @dataclass
+class CostPrediction(Record):
+    """The cost model's step times and speedup for a strategy's measured draft shape (analysis/cost_model.py),
+    and how the measured speedup compares."""
+
+    predicted_speedup: float
+    draft_s: float  # one step's drafting
+    verify_s: float  # one verify forward over `verified` positions
+    ar_step_s: float  # one plain decoding step at the same context
+    tau: float
+    verified: float  # positions per verify forward (drafts + 1)
+    budget: float  # the controller's draft budget
+    context: float  # positions already in the cache
+    tree: bool  # verified with a tree mask
+    measured_over_predicted: float | None = None
+
+
+@dataclass
+class EngineAgreement(Record):
+    """Another engine's greedy `ar` outputs against specbench's: how many agree token for token, and where and by
+    what logit margin the others part."""
+
+    prompts: int
+    agreeing: int
+    first_divergence: list[int]
+    divergence_margin: list[float | None]
+
+
+@dataclass
+class HostFigures(Record):
+    """Where there is no NVIDIA GPU: the CPU's utilisation over the strategy's generations and the process's
+    peak resident memory."""
+
+    cpu_util_pct: float | None
+    peak_rss_bytes: int
+
+
+@dataclass
 class StrategySummary(Record):
     """One strategy's figures over its rows (analysis/stats.py says what each is)."""
 
@@ -155,10 +192,12 @@ class StrategySummary(Record):
     batch_size: int = 1
     acceptance_rate_by_position: list[float] | None = None  # unconditional, vLLM's; None in runs before it
     category: str | None = None  # set in a summary per category
-    engine_agreement: dict[str, Any] | None = None  # another engine's `ar` against specbench's
-    cost_model: dict[str, Any] | None = None  # the speedup the cost model predicts, and measured / predicted
-    nvml: dict[str, Any] | None = None  # device metrics over the strategy's generations
-    host: dict[str, Any] | None = None
+    engine_agreement: EngineAgreement | None = None  # another engine's `ar` against specbench's
+    cost_model: CostPrediction | None = None  # the speedup the cost model predicts, and measured / predicted
+    # NVML's figures over the strategy's generations: `<metric>_mean` and `_p95` of each series the GPU reports
+    # (analysis/nvml.py), energy, and why a series is unavailable; a mapping, as the series are the device's
+    nvml: dict[str, Any] | None = None
+    host: HostFigures | None = None
     transfer: float | None = None  # this engine's speedup over specbench's for the same strategy
     projection: Projection | None = None  # onto the --gpu profile
     modelled: ModelledSpeedup | None = None  # the load axis's model at this batch size
@@ -169,7 +208,8 @@ class StrategySummary(Record):
     RENAMED = {"acceptance_by_position": "conditional_acceptance_by_position"}
     """Old names of fields, as summaries written before the rename hold them."""
     DEFAULTS = {"engine": SPECBENCH}  # summaries written before engines were plug-ins were specbench's
-    RECORDS = {"projection": Projection, "modelled": ModelledSpeedup}
+    RECORDS = {"projection": Projection, "modelled": ModelledSpeedup, "engine_agreement": EngineAgreement,
+               "cost_model": CostPrediction, "host": HostFigures}
     """The entries that are records, and the record each is read back as."""
 
 
