@@ -22,6 +22,8 @@ from specbench.core.errors import SpecbenchError
 from specbench.core.version import __version__
 
 if TYPE_CHECKING:
+    from specbench.bench.pipeline import Estimate
+    from specbench.bench.pipeline import Progress as RunProgress
     from specbench.core.records import RunResult
     from specbench.core.records.serve_records import ServeResult
     from specbench.recommender import Recommendation
@@ -31,13 +33,24 @@ if TYPE_CHECKING:
 __all__ = ["__version__", "recommend", "run", "serve", "tune"]
 
 
-def run(**settings: Any) -> RunResult:
+def run(config: str | Path | None = None, resume: str | Path | None = None, progress: RunProgress | None = None,
+        on_estimate: Estimate | None = None, **settings: Any) -> RunResult:
     """`specbench run`: every strategy against plain decoding (`ar`) on a prompt suite, its run directory
     written under `out`. `settings` are a run configuration's, named as in a `--config` TOML file
-    (docs/configuration.md): strategies, model, drafters, limit, max_new_tokens, engine, ..."""
+    (docs/configuration.md): strategies, model, drafters, limit, max_new_tokens, engine, ...; over the
+    values of the TOML file `config` where one is given. `resume` finishes an interrupted run directory with
+    its saved configuration (a setting may repeat it, not change it). `progress(prompt_id, done, total)`
+    hears each prompt measured, `on_estimate(figures)` how long measuring should take, after the warm-up."""
+    from specbench.plan.run_config import load_config_file, resolve
+    from specbench.report.run_dir import RunDir
+
+    # every check before torch is imported: bad input is refused at once
+    saved = RunDir.resume(resume)[1] if resume is not None else None
+    file_values = load_config_file(Path(config)) if config is not None else {}
+    plan = resolve(file_values, _settings(settings, "specbench.run"), saved)
     from specbench.bench.pipeline import run_benchmark
 
-    return run_benchmark(_run_config(settings, "specbench.run").plan("specbench.run"))
+    return run_benchmark(plan, progress, resume, on_estimate)
 
 
 def tune(strategies: str | list[str] = (), **settings: Any) -> TuneReport:

@@ -127,7 +127,7 @@ def measure_run(bench: PreparedRun, run: RunDir, progress: Progress | None = Non
         on_estimate({"seconds": per_prompt * generations, "prompts": len(prompts), "strategies": len(bench.runs),
                      "load": noise.load_before, "cpus": noise.cpus, "busy": noise.busy_before(),
                      "skipped": list(bench.skipped), "context": context_limit(bench.target),
-                     "startup_s": time.perf_counter() - started})
+                     "startup_s": time.perf_counter() - started, "cost_model": config.cost_model})
     # the cost model prices proposals as the reference engine times them, whose strategies run only where it
     # is listed (else `ar` alone)
     costs = cost_inputs(bench) if config.cost_model and bench.plan.reference in bench.plan.engines else None

@@ -28,12 +28,9 @@ from specbench.engines.engine_registry import parse_engine_args
 from specbench.methods.controllers import CONTROLLERS
 from specbench.methods.knobs import parse_sets
 from specbench.methods.names import COMBINATIONS, DEFAULT_STRATEGIES
-from specbench.plan.run_config import load_config_file, resolve
-from specbench.report.run_dir import RunDir
 
 if TYPE_CHECKING:
     from specbench.core.records import RunResult
-    from specbench.plan.run_config import RunPlan
     from specbench.report.run_report import Line
 
 
@@ -71,16 +68,18 @@ def run(
 ) -> None:
     """Run strategies against plain autoregressive decoding on a prompt suite."""
     with user_errors():
-        plan = checked_plan(batch_size, batch_sizes, config, resume, dict(
+        flags = {k: v for k, v in dict(
             model=model, drafters=[str(d) for d in drafter or []], strategies=strategy or None, suite=suite,
             categories=split_list(categories), limit=limit, max_new_tokens=max_new_tokens, temperature=temperature,
             top_p=top_p, top_k=top_k, seed=seed, dtype=dtype, device=device, warmup=warmup, repeats=repeats,
             controller=controller, gpu=gpu, out=out_dir, profiles=str(profiles) if profiles else None,
             cost_model=cost_model, engine=engine, engine_args=parse_engine_args(engine_args),
-            knobs=parse_sets(set_ or [])))
+            knobs=parse_sets(set_ or []), batch_sizes=batch_size_list(batch_size, batch_sizes)).items()
+            if v is not None and v != [] and v != {}}
+        from specbench.report.run_dir import saved_config
         from specbench.report.run_report import lossless_checks, start_and_notes, stops_paying
 
-        result = measure(plan, resume)
+        result = measure(config, resume, flags)
         print_lines(start_and_notes(result))
         if as_json:
             from specbench.core.strict_json import dumps
@@ -88,29 +87,27 @@ def run(
             sys.stdout.write(dumps(result.as_json(), indent=2) + "\n")
             return
         print_tables(result, wide)
-        print_lines(stops_paying(result, plan.config) + lossless_checks(result, plan.config))
+        measured = saved_config(result)
+        print_lines(stops_paying(result, measured) + lossless_checks(result, measured))
         err.print(f"results: {result.path}", highlight=False)
 
 
-def checked_plan(batch_size: int | None, batch_sizes: str | None, config: Path | None, resume: Path | None,
-                 flags: dict[str, Any]) -> RunPlan:
-    """The run's plan from the flags, the config file and a resumed run's configuration. Every check that
-    needs no torch comes first: a bad input is refused in well under a second."""
+def batch_size_list(batch_size: int | None, batch_sizes: str | None) -> list[int] | None:
+    """--batch-size B or --batch-sizes 1,4,16 as the run configuration's `batch_sizes`."""
     if batch_size is not None and batch_sizes is not None:
         raise SpecbenchError("give --batch-size or --batch-sizes, not both")
     check_range("--batch-size", batch_size)
     sizes = (batch_size,) if batch_size is not None else size_list(batch_sizes, "--batch-sizes")
     if sizes is not None:
         check_sizes(sizes, "--batch-sizes")
-    flags = {**flags, "batch_sizes": list(sizes) if sizes else None}
-    saved = RunDir.resume(resume)[1] if resume else None
-    return resolve(load_config_file(config) if config else {}, flags, saved)
+    return list(sizes) if sizes else None
 
 
-def measure(plan: RunPlan, resume: Path | None) -> RunResult:
-    """The run, with a progress bar, the start-up and the estimate from the warm-up on stderr; an interruption
-    says how to resume."""
-    from specbench.bench.pipeline import run_benchmark
+def measure(config: Path | None, resume: Path | None, flags: dict[str, Any]) -> RunResult:
+    """The run (specbench.run), with a progress bar, the start-up and the estimate from the warm-up on stderr;
+    an interruption says how to resume. Every check that needs no torch comes first: a bad input is refused in
+    well under a second."""
+    import specbench
     from specbench.report.run_report import estimate_lines
 
     with resumable("run", resume), progress_bar() as bar:
@@ -121,10 +118,10 @@ def measure(plan: RunPlan, resume: Path | None) -> RunResult:
 
         def estimate(figures: dict) -> None:
             bar.update(task, total=figures["prompts"],
-                       detail="timing forwards for the cost model" if plan.config.cost_model else "")
+                       detail="timing forwards for the cost model" if figures["cost_model"] else "")
             print_lines(estimate_lines(figures))
 
-        return run_benchmark(plan, advance, resume, estimate)
+        return specbench.run(config, resume, advance, estimate, **flags)
 
 
 def print_tables(result: RunResult, wide: bool) -> None:
