@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from specbench.core.errors import SpecbenchError
 from specbench.core.version import __version__
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from specbench.core.records.serve_records import ServeResult
     from specbench.recommender import Recommendation
     from specbench.serving.sweep import Progress as ServeProgress
+    from specbench.tuning.trials import Progress as TuneProgress
     from specbench.tuning.trials import TuneReport
 
 __all__ = ["__version__", "recommend", "run", "serve", "tune"]
@@ -53,16 +54,30 @@ def run(config: str | Path | None = None, resume: str | Path | None = None, prog
     return run_benchmark(plan, progress, resume, on_estimate)
 
 
-def tune(strategies: str | list[str] = (), **settings: Any) -> TuneReport:
+def tune(strategies: str | list[str] = (), config: str | Path | None = None, progress: TuneProgress | None = None,
+         on_loading: Callable[[], None] | None = None, **settings: Any) -> TuneReport:
     """`specbench tune`: one Optuna study of each strategy's knobs, its best checked on held-out prompts. The
-    study's settings are TuneConfig's (trials, workers, storage, objectives, ...); the others the workload's,
-    as `run` takes them."""
+    study's settings are TuneConfig's (trials, workers, storage, objectives, concurrency, slo, ...); the others
+    the workload's, as `run` takes them, over the TOML file `config` where one is given (its strategies are
+    tuned where `strategies` names none). `on_loading()` hears that the settings passed their checks and the
+    model loads, `progress(study, done, total, best, trial)` each trial; the same call again resumes the
+    studies."""
+    from specbench.plan.run_config import layered, load_config_file
+    from specbench.tuning.study import open_checked
     from specbench.tuning.study_config import TuneConfig
-    from specbench.tuning.study_runner import tune as tune_studies
 
     study, workload = _split(settings, TuneConfig, "workload")
+    file_values = load_config_file(Path(config)) if config is not None else {}
     names = [strategies] if isinstance(strategies, str) else list(strategies)
-    return tune_studies(TuneConfig(_run_config(workload, "specbench.tune"), tuple(names), **study))
+    names = names or list(file_values.get("strategies", ()))
+    given = _settings({**workload, **({"strategies": names} if names else {})}, "specbench.tune")
+    session = TuneConfig(layered(file_values, given), tuple(names), **study).validate()
+    open_checked(session)  # the storage and named studies, checked before torch is imported
+    if on_loading:
+        on_loading()
+    from specbench.tuning.study_runner import tune as tune_studies
+
+    return tune_studies(session, progress)
 
 
 def serve(resume: str | Path | None = None, api_key: str | None = None, progress: ServeProgress | None = None,
@@ -93,13 +108,6 @@ def recommend(results: str | Path = "results", **workload: Any) -> Recommendatio
     from specbench.recommender import recommend as recommend_for
 
     return recommend_for(make_workload(**workload), Path(results))
-
-
-def _run_config(settings: dict[str, Any], where: str):
-    """A RunConfig from settings named as a TOML config names them, paths given as Path objects too."""
-    from specbench.plan.run_config import RunConfig
-
-    return RunConfig(**_settings(settings, where))
 
 
 def _settings(settings: dict[str, Any], where: str) -> dict[str, Any]:

@@ -179,6 +179,12 @@ def print_table(rendered) -> None:
         out.print(rendered)
 
 
+def given(**flags: Any) -> dict[str, Any]:
+    """The flags the user gave, as a library call's settings: those left out (None, or an empty list or
+    mapping) take the config file's value or the default."""
+    return {k: v for k, v in flags.items() if v is not None and v != [] and v != {}}
+
+
 def split_list(values: list[str] | None) -> list[str] | None:
     """Repeatable options that also take comma lists: ["a,b", "c"] -> ["a", "b", "c"]; None when empty."""
     return [v.strip() for value in values or [] for v in value.split(",") if v.strip()] or None

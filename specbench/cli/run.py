@@ -12,6 +12,7 @@ from specbench.cli import options
 from specbench.cli.app import (
     app,
     err,
+    given,
     print_report,
     print_table,
     progress_bar,
@@ -68,14 +69,13 @@ def run(
 ) -> None:
     """Run strategies against plain autoregressive decoding on a prompt suite."""
     with user_errors():
-        flags = {k: v for k, v in dict(
+        flags = given(
             model=model, drafters=[str(d) for d in drafter or []], strategies=strategy or None, suite=suite,
             categories=split_list(categories), limit=limit, max_new_tokens=max_new_tokens, temperature=temperature,
             top_p=top_p, top_k=top_k, seed=seed, dtype=dtype, device=device, warmup=warmup, repeats=repeats,
             controller=controller, gpu=gpu, out=out_dir, profiles=str(profiles) if profiles else None,
             cost_model=cost_model, engine=engine, engine_args=parse_engine_args(engine_args),
-            knobs=parse_sets(set_ or []), batch_sizes=batch_size_list(batch_size, batch_sizes)).items()
-            if v is not None and v != [] and v != {}}
+            knobs=parse_sets(set_ or []), batch_sizes=batch_size_list(batch_size, batch_sizes))
         from specbench.report.run_dir import saved_config
         from specbench.report.run_report import lossless_checks, start_and_notes, stops_paying
 

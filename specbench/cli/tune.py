@@ -1,22 +1,21 @@
-"""`specbench tune`: Optuna search of strategy knobs (specbench.tuning.study_runner.tune does the work)."""
+"""`specbench tune`: Optuna search of strategy knobs (specbench.tune does the work)."""
 
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Annotated, Optional
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from optuna.trial import FrozenTrial
 
 from specbench.cli import options
-from specbench.cli.app import app, err, interruptible, out, progress_bar, split_list, user_errors
+from specbench.cli.app import app, err, given, interruptible, out, progress_bar, split_list, user_errors
 from specbench.core.strict_json import dumps
 from specbench.engines.engine_registry import parse_engine_args
 from specbench.methods.names import DEFAULT_STRATEGIES
-from specbench.plan.run_config import layered, load_config_file
 from specbench.serving.serve_config import parse_slo
-from specbench.tuning.study import open_checked
-from specbench.tuning.study_config import OBJECTIVES, TuneConfig
+from specbench.tuning.study_config import OBJECTIVES
 
 if TYPE_CHECKING:
     from specbench.tuning.trials import TuneReport
@@ -62,18 +61,15 @@ def tune(
     With --concurrency or --request-rate they are searched on real `vllm serve` servers at that load.
     """
     with user_errors():
-        # every check that needs no model comes first (storage, named studies): refused before torch loads
-        file_values = load_config_file(config) if config else {}
-        strategies = (strategy,) if strategy else tuple(file_values.get("strategies", ()))
-        flags = dict(strategies=list(strategies) or None, model=model, drafters=[str(d) for d in drafter or []],
-                     suite=suite, categories=split_list(categories), limit=limit, max_new_tokens=max_new_tokens,
-                     temperature=temperature, seed=seed, dtype=dtype, device=device, gpu=gpu, out=out_dir,
-                     profiles=str(profiles) if profiles else None, engine=engine,
-                     engine_args=parse_engine_args(engine_args))
-        cfg = TuneConfig(layered(file_values, flags), strategies, trials, timeout, study, storage, workers,
-                         objectives, holdout, heartbeat, concurrency, request_rate, parse_slo(slo)).validate()
-        open_checked(cfg)
-        report = run_studies(cfg)
+        flags = given(
+            model=model, drafters=[str(d) for d in drafter or []], suite=suite, categories=split_list(categories),
+            limit=limit, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, dtype=dtype,
+            device=device, gpu=gpu, out=out_dir, profiles=str(profiles) if profiles else None, engine=engine,
+            engine_args=parse_engine_args(engine_args), timeout=timeout, study=study, storage=storage,
+            concurrency=concurrency, request_rate=request_rate)
+        report = run_studies(strategy or (), config, dict(
+            flags, trials=trials, workers=workers, objectives=objectives, holdout=holdout, heartbeat_s=heartbeat,
+            slo=parse_slo(slo)))
 
     from specbench.report.tune_report import render_markdown, render_rich
 
@@ -85,13 +81,15 @@ def tune(
         sys.stdout.write(render_markdown(report))
 
 
-def run_studies(cfg: TuneConfig) -> TuneReport:
-    """The studies, with a progress bar per study (a line per finished trial where stderr is no terminal); an
-    interruption says how to resume."""
-    from specbench.tuning.study_runner import tune as run_tune
+def run_studies(strategy: str | tuple, config: Path | None, settings: dict[str, Any]) -> TuneReport:
+    """The studies (specbench.tune), with a progress bar per study (a line per finished trial where stderr is no
+    terminal); an interruption says how to resume. Every check that needs no model comes first (storage, named
+    studies): refused before torch loads."""
+    import specbench
 
-    with interruptible(lambda stop: "run the same command to resume it", "interrupted: the trials finished so far are kept in the study; "
-                                        "run the same command to resume it"), progress_bar() as bar:
+    with interruptible(lambda stop: "run the same command to resume it",
+                       "interrupted: the trials finished so far are kept in the study; run the same command to "
+                       "resume it"), progress_bar() as bar:
         tasks: dict[str, int] = {}
         loading = bar.add_task("tune", total=None, detail="loading the model and measuring ar")
 
@@ -106,6 +104,8 @@ def run_studies(cfg: TuneConfig) -> TuneReport:
                 err.print(f"{name}: trial {trial.number} {trial.state.name.lower()}, value {value}, "
                           f"best {so_far} ({done} of {total} trials)", highlight=False, soft_wrap=True)
 
-        if not err.is_terminal:
-            err.print("tune: loading the model and measuring ar", highlight=False)
-        return run_tune(cfg, advance)
+        def checked() -> None:
+            if not err.is_terminal:
+                err.print("tune: loading the model and measuring ar", highlight=False)
+
+        return specbench.tune(strategy, config, advance, checked, **settings)
