@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file
 from transformers import LlamaForCausalLM
 from typer.testing import CliRunner
 
@@ -223,23 +224,29 @@ def test_shipped_drafters_are_installed_not_trained_and_rebuilt_on_request(known
     from specbench.training.build_drafters import BuildSettings, prepare_model, ship
 
     settings = BuildSettings(**TINY_BUILD)
-    prepare_model(NAME, settings, ("mtp", "dflash"))
+    prepare_model(NAME, settings, ("draft", "mtp", "dflash"))
     monkeypatch.setattr(specbench.decoding.model_source, "ASSETS", tmp_path / "assets")
     # the drafting shape chosen for a drafter travels with it
-    run_script("ship_drafters", NAME, "--only", "mtp", "--only", "dflash", "--set", "mtp.branching=2",
-               monkeypatch=monkeypatch)
+    run_script("ship_drafters", NAME, "--only", "draft", "--only", "mtp", "--only", "dflash",
+               "--set", "mtp.branching=2", monkeypatch=monkeypatch)
+    # the draft LM ships without the embedding it shares with its target, and gets it back when installed
+    assert "model.embed_tokens.weight" not in load_file(known.shipped / "drafters" / "draft" / "model.safetensors")
+    built = load_file(known.drafter_dir("draft") / "model.safetensors")
     shutil.rmtree(known.home / "drafters")
-    done = prepare_model(NAME, settings, ("mtp", "dflash"))
-    assert done.installed == ["mtp", "dflash"] and done.built == [] and "features" not in done.seconds
+    shutil.rmtree(known.drafter_dir("draft"))
+    done = prepare_model(NAME, settings, ("draft", "mtp", "dflash"))
+    assert done.installed == ["draft", "mtp", "dflash"] and done.built == [] and "features" not in done.seconds
+    installed = load_file(known.drafter_dir("draft") / "model.safetensors")
+    assert installed.keys() == built.keys() and all(torch.equal(installed[k], built[k]) for k in built)
     record = json.loads((known.home / "drafters" / "BUILD.json").read_text())
     assert record["mtp"]["installed_from"] == str(known.shipped / "drafters" / "mtp")
     assert record["mtp"]["knobs"] == {"draft_vocab": 40}  # the recipe it was trained with, as shipped
     assert json.loads((known.drafter_dir("mtp") / "config.json").read_text())["drafting"] == {"branching": "2"}
     with pytest.raises(SpecbenchError, match="installed from what specbench ships"):
         ship(known, "mtp")  # only what was built here is shipped
-    result = invoke("run", "--model", NAME, "--strategy", "mtp,dflash", "--limit", 1, "--max-new-tokens", 6,
+    result = invoke("run", "--model", NAME, "--strategy", "draft,mtp,dflash", "--limit", 1, "--max-new-tokens", 6,
                     "--out", tmp_path / "results", "--json", "--warmup", 0)
-    assert result.exit_code == 0 and [r["mismatches"] for r in json.loads(result.stdout)["results"]] == [0] * 3
+    assert result.exit_code == 0 and [r["mismatches"] for r in json.loads(result.stdout)["results"]] == [0] * 4
     rebuilt = prepare_model(NAME, BuildSettings(**TINY_BUILD, rebuild=True), ("mtp",))
     assert rebuilt.built == ["mtp"] and rebuilt.installed == []
     assert "installed_from" not in json.loads((known.home / "drafters" / "BUILD.json").read_text())["mtp"]

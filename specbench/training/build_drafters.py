@@ -23,12 +23,14 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+from safetensors.torch import load_file, save_file
 
 from specbench.core.errors import Interrupted, SpecbenchError
 from specbench.core.files import atomic_path, read_json, write_json
 from specbench.decoding.model_source import DRAFT, DRAFTERS, KnownModel, preparable
 from specbench.decoding.target import fingerprint, load_target, resolve_device
 from specbench.methods.base import DRAFTING
+from specbench.methods.drafter_dir import WEIGHTS
 from specbench.methods.knobs import make_options
 from specbench.methods.registry import definition
 from specbench.training.corpus import CorpusSettings, build_corpus
@@ -38,6 +40,9 @@ from specbench.training.reporter import Reporter
 from specbench.training.trainer import bf16_native, train
 
 BUILD = "BUILD.json"  # in the model's drafters/ directory: how each drafter was made
+# weights a drafter keeps frozen as its target's own: a shipped drafter leaves them out (the draft LM's tied
+# embedding is 28M of its 42M parameters on SmolLM2) and installing it copies them back from the target
+TARGETS_OWN = {DRAFT: {"model.embed_tokens.weight": lambda target: target.model.get_input_embeddings().weight}}
 
 
 @dataclass(frozen=True)
@@ -97,7 +102,7 @@ def prepare_model(name: str, settings: BuildSettings = BuildSettings(), only: tu
     done.kept = [s for s in only if _finished(known, s, mark) and not (settings.rebuild and _installed(known, s))]
     todo = [s for s in only if s not in done.kept]
     if not settings.rebuild:
-        done.installed = [s for s in todo if install_shipped(known, s, mark)]
+        done.installed = [s for s in todo if install_shipped(known, s, target)]
         todo = [s for s in todo if s not in done.installed]
     if not todo:
         return done
@@ -137,9 +142,10 @@ def prepare_model(name: str, settings: BuildSettings = BuildSettings(), only: tu
     return done
 
 
-def install_shipped(known: KnownModel, strategy: str, mark: str) -> bool:
+def install_shipped(known: KnownModel, strategy: str, target) -> bool:
     """Copy the drafter specbench ships for `strategy` into the model's home, after checking it was trained
-    for this very target; False where none is shipped."""
+    for this very target, with the weights it shares with the target copied back; False where none is shipped."""
+    mark = fingerprint(target.model)
     shipped = known.shipped / "drafters" / strategy
     if not (shipped / "config.json").is_file():
         return False
@@ -152,6 +158,12 @@ def install_shipped(known: KnownModel, strategy: str, mark: str) -> bool:
     destination.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(destination) as tmp:
         shutil.copytree(shipped, tmp)
+        own = TARGETS_OWN.get(strategy, {})
+        if own:
+            weights = load_file(str(tmp / WEIGHTS))
+            weights.update({name: read(target).detach().to(torch.bfloat16).cpu().contiguous()
+                            for name, read in own.items()})
+            save_file(weights, str(tmp / WEIGHTS))
     build = known.shipped / "drafters" / BUILD
     recipe = read_json(build, "build record").get(strategy, {}) if build.is_file() else {}
     _write_record(known, strategy, {**recipe, "installed_from": str(shipped)})
@@ -174,6 +186,10 @@ def ship(known: KnownModel, strategy: str, drafting: dict | None = None) -> Path
     destination.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(destination) as tmp:
         shutil.copytree(built, tmp)
+        own = TARGETS_OWN.get(strategy, {})
+        if own:
+            weights = load_file(str(tmp / WEIGHTS))
+            save_file({name: w for name, w in weights.items() if name not in own}, str(tmp / WEIGHTS))
         if drafting:
             config = read_json(tmp / "config.json", "drafter config")
             write_json(tmp / "config.json", {**config, DRAFTING: drafting})
