@@ -3,10 +3,14 @@ line, and the corpus shipped for SmolLM2 distinct and apart from every suite spe
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from specbench.core.errors import SpecbenchError
 from specbench.decoding.model_source import KNOWN_MODELS
+from specbench.methods.drafter_config import read_drafter_config
+from specbench.methods.knobs import make_options
 from specbench.training.chat_prompts import overlapping
 from specbench.training.corpus import Corpus, CorpusSettings, build_corpus, load_corpus, save_corpus, suite_turns
 
@@ -52,3 +56,18 @@ def test_a_build_reads_the_shipped_corpus_and_makes_no_chunk(tmp_path):
     mark = load_corpus(SHIPPED[0])[1]["key"]["target"]
     corpus = build_corpus(None, tmp_path, settings, mark, shipped=SMOLLM2.shipped_corpus)
     assert len(corpus) == settings.samples and list(tmp_path.iterdir()) == []
+
+
+SHIPPED_DRAFTERS = sorted(p.parent for p in (SMOLLM2.shipped / "drafters").glob("*/config.json"))
+
+
+@pytest.mark.skipif(not SHIPPED_DRAFTERS, reason="no drafters shipped for SmolLM2")
+def test_the_shipped_drafters_were_trained_on_the_shipped_corpus_for_its_target():
+    mark = load_corpus(SHIPPED[0])[1]["key"]["target"]
+    record = json.loads((SMOLLM2.shipped / "drafters" / "BUILD.json").read_text())
+    for path in SHIPPED_DRAFTERS:
+        config = read_drafter_config(path)
+        strategy = config["specbench_strategy"]
+        assert path.name == strategy and config["target_fingerprint"] == mark
+        make_options(strategy, config.get("drafting", {}))  # knobs that exist, of their types
+        assert record[strategy]["prompts"] == len(SHIPPED) * 64 and record[strategy]["held_out"]
