@@ -154,19 +154,16 @@ def install_shipped(known: KnownModel, strategy: str, target) -> bool:
         raise SpecbenchError(f"the {strategy} drafter specbench ships for {known.name} was trained for another "
                              f"conversion of it (fingerprint {found}, this one is {mark}); rebuild it with "
                              f"`specbench prepare {known.name} --rebuild`")
-    destination = known.drafter_dir(strategy)
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(destination) as tmp:
-        shutil.copytree(shipped, tmp)
-        own = TARGETS_OWN.get(strategy, {})
-        if own:
-            weights = load_file(str(tmp / WEIGHTS))
-            weights.update({name: read(target).detach().to(torch.bfloat16).cpu().contiguous()
-                            for name, read in own.items()})
-            save_file(weights, str(tmp / WEIGHTS))
+    own = TARGETS_OWN.get(strategy)
+
+    def with_targets_own(weights: dict) -> dict:
+        return {**weights, **{name: read(target).detach().to(torch.bfloat16).cpu().contiguous()
+                              for name, read in own.items()}}
+
+    _copy_drafter(shipped, known.drafter_dir(strategy), with_targets_own if own else None)
     build = known.shipped / "drafters" / BUILD
     recipe = read_json(build, "build record").get(strategy, {}) if build.is_file() else {}
-    _write_record(known, strategy, {**recipe, "installed_from": str(shipped)})
+    _write_record(known.home / "drafters" / BUILD, strategy, {**recipe, "installed_from": str(shipped)})
     return True
 
 
@@ -183,20 +180,27 @@ def ship(known: KnownModel, strategy: str, drafting: dict | None = None) -> Path
     if "installed_from" in record:
         raise SpecbenchError(f"the {strategy} drafter in {built} was installed from what specbench ships, not built")
     destination = known.shipped / "drafters" / strategy
+    own = TARGETS_OWN.get(strategy)
+
+    def without_targets_own(weights: dict) -> dict:
+        return {name: w for name, w in weights.items() if name not in own}
+
+    _copy_drafter(built, destination, without_targets_own if own else None, {DRAFTING: drafting} if drafting else None)
+    _write_record(destination.parent / BUILD, strategy, {**record, DRAFTING: drafting or {}})
+    return destination
+
+
+def _copy_drafter(source: Path, destination: Path, weights: Callable[[dict], dict] | None = None,
+                  config: dict | None = None) -> None:
+    """A drafter directory copied into place whole or not at all, its weights passed through `weights` where
+    given and `config` joining its config.json."""
     destination.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(destination) as tmp:
-        shutil.copytree(built, tmp)
-        own = TARGETS_OWN.get(strategy, {})
-        if own:
-            weights = load_file(str(tmp / WEIGHTS))
-            save_file({name: w for name, w in weights.items() if name not in own}, str(tmp / WEIGHTS))
-        if drafting:
-            config = read_json(tmp / "config.json", "drafter config")
-            write_json(tmp / "config.json", {**config, DRAFTING: drafting})
-    path = destination.parent / BUILD
-    shipped = read_json(path, "build record") if path.is_file() else {}
-    write_json(path, {**shipped, strategy: {**record, DRAFTING: drafting or {}}})
-    return destination
+        shutil.copytree(source, tmp)
+        if weights:
+            save_file(weights(load_file(str(tmp / WEIGHTS))), str(tmp / WEIGHTS))
+        if config:
+            write_json(tmp / "config.json", {**read_json(tmp / "config.json", "drafter config"), **config})
 
 
 def _installed(known: KnownModel, strategy: str) -> bool:
@@ -227,15 +231,15 @@ def _finished(known: KnownModel, strategy: str, mark: str) -> bool:
 
 def _record(known: KnownModel, strategy: str, settings: BuildSettings, losses: list[float], model, seconds: float,
             sequences: int, evaluations: list[dict], bf16: bool) -> None:
-    _write_record(known, strategy, {
+    _write_record(known.home / "drafters" / BUILD, strategy, {
         **asdict(settings), "knobs": settings.knobs(strategy), "training_sequences": sequences, "bf16": bf16,
         "first_loss": losses[0], "final_loss": sum(losses[-10:]) / len(losses[-10:]),
         "parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
         "train_seconds": round(seconds), "held_out": evaluations})
 
 
-def _write_record(known: KnownModel, strategy: str, entry: dict) -> None:
-    path = known.home / "drafters" / BUILD
+def _write_record(path: Path, strategy: str, entry: dict) -> None:
+    """`strategy`'s entry of the build record at `path` (the model's home or what specbench ships)."""
     record = read_json(path, "build record") if path.is_file() else {}
     record[strategy] = entry
     path.parent.mkdir(parents=True, exist_ok=True)
