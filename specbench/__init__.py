@@ -46,12 +46,12 @@ def run(config: str | Path | None = None, resume: str | Path | None = None, prog
     from specbench.report.run_dir import RunDir
 
     # every check before torch is imported: bad input is refused at once
-    saved = RunDir.resume(resume)[1] if resume is not None else None
+    run_dir, saved = RunDir.resume(resume) if resume is not None else (None, None)
     file_values = load_config_file(Path(config)) if config is not None else {}
     plan = resolve(file_values, _settings(settings, "specbench.run"), saved)
     from specbench.bench.pipeline import run_benchmark
 
-    return run_benchmark(plan, progress, resume, on_estimate)
+    return run_benchmark(plan, progress, run_dir, on_estimate)
 
 
 def tune(strategies: str | list[str] = (), config: str | Path | None = None, progress: TuneProgress | None = None,

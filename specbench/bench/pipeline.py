@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from functools import cache, partial
-from pathlib import Path
 from typing import Any, Callable
 
 from specbench.analysis.cost_table import CHAIN, TREE, CostTable, Grid
@@ -67,28 +66,24 @@ def cost_inputs(bench: PreparedRun) -> CostInputs:
     return CostInputs(tables, {s.name: drafter_key(s) for s in bench.strategies if s.drafter is not None})
 
 
-def run_benchmark(plan: RunPlan, progress: Progress | None = None, resume: str | Path | None = None,
+def run_benchmark(plan: RunPlan, progress: Progress | None = None, resume: RunDir | None = None,
                   on_estimate: Estimate | None = None) -> RunResult:
     """Measure every strategy of the plan against `ar` and write a run directory.
 
-    With `resume`, reopen an interrupted run directory (its saved configuration wins) and measure
-    only the prompts it lacks; a complete run is refused and left untouched. On KeyboardInterrupt
-    while prompts are measured, the rows measured so far are kept, the run is marked incomplete
-    and `Interrupted` (a KeyboardInterrupt naming the run directory) propagates. `on_estimate`
-    hears, after the warm-up, how long the measured part should take.
+    With `resume`, an interrupted run directory reopened by `RunDir.resume` (the plan is its saved
+    configuration's), measure only the prompts it lacks. On KeyboardInterrupt while prompts are
+    measured, the rows measured so far are kept, the run is marked incomplete and `Interrupted` (a
+    KeyboardInterrupt naming the run directory) propagates. `on_estimate` hears, after the warm-up, how
+    long the measured part should take.
     """
     started = time.perf_counter()  # the start-up a user waits for: loading and the warm-up (nothing is compiled)
-    if resume is not None:
-        run, config = RunDir.resume(resume)
-        bench = prepare(config.plan())
-        if run.meta.strategies != [s.label for s in bench.runs]:
-            bench.close()
-            raise SpecbenchError(f"{resume}: the strategies no longer match the saved run")
-    else:
-        bench = prepare(plan)
-        run = RunDir.create(plan.config.out, plan.config, bench.target.name, bench.suite.name,
-                            [s.label for s in bench.runs],
-                            drafters={s.label: s.drafter_sources for s in bench.runs if s.drafter_sources})
+    bench = prepare(plan)
+    labels = [s.label for s in bench.runs]
+    if resume is not None and resume.meta.strategies != labels:
+        bench.close()
+        raise SpecbenchError(f"{resume.path}: the strategies no longer match the saved run")
+    run = resume or RunDir.create(plan.config.out, plan.config, bench.target.name, bench.suite.name, labels,
+                                  drafters={s.label: s.drafter_sources for s in bench.runs if s.drafter_sources})
     try:
         return measure_run(bench, run, progress, on_estimate, started)
     finally:
