@@ -130,7 +130,7 @@ def test_prepare_resumes_and_runs_every_strategy(known, tmp_path):
     assert not known.drafter_dir("eagle").exists()  # only eagle.partial: never read as a drafter
     chunks = {p: p.stat().st_mtime_ns for p in (known.home / "build").glob("*-*.*")}
     assert sorted(p.name for p in chunks) == ["corpus-0000.npz", "corpus-0001.npz", "features-0000.pt",
-                                              "features-0001.pt"]
+                                              "features-0001.pt", "passages-0000.npz", "passages-0001.npz"]
     done = prepare_model(NAME, settings)
     assert done.kept == ["draft"] and done.built == ["eagle", "mtp", "dflash", "dspark"]
     assert {p: p.stat().st_mtime_ns for p in (known.home / "build").glob("*-*.*")} == chunks  # reused

@@ -39,6 +39,7 @@ def prepare(
     name: Annotated[str, typer.Argument(help="A model specbench knows (see `specbench models`).")],
     only: Annotated[Optional[list[str]], typer.Option("--only", help="Build only these drafters (repeatable).", show_default="all")] = None,
     prompts: Annotated[Optional[int], typer.Option(help="Training prompts the target answers.", show_default="4096")] = None,
+    passage_tasks: Annotated[Optional[int], typer.Option(help="More samples: tasks over passages of its answers (summarise, translate, extract).", show_default="1024")] = None,
     answer_tokens: Annotated[Optional[int], typer.Option(help="Length of the target's answers.", show_default="128")] = None,
     steps: Annotated[Optional[int], typer.Option(help="Optimizer steps per drafter.", show_default="2000")] = None,
     draft_vocab: Annotated[Optional[int], typer.Option(help="Tokens the feature drafters score: the target's most frequent answer tokens.", show_default="8192")] = None,
@@ -52,7 +53,7 @@ def prepare(
     from specbench.decoding.model_source import DRAFTERS, preparable
 
     with user_errors():
-        check_ranges({"--prompts": prompts, "--answer-tokens": answer_tokens, "--steps": steps,
+        check_ranges({"--prompts": prompts, "--passage-tasks": passage_tasks, "--answer-tokens": answer_tokens, "--steps": steps,
                       "--draft-vocab": draft_vocab})
         preparable(name)
         unknown = sorted(set(only or ()) - set(DRAFTERS))
@@ -60,7 +61,7 @@ def prepare(
             raise SpecbenchError(f"--only {', '.join(unknown)}: not a trained drafter; trained: {', '.join(DRAFTERS)}")
         from specbench.training.build_drafters import BuildSettings, prepare_model
 
-        given = {"prompts": prompts, "answer_tokens": answer_tokens, "steps": steps, "draft_vocab": draft_vocab,
+        given = {"prompts": prompts, "passage_tasks": passage_tasks, "answer_tokens": answer_tokens, "steps": steps, "draft_vocab": draft_vocab,
                  "rebuild": rebuild or None}
         settings = dataclasses.replace(BuildSettings(), **{k: v for k, v in given.items() if v is not None})
         with interruptible(lambda stop: f"run `specbench prepare {name}` again to resume"), progress_bar() as bar:

@@ -88,6 +88,7 @@ RANGES: dict[str, Range] = {
     "--synthesise": _at_least(0, "0: off"),
     # prepare
     "--prompts": _at_least(1),
+    "--passage-tasks": _at_least(0),
     "--answer-tokens": _at_least(1),
     "--draft-vocab": _at_least(1, "tokens"),
     # convert

@@ -33,7 +33,7 @@ from specbench.methods.base import DRAFTING
 from specbench.methods.drafter_dir import WEIGHTS
 from specbench.methods.knobs import make_options
 from specbench.methods.registry import definition
-from specbench.training.corpus import CorpusSettings, build_corpus
+from specbench.training.corpus import CorpusSettings, build_corpus, build_passage_corpus
 from specbench.training.distill import features, pick_layers, split
 from specbench.training.held_out import evaluator
 from specbench.training.reporter import Reporter
@@ -50,6 +50,7 @@ class BuildSettings:
     """How the drafters are made: the corpus, the draft vocabulary and the training recipe."""
 
     prompts: int = 4096  # corpus samples: instructions the target writes and answers
+    passage_tasks: int = 1024  # more: tasks over passages of those answers (summarise, translate, extract ...)
     answer_tokens: int = 128
     decode_batch: int = 64  # corpus prompts made and answered together (one saved chunk)
     draft_vocab: int = 8192  # tokens the feature drafters score (0: the target's whole vocabulary)
@@ -116,8 +117,11 @@ def prepare_model(name: str, settings: BuildSettings = BuildSettings(), only: tu
         started = time.time()
         corpus = build_corpus(target, work, settings.corpus, mark, _phase(report, "corpus"),
                               known.shipped_corpus)
-        done.seconds["corpus"] = round(time.time() - started)
         training, evaluation = split(corpus)
+        tasks = build_passage_corpus(target, work, training, settings.passage_tasks, settings.corpus, mark,
+                                     _phase(report, "passage tasks"), known.shipped_corpus)
+        training.extend(split(tasks)[0])
+        done.seconds["corpus"] = round(time.time() - started)
         started = time.time()
         sequences = features(target, training, layers, work, settings.decode_batch, mark, _phase(report, "features"))
         done.seconds["features"] = round(time.time() - started)

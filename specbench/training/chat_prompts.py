@@ -84,6 +84,36 @@ FORMS = [
 ]
 
 
+# tasks over a passage the target wrote itself (training/corpus.py): answers that copy from their prompt
+PASSAGE_TASKS = [
+    lambda r, p: f"Summarise this text in two sentences.\n\n{p}",
+    lambda r, p: f"Rewrite the following in plain, simple words.\n\n{p}",
+    lambda r, p: f"List the main points of this text as bullet points.\n\n{p}",
+    lambda r, p: f"Translate into {r.choice(SPOKEN)}:\n\n\"{' '.join(_sentences(p)[:2])}\"",
+    lambda r, p: f"Extract the key facts of this text as a JSON object with the keys \"topic\" and \"facts\".\n\n{p}",
+    lambda r, p: f"Correct any mistakes in this text and give the corrected version.\n\n{p}",
+    lambda r, p: f"Give this text a title and a one-sentence summary.\n\n{p}",
+    lambda r, p: f"Who would find this text useful, and why? Quote the sentence that matters most.\n\n{p}",
+]
+
+
+def _sentences(text: str) -> list[str]:
+    return re.findall(r"[^.!?]+[.!?]", text)
+
+
+def passage(text: str, min_words: int = 25) -> str:
+    """An answer cut after its last whole sentence, as a passage to work on; empty where too short."""
+    kept = "".join(_sentences(text.strip())).strip()
+    return kept if len(kept.split()) >= min_words else ""
+
+
+def passage_prompts(passages: list[str], count: int, seed: int = 0) -> list[str]:
+    """`count` tasks (fewer where there are fewer passages), each over its own passage, the tasks in turn."""
+    rng = random.Random(seed)
+    chosen = rng.sample(passages, min(count, len(passages)))
+    return [PASSAGE_TASKS[i % len(PASSAGE_TASKS)](rng, text) for i, text in enumerate(chosen)]
+
+
 def chat_prompts(count: int, seed: int = 0) -> list[list[str]]:
     """`count` distinct single-turn prompts (fewer past the forms' thousands of fillings), the forms in turn,
     filled by a generator seeded with `seed`."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 import zipfile
+import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
@@ -31,7 +32,7 @@ from specbench.decoding.batch import generate_batch
 from specbench.decoding.sampling import Sampling, seeded
 from specbench.decoding.target import Target, encode_turns
 from specbench.plan.suites import builtin_suite_names, load_suite
-from specbench.training.chat_prompts import chat_prompts, overlapping
+from specbench.training.chat_prompts import chat_prompts, overlapping, passage, passage_prompts
 
 Progress = Callable[[int, int], None]  # samples done, total
 
@@ -149,30 +150,70 @@ def build_corpus(target: Target, work: Path, settings: CorpusSettings, mark: str
     written = [turns[0] for turns in chat_prompts(chunks * size, settings.seed)]
     suites = suite_turns()
     seen: set[str] = set()
-    corpus = Corpus([], [])
+
+    def instructions(index: int) -> list[str]:
+        # a quarter of the chunk's own written forms, the rest a reserve for where the target writes fewer
+        # instructions than asked (no chat template, a turn rarely closed); past the forms' last filling
+        # the target writes them all
+        forms = written[index * size:(index + 1) * size]
+        made = synthesise(target, size - min(written_here, len(forms)), settings, settings.seed + index, seen, suites)
+        return forms[:size - len(made)] + made
+
     # what a chunk's content depends on: everything but the total, so that a corpus grows by more chunks
     key = {**asdict(settings), "target": mark, "samples": None}
+    return _chunks(target, work, settings, key, "corpus", chunks, instructions, progress, shipped,
+                   lambda meta: seen.update(_normal(text) for text in meta["instructions"]))
+
+
+def build_passage_corpus(target: Target, work: Path, source: Corpus, count: int, settings: CorpusSettings,
+                         mark: str, progress: Progress | None = None, shipped: Path | None = None) -> Corpus:
+    """`count` tasks over passages the target wrote (its answers in `source`: summarise, translate, extract,
+    rewrite ...), answered by it, built chunk by chunk into work/passages-NNNN.npz as `build_corpus` builds.
+
+    Short instructions, written or synthesised, hardly ever make the target copy from its prompt, which
+    summarising, extracting and translating a passage make it do all the time: a drafter trained without
+    them drafts those answers worst (docs/smollm2.md). Chunks whose instructions would share a 6-word
+    sequence with a suite are made without those."""
+    chunks = -(-min(count, len(source)) // settings.chunk)
+    suites = suite_turns()
+
+    tasks: list[str] = []  # made once, where a chunk is first made
+
+    def instructions(index: int) -> list[str]:
+        if not tasks:
+            passages = [p for p in (passage(target.tokenizer.decode(a, skip_special_tokens=True))
+                                    for a in source.answers) if p]
+            tasks.extend(passage_prompts(passages, chunks * settings.chunk, settings.seed))
+        chunk = tasks[index * settings.chunk:(index + 1) * settings.chunk]
+        clashing = set(overlapping([[text] for text in chunk], suites, n=6))
+        return [text for text in chunk if text not in clashing]
+
+    key = {**asdict(settings), "target": mark, "samples": None, "passages_of": zlib.crc32(str(source.answers).encode())}
+    return _chunks(target, work, settings, key, "passages", chunks, instructions, progress, shipped)
+
+
+def _chunks(target: Target, work: Path, settings: CorpusSettings, key: dict, prefix: str, chunks: int,
+            instructions: Callable[[int], list[str]], progress: Progress | None, shipped: Path | None,
+            on_saved: Callable[[dict], None] = lambda meta: None) -> Corpus:
+    """The chunks work/<prefix>-NNNN.npz made with `key`: each read back where it is saved there or shipped
+    (`on_saved` hears its metadata), else its `instructions(index)` answered greedily by the target and saved."""
+    corpus = Corpus([], [])
     for index in range(chunks):
-        name = f"corpus-{index:04d}.npz"
+        name = f"{prefix}-{index:04d}.npz"
         chunk, meta = _saved_chunk([d / name for d in (shipped, work) if d is not None], key)
         if chunk is None:
-            # a quarter of the chunk's own written forms, the rest a reserve for where the target writes fewer
-            # instructions than asked (no chat template, a turn rarely closed); past the forms' last filling
-            # the target writes them all
-            forms = written[index * size:(index + 1) * size]
-            made = synthesise(target, size - min(written_here, len(forms)), settings, settings.seed + index, seen,
-                              suites)
-            instructions = forms[:size - len(made)] + made
-            prompts = [encode_turns(target.tokenizer, [text], []) for text in instructions]
-            answers = generate_batch(target.model, prompts, settings.answer_tokens, eos_ids=target.eos_ids)
-            chunk = Corpus(prompts, [g.tokens for g in answers.sequences])
+            texts = instructions(index)
+            prompts = [encode_turns(target.tokenizer, [text], []) for text in texts]
+            answers = generate_batch(target.model, prompts, settings.answer_tokens,
+                                     eos_ids=target.eos_ids).sequences if prompts else []
+            chunk = Corpus(prompts, [g.tokens for g in answers])
             work.mkdir(parents=True, exist_ok=True)
-            save_corpus(work / name, chunk, {"key": key, "instructions": instructions})
+            save_corpus(work / name, chunk, {"key": key, "instructions": texts})
         else:
-            seen.update(_normal(text) for text in meta["instructions"])
+            on_saved(meta)
         corpus.extend(chunk)
         if progress:
-            progress(len(corpus), settings.samples)
+            progress(len(corpus), chunks * settings.chunk)
     return corpus
 
 

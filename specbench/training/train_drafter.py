@@ -14,7 +14,7 @@ from specbench.core.files import atomic_path
 from specbench.decoding.target import fingerprint, load_target, resolve_device, resolve_dtype
 from specbench.methods.knobs import make_options
 from specbench.methods.registry import definitions
-from specbench.training.corpus import CorpusSettings, build_corpus
+from specbench.training.corpus import CorpusSettings, build_corpus, build_passage_corpus
 from specbench.training.distill import DistillSequence, collect, features, split
 from specbench.training.held_out import evaluator
 from specbench.training.reporter import Reporter
@@ -61,12 +61,15 @@ def train_drafter(settings: TrainSettings, report: Reporter = Reporter()) -> Tra
     evaluations: list[dict] = []
     if suite is None:
         settings.record()
-        corpus = build_corpus(target, work, CorpusSettings(samples=settings.synthesise,
-                                                           answer_tokens=settings.max_new_tokens,
-                                                           chunk=min(CorpusSettings.chunk, settings.synthesise),
-                                                           seed=settings.seed),
-                              mark, lambda done, total: report.progress("corpus", done, total, ""))
+        corpus_settings = CorpusSettings(samples=settings.synthesise, answer_tokens=settings.max_new_tokens,
+                                         chunk=min(CorpusSettings.chunk, settings.synthesise), seed=settings.seed)
+        corpus = build_corpus(target, work, corpus_settings, mark,
+                              lambda done, total: report.progress("corpus", done, total, ""))
         training, evaluation = split(corpus)
+        # as `prepare` makes them: a quarter more samples of tasks over passages of those answers
+        tasks = build_passage_corpus(target, work, training, settings.synthesise // 4, corpus_settings, mark,
+                                     lambda done, total: report.progress("passage tasks", done, total, ""))
+        training.extend(split(tasks)[0])
         sequences = features(target, training, drafter.hidden_layers, work, CorpusSettings.chunk, mark,
                              lambda done, total: report.progress("features", done, total, ""))
         evaluate = evaluator(target, strategy, options, evaluation[:HELD_OUT], settings.max_new_tokens, report,
