@@ -8,6 +8,8 @@ they share a word sequence with a suite specbench measures on; a share of the wr
 of training/chat_prompts.py is mixed in for the kinds (code, arithmetic, extraction) a small model
 rarely asks for. The target then answers every instruction greedily, as decoding it later will
 (decoding/batch.py: each the answer it gets alone), so a drafter learns the very text it must predict.
+Its answers then become passages of further tasks it answers too (summarise, translate, extract: the
+copying from a prompt that short instructions never ask for).
 
 The work is done in chunks, each saved as it is finished (renamed into place), so a build that is
 stopped resumes at its first missing chunk; `write_corpus` then keeps the whole as one compressed
@@ -176,7 +178,6 @@ def build_passage_corpus(target: Target, work: Path, source: Corpus, count: int,
     sequence with a suite are made without those."""
     chunks = -(-min(count, len(source)) // settings.chunk)
     suites = suite_turns()
-
     tasks: list[str] = []  # made once, where a chunk is first made
 
     def instructions(index: int) -> list[str]:
