@@ -5,6 +5,9 @@ record and the drafting knobs chosen for them (by `specbench tune` on the model)
 
     specbench prepare smollm2-135m --rebuild --only eagle --steps 600
     python scripts/ship_drafters.py smollm2-135m --only eagle --set eagle.depth=4 --set eagle.top_k=1
+
+`--corpus` also ships the corpus chunks the build made that specbench does not ship yet (a grown corpus,
+new passage tasks), so that a rebuild elsewhere reads them instead of making them again.
 """
 
 from __future__ import annotations
@@ -14,13 +17,14 @@ import json
 
 from specbench.decoding.model_source import DRAFTERS, preparable
 from specbench.methods.knobs import make_options, parse_sets
-from specbench.training.build_drafters import ship
+from specbench.training.build_drafters import ship, ship_corpus
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model")
-    parser.add_argument("--only", action="append", choices=DRAFTERS, required=True)
+    parser.add_argument("--only", action="append", choices=DRAFTERS, default=[])
+    parser.add_argument("--corpus", action="store_true", help="ship the corpus chunks made here too")
     parser.add_argument("--set", dest="sets", action="append", default=[],
                         help="STRATEGY.KNOB=VALUE: a drafting knob recorded with the shipped drafter")
     args = parser.parse_args()
@@ -28,6 +32,9 @@ def main() -> None:
     given = parse_sets(args.sets)
     # typed as the knob is, and one that does not exist refused
     drafting = {s: {k: getattr(make_options(s, values), k) for k in values} for s, values in given.items()}
+    if args.corpus:
+        for path in ship_corpus(known):
+            print("corpus ->", path)
     for strategy in args.only:
         knobs = drafting.get(strategy, {})
         print(strategy, "->", ship(known, strategy, knobs), json.dumps(knobs))

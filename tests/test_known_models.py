@@ -228,7 +228,9 @@ def test_shipped_drafters_are_installed_not_trained_and_rebuilt_on_request(known
     monkeypatch.setattr(specbench.decoding.model_source, "ASSETS", tmp_path / "assets")
     # the drafting shape chosen for a drafter travels with it
     run_script("ship_drafters", NAME, "--only", "draft", "--only", "mtp", "--only", "dflash",
-               "--set", "mtp.branching=2", monkeypatch=monkeypatch)
+               "--set", "mtp.branching=2", "--corpus", monkeypatch=monkeypatch)
+    made = sorted(p.name for p in (known.home / "build").glob("*.npz"))
+    assert made and sorted(p.name for p in known.shipped_corpus.glob("*.npz")) == made  # the corpus ships too
     # the draft LM ships without the embedding it shares with its target, and gets it back when installed
     assert "model.embed_tokens.weight" not in load_file(known.shipped / "drafters" / "draft" / "model.safetensors")
     built = load_file(known.drafter_dir("draft") / "model.safetensors")
@@ -247,8 +249,11 @@ def test_shipped_drafters_are_installed_not_trained_and_rebuilt_on_request(known
     result = invoke("run", "--model", NAME, "--strategy", "draft,mtp,dflash", "--limit", 1, "--max-new-tokens", 6,
                     "--out", tmp_path / "results", "--json", "--warmup", 0)
     assert result.exit_code == 0 and [r["mismatches"] for r in json.loads(result.stdout)["results"]] == [0] * 4
+    for chunk in (known.home / "build").glob("*.npz"):
+        chunk.unlink()
     rebuilt = prepare_model(NAME, BuildSettings(**TINY_BUILD, rebuild=True), ("mtp",))
     assert rebuilt.built == ["mtp"] and rebuilt.installed == []
+    assert not list((known.home / "build").glob("*.npz"))  # the shipped corpus read, not made again
     assert "installed_from" not in json.loads((known.home / "drafters" / "BUILD.json").read_text())["mtp"]
 
     shutil.rmtree(known.home / "drafters")

@@ -194,6 +194,20 @@ def ship(known: KnownModel, strategy: str, drafting: dict | None = None) -> Path
     return destination
 
 
+def ship_corpus(known: KnownModel) -> list[Path]:
+    """The corpus chunks made in the model's home that specbench does not ship yet, copied into what it ships
+    (known.shipped_corpus), each renamed into place: a build then reads them instead of making them."""
+    shipped = []
+    for chunk in sorted((known.home / "build").glob("*.npz")):
+        destination = known.shipped_corpus / chunk.name
+        if not destination.is_file():
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            with atomic_path(destination) as tmp:
+                shutil.copyfile(chunk, tmp)
+            shipped.append(destination)
+    return shipped
+
+
 def _copy_drafter(source: Path, destination: Path, weights: Callable[[dict], dict] | None = None,
                   config: dict | None = None) -> None:
     """A drafter directory copied into place whole or not at all, its weights passed through `weights` where

@@ -12,8 +12,8 @@ Its answers then become passages of further tasks it answers too (summarise, tra
 copying from a prompt that short instructions never ask for).
 
 The work is done in chunks, each saved as it is finished (renamed into place), so a build that is
-stopped resumes at its first missing chunk; `write_corpus` then keeps the whole as one compressed
-file of token ids, small enough to ship with the package.
+stopped resumes at its first missing chunk. Chunks are compressed token ids, small enough to ship with the
+package (`scripts/ship_drafters.py --corpus`): a build reads shipped chunks instead of making them.
 """
 
 from __future__ import annotations
