@@ -40,7 +40,7 @@ STRATEGY = "eagle"
 RECIPE = BuildSettings()
 # name: (what it changes, training knobs over the recipe's, share of the training sequences)
 VARIANTS = {
-    "recipe": ("the recipe: 8,192-token draft vocabulary, all data, training-time test", {}, 1.0),
+    "recipe": ("8,192-token draft vocabulary, all data, training-time test", {}, 1.0),
     "full-vocab": ("the target's whole 49,152-token vocabulary", {"draft_vocab": 0}, 1.0),
     "small-data": ("a sixteenth of the data (about the 192 answers of the first build)", {}, 1 / 16),
     "no-ttt": ("no training-time test (one step, as EAGLE-1)", {"ttt_steps": 1}, 1.0),
@@ -75,9 +75,9 @@ def main() -> None:
     given = dict(item.split("=", 1) for item in args.also)
     sequences = None
     for name in [*(args.only or VARIANTS), *given]:
-        what, knobs, share = VARIANTS.get(name, (f"{given.get(name)}", {}, None))
+        what, knobs, share = VARIANTS.get(name, ("", {}, None))
         drafter_dir = Path(given[name]).expanduser() if name in given else out / name
-        entry = record.get(name, {"what": what, "knobs": knobs, "steps": args.steps if share else None})
+        entry = {**record.get(name, {}), "what": what, "knobs": knobs, "steps": args.steps if share else None}
         if share and not (drafter_dir / "config.json").is_file():
             options = make_options(STRATEGY, {**RECIPE.knobs(STRATEGY), **knobs})
             model = definition(STRATEGY).trainable(target, options)
@@ -130,7 +130,8 @@ def table(model: str, record: dict, shape: dict) -> str:
     for name, e in record.items():
         speedup = (f"{e['speedup']:.2f}x [{e['speedup_ci'][0]:.2f}, {e['speedup_ci'][1]:.2f}]"
                    if "speedup" in e else "not timed")
-        lines.append(f"| {name}: {e['what']} | {e.get('steps') or ''} | {e.get('sequences', '')} | "
+        label = f"{name}: {e['what']}" if e["what"] else name
+        lines.append(f"| {label} | {e.get('steps') or ''} | {e.get('sequences', '')} | "
                      f"{e['corpus']['tau']:.2f} | {e['suite']['tau']:.2f} | {e['suite']['acceptance'][0]:.2f} | "
                      f"{speedup} | {e.get('mismatches', '')} |")
     return "\n".join(lines) + "\n"
