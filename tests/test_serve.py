@@ -131,7 +131,8 @@ def test_an_endpoint_is_measured_and_left_running(ngram_server, tmp_path):
 def test_resume_measures_only_the_interrupted_level(ngram_server, tmp_path):
     command = [sys.executable, "-m", "specbench", "serve", "--endpoint", f"ngram={ngram_server.url}",
                "--concurrency", "1,2", "--requests", "8", "--out", str(tmp_path), *LOAD]
-    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=hears_ctrl_c)
     first = None
     deadline = time.monotonic() + 300
     while first is None and time.monotonic() < deadline and process.poll() is None:
@@ -187,12 +188,19 @@ def test_a_server_killed_during_a_level_leaves_it_incomplete_and_resume_measures
     assert resumed["complete"] and c2["complete"] and c2["requests"] == 6 and c2["errors"] == 0
 
 
+def hears_ctrl_c() -> None:
+    """In the child: SIGINT as a terminal delivers it, even where this test process was started ignoring it (a
+    background job of a shell without job control ignores SIGINT, and a child inherits that)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def serve_until_an_engine_core_runs(tmp_path) -> tuple[subprocess.Popen, list[psutil.Process]]:
     """`specbench serve` of ngram in a process of its own, once its server's engine core has started: the process
     and its descendants then."""
     command = [sys.executable, "-m", "specbench", "serve", "--strategy", "ngram", "--concurrency", "1",
                "--engine-args", SMALL, "--out", str(tmp_path), *LOAD]
-    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=hears_ctrl_c)
     spec = psutil.Process(process.pid)
     started: list[psutil.Process] = []
     deadline = time.monotonic() + 600
