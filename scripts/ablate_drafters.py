@@ -123,7 +123,8 @@ def table(model: str, record: dict, shape: dict) -> str:
     shown = ", ".join(f"{k} {v}" for k, v in shape.items())
     lines = [f"# What the recipe bought {model}'s EAGLE drafter", "",
              f"`python scripts/ablate_drafters.py {model} --time --report ...`; drafting shape {shown}. Held-out tau",
-             "and first-position acceptance decoded on 16 held-out corpus requests and on the suite prompts; the",
+             f"and first-position acceptance decoded on {RECIPE.held_out} held-out corpus requests and on the suite "
+             "prompts; the",
              "speedup over `ar` from a run of each alone (95% bootstrap interval).", "",
              "| drafter | steps | sequences | corpus tau | suite tau | suite p1 | speedup [95% CI] | mismatches |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]

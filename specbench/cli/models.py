@@ -53,16 +53,16 @@ def prepare(
     from specbench.decoding.model_source import DRAFTERS, preparable
 
     with user_errors():
-        check_ranges({"--prompts": prompts, "--passage-tasks": passage_tasks, "--answer-tokens": answer_tokens, "--steps": steps,
-                      "--draft-vocab": draft_vocab})
+        check_ranges({"--prompts": prompts, "--passage-tasks": passage_tasks, "--answer-tokens": answer_tokens,
+                      "--steps": steps, "--draft-vocab": draft_vocab})
         preparable(name)
         unknown = sorted(set(only or ()) - set(DRAFTERS))
         if unknown:
             raise SpecbenchError(f"--only {', '.join(unknown)}: not a trained drafter; trained: {', '.join(DRAFTERS)}")
         from specbench.training.build_drafters import BuildSettings, prepare_model
 
-        given = {"prompts": prompts, "passage_tasks": passage_tasks, "answer_tokens": answer_tokens, "steps": steps, "draft_vocab": draft_vocab,
-                 "rebuild": rebuild or None}
+        given = {"prompts": prompts, "passage_tasks": passage_tasks, "answer_tokens": answer_tokens, "steps": steps,
+                 "draft_vocab": draft_vocab, "rebuild": rebuild or None}
         settings = dataclasses.replace(BuildSettings(), **{k: v for k, v in given.items() if v is not None})
         with interruptible(lambda stop: f"run `specbench prepare {name}` again to resume"), progress_bar() as bar:
             done = prepare_model(name, settings, tuple(only or DRAFTERS), reporter(bar))
