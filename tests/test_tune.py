@@ -21,6 +21,7 @@ from optuna.trial import TrialState
 from typer.testing import CliRunner
 
 from specbench.cli import app
+from specbench.decoding.model_source import KNOWN_MODELS
 from specbench.methods.registry import definition
 
 runner = CliRunner()
@@ -85,6 +86,19 @@ def test_defaults_run_first_and_the_best_is_not_worse(projected):
     # per-prompt values are stored and reported as intermediate values keyed by the prompt
     assert len(first.user_attrs["per_prompt"]) == 6 and len(first.intermediate_values) == 6
     assert sorted(first.intermediate_values) == list(range(6))
+
+
+def test_the_defaults_are_the_drafting_knobs_the_drafter_carries(tmp_path):
+    # what a run without knobs drafts with (build_member): the shape chosen for the drafter on its model
+    drafter = tmp_path / "eagle"
+    shutil.copytree(KNOWN_MODELS["default"].drafter_dir("eagle"), drafter)
+    config = json.loads((drafter / "config.json").read_text())
+    config["drafting"] = {"depth": 3, "top_k": 1, "total_tokens": 4}
+    (drafter / "config.json").write_text(json.dumps(config))
+    result = tune(tmp_path, "--gpu", "rtx4090", "--trials", 1, "--drafter", drafter, strategy="eagle")
+    assert result.exit_code == 0, result.output
+    (first,) = trials_of(tmp_path)
+    assert first.user_attrs["defaults"] is True and first.params == config["drafting"]
 
 
 def test_the_declared_space_reaches_the_study(projected):

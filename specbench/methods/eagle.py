@@ -55,11 +55,12 @@ class EagleOptions:
         check_ranges(self, "eagle.")
 
 
-# EAGLE-2's tree settings around their defaults (depth 5, top-k 8, 48 nodes kept in 16..128)
+# EAGLE-2's tree settings around their defaults (depth 5, top-k 8, 48 nodes kept), down to chains and
+# trees of a few nodes: where verifying 48 positions costs several forwards (a CPU), small trees pay
 SPACE = SearchSpace((
     Param("depth", IntRange(2, 10)),
-    Param("top_k", IntRange(2, 16)),
-    Param("total_tokens", IntRange(16, 128, log=True)),
+    Param("top_k", IntRange(1, 16)),
+    Param("total_tokens", IntRange(4, 128, log=True)),
 ))
 
 

@@ -29,19 +29,22 @@ class StudySpace:
     space: SearchSpace
     fixed_knobs: dict[str, dict[str, Any]]  # held at these values by the workload, not searched
     fixed_controller: str | None
+    drafting: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # each drafter's own knobs
 
     @property
     def single(self) -> bool:
         return len(self.spec.members) == 1
 
     def defaults(self) -> dict[str, Any]:
-        """The point a run without tuning would use: the workload's knobs, else each method's defaults."""
+        """The point a run without tuning would use: the workload's knobs, else the drafting knobs its drafter
+        carries (chosen for it on its model), else each method's defaults."""
         source: dict[str, Any] = {}
         for name in self.spec.members:
             method = definition(name)
             prefix = "" if self.single else f"{name}."
             defaults = method.options()
             values = {f.name: getattr(defaults, f.name) for f in dataclasses.fields(defaults)}
+            values.update(self.drafting.get(name, {}))
             values.update(self.fixed_knobs.get(name, {}))
             values[CONTROLLER] = self.fixed_controller or method.default_controller
             source.update({prefix + k: v for k, v in values.items()})
@@ -75,6 +78,13 @@ def _limits(spec: StrategyName, strategy: Strategy | None) -> dict[str, dict[str
     return out
 
 
+def _drafting(spec: StrategyName, strategy: Strategy | None) -> dict[str, dict[str, Any]]:
+    """Per member: the knobs its loaded drafter drafts with when a run gives none (build_member)."""
+    if strategy is None or strategy.drafter is None:
+        return {}
+    return {name: strategy.drafter_sources[name]["knobs"] for name in spec.members if name in strategy.drafter_sources}
+
+
 def engine_knobs_only(space: SearchSpace, name: str, engine: str) -> SearchSpace:
     """A method's space as an engine runs it: the knobs (and the controller) the engine has no counterpart
     for stay at their defaults, as `run --engine` leaves them."""
@@ -104,4 +114,4 @@ def study_space(spec: StrategyName, built: Strategy | None, fixed_knobs: dict[st
         space += member if len(spec.members) == 1 else member.prefixed(f"{name}.")
     if not space:
         raise SpecbenchError(f"strategy {spec.name}: nothing left to search, the configuration fixes every knob")
-    return StudySpace(spec, space, fixed_knobs, fixed_controller)
+    return StudySpace(spec, space, fixed_knobs, fixed_controller, _drafting(spec, built))
