@@ -6,6 +6,11 @@ record and the drafting knobs chosen for them (by `specbench tune` on the model)
     specbench prepare smollm2-135m --rebuild --only eagle --steps 600
     python scripts/ship_drafters.py smollm2-135m --only eagle --set eagle.depth=4 --set eagle.top_k=1
 
+`--set` for a drafter not given with `--only` records the knobs on the drafter specbench ships already (chosen
+by `specbench tune` after it shipped); its weights stay:
+
+    python scripts/ship_drafters.py smollm2-135m --set mtp.branching=2
+
 `--corpus` also ships the corpus chunks the build made that specbench does not ship yet (a grown corpus,
 new passage tasks), so that a rebuild elsewhere reads them instead of making them again.
 """
@@ -17,7 +22,7 @@ import json
 
 from specbench.decoding.model_source import DRAFTERS, preparable
 from specbench.methods.knobs import make_options, parse_sets
-from specbench.training.build_drafters import ship, ship_corpus
+from specbench.training.build_drafters import record_drafting, ship, ship_corpus
 
 
 def main() -> None:
@@ -38,6 +43,9 @@ def main() -> None:
     for strategy in args.only:
         knobs = drafting.get(strategy, {})
         print(strategy, "->", ship(known, strategy, knobs), json.dumps(knobs))
+    for strategy in sorted(set(drafting) - set(args.only)):
+        knobs = drafting[strategy]
+        print(strategy, "drafting ->", record_drafting(known, strategy, knobs), json.dumps(knobs))
 
 
 if __name__ == "__main__":

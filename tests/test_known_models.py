@@ -246,6 +246,15 @@ def test_shipped_drafters_are_installed_not_trained_and_rebuilt_on_request(known
     assert json.loads((known.drafter_dir("mtp") / "config.json").read_text())["drafting"] == {"branching": "2"}
     with pytest.raises(SpecbenchError, match="installed from what specbench ships"):
         ship(known, "mtp")  # only what was built here is shipped
+    # a shape tuned after shipping is recorded on what ships, its weights untouched, and installed with it
+    weights = (known.shipped / "drafters" / "mtp" / "model.safetensors").read_bytes()
+    run_script("ship_drafters", NAME, "--set", "mtp.branching=3,1", monkeypatch=monkeypatch)
+    assert (known.shipped / "drafters" / "mtp" / "model.safetensors").read_bytes() == weights
+    shipped_record = json.loads((known.shipped / "drafters" / "BUILD.json").read_text())
+    assert shipped_record["mtp"]["drafting"] == {"branching": "3,1"}
+    shutil.rmtree(known.drafter_dir("mtp"))
+    assert prepare_model(NAME, settings, ("mtp",)).installed == ["mtp"]
+    assert json.loads((known.drafter_dir("mtp") / "config.json").read_text())["drafting"] == {"branching": "3,1"}
     result = invoke("run", "--model", NAME, "--strategy", "draft,mtp,dflash", "--limit", 1, "--max-new-tokens", 6,
                     "--out", tmp_path / "results", "--json", "--warmup", 0)
     assert result.exit_code == 0 and [r["mismatches"] for r in json.loads(result.stdout)["results"]] == [0] * 4

@@ -243,13 +243,13 @@ def _build(target, options: MtpOptions, drafter_dir: Path | None) -> MtpDrafter:
                       options)
 
 
-# around the EAGLE/MTP/DFlash/DSpark practitioners' comparison's tree (top-3 then top-2,
-# 2.1 nats: the geometric centre of 0.5..8), down to a chain ("1"); at most as many modules as the drafter
-# was trained with
+# around the EAGLE/MTP/DFlash/DSpark practitioners' comparison's tree (top-3 then top-2, 2.1 nats), down to
+# a chain ("1"), and up to 16 nats, above any vocabulary's entropy (ln 49,152 = 10.8): nothing is cut; at most
+# as many modules as the drafter was trained with
 SPACE = SearchSpace((
     Param("n_modules", IntRange(1, Ref("trained_modules"))),
     Param("branching", Choice(("3,2", "1", "2", "3", "2,1", "3,1", "2,2", "4,2", "3,3", "4,3"))),
-    Param("entropy_threshold", FloatRange(0.5, 8.0, log=True)),
+    Param("entropy_threshold", FloatRange(0.5, 16.0, log=True)),
 ))
 
 def _tree_size(o: MtpOptions) -> int:

@@ -194,6 +194,19 @@ def ship(known: KnownModel, strategy: str, drafting: dict | None = None) -> Path
     return destination
 
 
+def record_drafting(known: KnownModel, strategy: str, drafting: dict) -> Path:
+    """Record `drafting` (e.g. chosen by `specbench tune` after it shipped) on the drafter specbench already
+    ships, in its config.json and build record; its weights stay. Installed again, it drafts so."""
+    shipped = known.shipped / "drafters" / strategy
+    config = shipped / "config.json"
+    if not config.is_file():
+        raise SpecbenchError(f"specbench ships no {strategy} drafter for {known.name} to record drafting knobs on")
+    write_json(config, {**read_json(config, "drafter config"), DRAFTING: drafting})
+    record = read_json(shipped.parent / BUILD, "build record").get(strategy, {})
+    _write_record(shipped.parent / BUILD, strategy, {**record, DRAFTING: drafting})
+    return shipped
+
+
 def ship_corpus(known: KnownModel) -> list[Path]:
     """The corpus chunks made in the model's home that specbench does not ship yet, copied into what it ships
     (known.shipped_corpus), each renamed into place: a build then reads them instead of making them."""
