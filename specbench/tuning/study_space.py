@@ -29,7 +29,8 @@ class StudySpace:
     space: SearchSpace
     fixed_knobs: dict[str, dict[str, Any]]  # held at these values by the workload, not searched
     fixed_controller: str | None
-    drafting: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # each drafter's own knobs
+    # per member: the knobs its loaded drafter runs with, the shape recorded with it under the workload's knobs
+    drafting: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
     @property
     def single(self) -> bool:
