@@ -68,19 +68,28 @@ class VllmStrategy:
     name: str
     speculative_config: dict[str, Any] | None
     untranslated: tuple[str, ...] = ()  # default settings of specbench's that vLLM runs without
+    knobs: dict[str, Any] = dataclasses.field(default_factory=dict)  # the method's knobs it was translated from
 
 
 def translate(spec: StrategyName, knobs: dict[str, dict[str, Any]], controller: str | None,
-              sources: dict[str, DrafterSource]) -> VllmStrategy:
+              sources: dict[str, DrafterSource], target: Target | None = None) -> VllmStrategy:
     """The vLLM form of a single strategy, its drafter not yet converted. A knob or controller the user
     set that vLLM has no counterpart for is refused (vLLM would silently ignore it), as is a method vLLM
-    cannot run for this target; checked before any model loads."""
+    cannot run for this target; checked before any model loads. With the `target` loaded, the user's
+    knobs go over the drafter's own (its recorded drafting shape), as specbench's engine runs it."""
     if not spec.members:
         return VllmStrategy(spec.name, None)
     (name,) = spec.members
     method = definition(name)
     set_knobs = knobs.get(name, {})
-    serving = (method.serving(make_options(name, set_knobs), controller or method.default_controller, None)
+    source = sources.get(name)
+    own: dict[str, Any] = {}
+    if target is not None:
+        from specbench.methods.build import drafter_knobs
+
+        own = drafter_knobs(name, target, source)
+    options = make_options(name, {**own, **set_knobs})
+    serving = (method.serving(options, controller or method.default_controller, None)
                if method.serving else None)
     if serving is None or serving.vllm is None:
         raise SpecbenchError(f"--engine vllm: {name} has no vLLM counterpart")
@@ -88,11 +97,10 @@ def translate(spec: StrategyName, knobs: dict[str, dict[str, Any]], controller: 
     if refused:
         raise SpecbenchError(f"--engine vllm: {name}'s {', '.join(refused)} {'has' if len(refused) == 1 else 'have'} "
                              "no vLLM counterpart (vLLM would ignore it); drop it or use --engine specbench")
-    source = sources.get(name)
     if method.vllm_only_from and not (source and source.published):
         raise SpecbenchError(f"--engine vllm: {name} runs in vLLM only from {method.vllm_only_from}; "
                              "this target has none")
-    return VllmStrategy(spec.name, dict(serving.vllm), serving.vllm_missing)
+    return VllmStrategy(spec.name, dict(serving.vllm), serving.vllm_missing, dataclasses.asdict(options))
 
 
 def drafter_cache() -> Path:
@@ -450,8 +458,10 @@ class VllmBackend:
         """Every strategy's vLLM form and the engine arguments, refused before any model loads."""
         from specbench.decoding.target import resolve_device, resolve_dtype
 
+        self.plan = plan
         self.sources = plan.drafter_sources
-        self.plans = [translate(s, plan.knobs, plan.controller, self.sources) for s in plan.specs]
+        for spec in plan.specs:
+            translate(spec, plan.knobs, plan.controller, self.sources)
         dtype = resolve_dtype(plan.dtype, resolve_device(plan.device))  # the same as specbench's target
         self.kwargs = engine_kwargs(plan.model, dtype, plan.seed, plan.engine_args)
         self.target: Target | None = None
@@ -463,7 +473,7 @@ class VllmBackend:
         from specbench.decoding.target import context_limit
 
         self.target = target
-        plans = [with_drafter(s, self.sources, target, drafter_cache()) for s in self.plans]
+        plans = [self._translated(s, self.plan.knobs, self.plan.controller) for s in self.plan.specs]
         limit = context_limit(target)
         self.kwargs.setdefault("max_model_len", min(limit, MAX_MODEL_LEN) if limit else MAX_MODEL_LEN)
         self.engine = VllmEngine(self.kwargs)
@@ -474,13 +484,19 @@ class VllmBackend:
                        for p in plans if p.untranslated]
         return strategies
 
+    def _translated(self, spec: StrategyName, knobs: dict[str, dict[str, Any]], controller: str | None) -> VllmStrategy:
+        """The strategy's vLLM form, `knobs` over its drafter's own, the drafter converted to vLLM's layout."""
+        return with_drafter(translate(spec, knobs, controller, self.sources, self.target), self.sources, self.target,
+                            drafter_cache())
+
     def _started(self, strategy: VllmStrategy) -> Strategy:
-        """A strategy decoded by its own vLLM engine, started now."""
+        """A strategy decoded by its own vLLM engine, started now; described by its speculative_config and
+        the method's knobs it was translated from (as specbench's engine describes its drafters)."""
         from specbench.methods.build import Strategy
 
         config = strategy.speculative_config
-        described = {VLLM: {"speculative_config": config, "untranslated": list(strategy.untranslated)}} \
-            if config else {}
+        described = {VLLM: {"speculative_config": config, "untranslated": list(strategy.untranslated)},
+                     strategy.name: {"knobs": strategy.knobs}} if config else {}
         return Strategy(strategy.name, None, None, drafter_sources=described, engine=VLLM,
                         runner=self.engine.start(strategy))
 
@@ -489,8 +505,7 @@ class VllmBackend:
         return one_at_a_time(strategy, prompts, seeds, sampling, max_new_tokens)
 
     def strategy(self, spec: StrategyName, knobs: dict[str, dict[str, Any]], controller: str | None) -> Strategy:
-        translated = with_drafter(translate(spec, knobs, controller, self.sources), self.sources, self.target,
-                                  drafter_cache())
+        translated = self._translated(spec, knobs, controller)
         self.engine.check(translated)
         return self._started(translated)
 

@@ -47,16 +47,23 @@ def verifies_trees(spec: StrategyName) -> bool:
 COMBINED_MAX_DEPTH = 16
 
 
-def build_member(name: str, target, knobs: dict[str, Any], source: DrafterSource | None) -> tuple[Drafter, Any]:
-    """One method's drafter and knobs: from a published checkpoint (its own knob values under the user's),
-    the target's own MTP modules, or specbench's own drafter directory (the embedded default's without one), with
-    the drafting knobs chosen for it under the user's."""
+def drafter_knobs(name: str, target, source: DrafterSource | None) -> dict[str, Any]:
+    """The knob values method `name`'s drafter carries for itself, which the user's go over: a published
+    checkpoint's own (its block size, ...), else the drafting shape chosen for specbench's drafter (the
+    known model's own without a `source`)."""
     if source is not None and source.published:
-        options = make_options(name, {**published.knob_defaults(source), **knobs})
+        return published.knob_defaults(source)
+    return drafting_defaults(target, name, source.path if source else None)
+
+
+def build_member(name: str, target, knobs: dict[str, Any], source: DrafterSource | None) -> tuple[Drafter, Any]:
+    """One method's drafter and knobs: from a published checkpoint, the target's own MTP modules, or
+    specbench's own drafter directory (the embedded default's without one), the user's knobs over the
+    drafter's own."""
+    options = make_options(name, {**drafter_knobs(name, target, source), **knobs})
+    if source is not None and source.published:
         return published.load(source, target, options), options
-    path = source.path if source else None
-    options = make_options(name, {**drafting_defaults(target, name, path), **knobs})
-    return definition(name).build(target, options, path), options
+    return definition(name).build(target, options, source.path if source else None), options
 
 
 def describe(source: DrafterSource | None, options: Any) -> dict[str, Any]:

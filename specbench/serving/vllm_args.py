@@ -54,9 +54,11 @@ def server_arguments(plan: RunPlan, target_loader, kv_tokens: int | None = None)
             tokens = max(kv_tokens, base["max_model_len"])
             base["kv_cache_memory_bytes"] = kv_cache_bytes(model_config, dtype.itemsize, tokens)
     arguments = {}
-    for strategy in strategies:
+    for spec, strategy in zip(plan.strategies, strategies, strict=True):
         if strategy.speculative_config and "model" in strategy.speculative_config:
-            strategy = vllm_backend.with_drafter(strategy, sources, target_loader(), vllm_backend.drafter_cache())
+            target = target_loader()  # translated again with the drafter's own knobs under the user's
+            strategy = vllm_backend.translate(spec, config.knobs, config.controller, sources, target)
+            strategy = vllm_backend.with_drafter(strategy, sources, target, vllm_backend.drafter_cache())
         arguments[strategy.name] = ({**base, "speculative_config": strategy.speculative_config}
                                     if strategy.speculative_config else dict(base))
     return arguments

@@ -80,8 +80,9 @@ def _limits(spec: StrategyName, strategy: Strategy | None) -> dict[str, dict[str
 
 
 def _drafting(spec: StrategyName, strategy: Strategy | None) -> dict[str, dict[str, Any]]:
-    """Per member: the knobs its loaded drafter drafts with when a run gives none (build_member)."""
-    if strategy is None or strategy.drafter is None:
+    """Per member: the knobs its drafter drafts with when a run gives none (build_member, or vLLM's
+    translation of them); none when a server runs the strategy."""
+    if strategy is None:
         return {}
     return {name: strategy.drafter_sources[name]["knobs"] for name in spec.members if name in strategy.drafter_sources}
 
