@@ -1,14 +1,15 @@
-"""Speculation under load on the embedded default model: every strategy vLLM runs here on its own real
-`vllm serve`, at closed-loop concurrency 1, 2, 4, 8 and 16, against `ar`'s server at the same load.
+"""Speculation under load on the embedded default model (or --model): every strategy vLLM runs here on its
+own real `vllm serve`, at closed-loop concurrency 1, 2, 4, 8 and 16, against `ar`'s server at the same load.
 
 The same pipeline as `specbench serve` (its run directory goes under results/serve/), then the figures:
 each level's table, where each strategy stops paying (the crossover), and the per-load setting exported
 as vLLM's speculative config (num_speculative_tokens_per_batch_size). Run it on a quiet machine: every
 figure is a latency.
 
-Writes results/benchmarks/serve.{json,md} and the two plots beside them.
+Writes results/benchmarks/serve.{json,md} (--name NAME: NAME.{json,md}) and the two plots beside them.
 
     python scripts/bench_serve.py --max-new-tokens 64
+    python scripts/bench_serve.py --model smollm2-135m --name serve-smollm2 --limit 16 --max-new-tokens 64
     python scripts/bench_serve.py --smoke --out /tmp/serve-smoke     # minutes: ngram, concurrency 1,2
 """
 
@@ -23,6 +24,7 @@ from rich.console import Console
 
 from specbench.core.files import write_atomic, write_json
 from specbench.core.strict_json import dumps
+from specbench.decoding.target import DEFAULT_MODEL
 from specbench.plan.run_config import RunConfig
 from specbench.report.serve_tables import LEGEND, decisions, level_tables
 from specbench.serving.serve_config import ServeConfig
@@ -40,29 +42,32 @@ def main() -> None:
     parser.add_argument("--concurrency", default="1,2,4,8,16")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "benchmarks", help="where the figures go")
     parser.add_argument("--smoke", action="store_true", help="ngram at concurrency 1,2: checks the script")
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="as `specbench serve --model` takes it")
+    parser.add_argument("--name", default="serve", help="the files' name: NAME.json, NAME.md, NAME_<plot>.png")
     args = parser.parse_args()
     strategies, levels = STRATEGIES, [int(c) for c in args.concurrency.split(",")]
     results = ROOT / "results"
     if args.smoke:
         strategies, levels, args.max_new_tokens, results = ["ngram"], [1, 2], 16, args.out
-    config = ServeConfig(RunConfig(strategies=strategies, engine="vllm", max_new_tokens=args.max_new_tokens,
-                                   out=str(results)), concurrency=levels)
+    config = ServeConfig(RunConfig(model=args.model, strategies=strategies, engine="vllm",
+                                   max_new_tokens=args.max_new_tokens, out=str(results)), concurrency=levels)
     config.run.limit = args.limit or config.prompts_needed
     config.validate()
-    run = ServeRun.create(config, strategy_names(config), "the embedded model", config.run.suite)
+    model = "the embedded model" if args.model == DEFAULT_MODEL else args.model
+    run = ServeRun.create(config, strategy_names(config), model, config.run.suite)
     result = serve_sweep(run, plan(config), lambda name, level, done, total: print(
         f"\r{name} {level.label}: {done}/{total}", end="", flush=True))
     print()
     args.out.mkdir(parents=True, exist_ok=True)
-    write_json(args.out / "serve.json", result.as_json())
+    write_json(args.out / f"{args.name}.json", result.as_json())
     for png in ("tpot_vs_concurrency.png", "pareto.png"):
         if (run.path / "plots" / png).is_file():
-            shutil.copyfile(run.path / "plots" / png, args.out / f"serve_{png}")
+            shutil.copyfile(run.path / "plots" / png, args.out / f"{args.name}_{png}")
     console = Console(record=True, width=80, file=io.StringIO())
     for table in level_tables(result.levels, slo=False):
         console.print(table)
     where = run.path.relative_to(ROOT) if run.path.is_relative_to(ROOT) else run.path
-    lines = ["# Speculation under load (embedded model, CPU, vllm serve per strategy)", "",
+    lines = [f"# Speculation under load ({model}, CPU, vllm serve per strategy)", "",
              f"Closed loop at concurrency {', '.join(map(str, levels))}; {config.run.limit} prompts, each request its "
              f"own, {args.max_new_tokens} new tokens, greedy. Run directory: {where}",
              "", "```", console.export_text().rstrip(), "```", "", LEGEND, "",
@@ -70,7 +75,7 @@ def main() -> None:
              "## Exported schedules (vLLM speculative_config)", "", "```json",
              dumps(result.schedules, indent=2), "```", ""]
     lines += [f"Note: {note}" for note in result.notes]
-    write_atomic(args.out / "serve.md", "\n".join(lines) + "\n")
+    write_atomic(args.out / f"{args.name}.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
