@@ -60,3 +60,16 @@ def test_a_server_drafts_with_the_recorded_shape(default_target, shaped_eagle, t
     given = RunConfig(strategies=["eagle"], drafters=[str(shaped_eagle)], engine="vllm",
                       knobs={"eagle": {"depth": 2}}).plan()
     assert server_arguments(given, lambda: default_target)["eagle"]["speculative_config"]["num_speculative_tokens"] == 2
+
+
+@pytest.mark.vllm
+@pytest.mark.usefixtures("vllm_installed")
+def test_a_study_on_servers_starts_from_the_recorded_shape(shaped_eagle, tmp_path, monkeypatch):
+    from specbench.plan.run_config import layered
+    from specbench.tuning.serve_study import plan_served
+    from specbench.tuning.study_config import TuneConfig
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    config = TuneConfig(layered({}, {"drafters": [str(shaped_eagle)]}), ("eagle",), concurrency=2).validate()
+    defaults = plan_served(config, parse_strategy("eagle")).space.defaults()
+    assert defaults["depth"] == SHAPE["depth"]  # top_k and total_tokens: vLLM has none, held at the method's

@@ -31,6 +31,7 @@ from specbench.core.files import write_atomic, write_json
 from specbench.core.records import ServedStudy
 from specbench.core.records.serve_records import LevelFigures, RequestRecord, Speculation
 from specbench.core.records.study_records import ServedBest, ServedFigures, ServedTrial
+from specbench.methods.build import drafter_knobs
 from specbench.methods.names import BASELINE, StrategyName
 from specbench.serving.greedy_check import greedy_agreement
 from specbench.serving.level_stats import against_baseline, level_summary
@@ -106,8 +107,12 @@ def plan_served(config: TuneConfig, spec: StrategyName) -> ServedPlan:
     # them only where --limit holds fewer than the level's requests
     serve = dataclasses.replace(serve, repeat_prompts=len(work.prompts) < serve.prompts_needed)
     target_loader = cache(lambda: load_target_for(serve.plan))
-    server_arguments(serve.plan, target_loader)  # a strategy vLLM cannot run is refused before any study is touched
-    space = study_space(spec, None, serve.run.knobs, serve.run.controller, "vllm")
+    # a strategy vLLM cannot run is refused before any study is touched
+    served = server_arguments(serve.plan, target_loader)[spec.name].get("speculative_config") or {}
+    # with a drafter (loaded for its conversion) the first trial is the shape it carries, as a server runs it
+    drafting = ({name: drafter_knobs(name, target_loader(), serve.plan.drafter_sources.get(name))
+                 for name in spec.members} if "model" in served else {})
+    space = study_space(spec, None, serve.run.knobs, serve.run.controller, "vllm", drafting)
     identity = {**studies.question(config, spec), "space": space.space.fingerprint(),
                 "space_text": space.space.describe(), "model": str(serve.plan.model),
                 "prompts": [prompt.id for prompt in work.prompts]}

@@ -81,7 +81,7 @@ def _limits(spec: StrategyName, strategy: Strategy | None) -> dict[str, dict[str
 
 def _drafting(spec: StrategyName, strategy: Strategy | None) -> dict[str, dict[str, Any]]:
     """Per member: the knobs its drafter drafts with when a run gives none (build_member, or vLLM's
-    translation of them); none when a server runs the strategy."""
+    translation of them)."""
     if strategy is None:
         return {}
     return {name: strategy.drafter_sources[name]["knobs"] for name in spec.members if name in strategy.drafter_sources}
@@ -98,9 +98,10 @@ def engine_knobs_only(space: SearchSpace, name: str, engine: str) -> SearchSpace
 
 
 def study_space(spec: StrategyName, built: Strategy | None, fixed_knobs: dict[str, dict[str, Any]],
-                fixed_controller: str | None, engine: str) -> StudySpace:
-    """The space of `spec` in `engine`, given the strategy built with its defaults (for the drafters' limits;
-    None: a server runs it)."""
+                fixed_controller: str | None, engine: str,
+                drafting: dict[str, dict[str, Any]] | None = None) -> StudySpace:
+    """The space of `spec` in `engine`, given the strategy built with its defaults (for the drafters' limits
+    and their drafting knobs; None: a server runs it, and `drafting` gives the knobs its drafter carries)."""
     limits = _limits(spec, built)
     space = SearchSpace()
     for name in spec.members:
@@ -116,4 +117,5 @@ def study_space(spec: StrategyName, built: Strategy | None, fixed_knobs: dict[st
         space += member if len(spec.members) == 1 else member.prefixed(f"{name}.")
     if not space:
         raise SpecbenchError(f"strategy {spec.name}: nothing left to search, the configuration fixes every knob")
-    return StudySpace(spec, space, fixed_knobs, fixed_controller, _drafting(spec, built))
+    return StudySpace(spec, space, fixed_knobs, fixed_controller,
+                      _drafting(spec, built) if drafting is None else drafting)
