@@ -40,12 +40,13 @@ def main() -> None:
     parser.add_argument("--limit", type=int, help="prompts (default: one per request of the largest level)")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--concurrency", default="1,2,4,8,16")
+    parser.add_argument("--strategies", default=",".join(STRATEGIES), help="among " + ", ".join(STRATEGIES))
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "benchmarks", help="where the figures go")
     parser.add_argument("--smoke", action="store_true", help="ngram at concurrency 1,2: checks the script")
     parser.add_argument("--model", default=DEFAULT_MODEL, help="as `specbench serve --model` takes it")
     parser.add_argument("--name", default="serve", help="the files' name: NAME.json, NAME.md, NAME_<plot>.png")
     args = parser.parse_args()
-    strategies, levels = STRATEGIES, [int(c) for c in args.concurrency.split(",")]
+    strategies, levels = args.strategies.split(","), [int(c) for c in args.concurrency.split(",")]
     results = ROOT / "results"
     if args.smoke:
         strategies, levels, args.max_new_tokens, results = ["ngram"], [1, 2], 16, args.out
