@@ -9,7 +9,7 @@ figure is a latency.
 Writes results/benchmarks/serve.{json,md} (--name NAME: NAME.{json,md}) and the two plots beside them.
 
     python scripts/bench_serve.py --max-new-tokens 64
-    python scripts/bench_serve.py --model smollm2-135m --name serve-smollm2 --limit 16 --max-new-tokens 64
+    python scripts/bench_serve.py --model smollm2-135m --name serve-smollm2 --strategies ngram,eagle --max-new-tokens 64
     python scripts/bench_serve.py --smoke --out /tmp/serve-smoke     # minutes: ngram, concurrency 1,2
 """
 
@@ -25,9 +25,8 @@ from rich.console import Console
 from specbench.core.files import write_atomic, write_json
 from specbench.core.strict_json import dumps
 from specbench.decoding.target import DEFAULT_MODEL
-from specbench.plan.run_config import RunConfig
 from specbench.report.serve_tables import LEGEND, decisions, level_tables
-from specbench.serving.serve_config import ServeConfig
+from specbench.serving.serve_config import serve_config
 from specbench.serving.serve_dir import ServeRun
 from specbench.serving.sweep import plan, serve_sweep, strategy_names
 
@@ -50,10 +49,8 @@ def main() -> None:
     results = ROOT / "results"
     if args.smoke:
         strategies, levels, args.max_new_tokens, results = ["ngram"], [1, 2], 16, args.out
-    config = ServeConfig(RunConfig(model=args.model, strategies=strategies, engine="vllm",
-                                   max_new_tokens=args.max_new_tokens, out=str(results)), concurrency=levels)
-    config.run.limit = args.limit or config.prompts_needed
-    config.validate()
+    config = serve_config({"model": args.model, "strategies": strategies, "max_new_tokens": args.max_new_tokens,
+                           "out": str(results), "limit": args.limit}, concurrency=levels)
     model = "the embedded model" if args.model == DEFAULT_MODEL else args.model
     run = ServeRun.create(config, strategy_names(config), model, config.run.suite)
     result = serve_sweep(run, plan(config), lambda name, level, done, total: print(
