@@ -29,7 +29,8 @@ class StudySpace:
     space: SearchSpace
     fixed_knobs: dict[str, dict[str, Any]]  # held at these values by the workload, not searched
     fixed_controller: str | None
-    # per member: the knobs its loaded drafter runs with, the shape recorded with it under the workload's knobs
+    # per member: the knobs its drafter runs with (loaded here, translated for vLLM, or behind a server), the
+    # shape recorded with it under the workload's knobs
     drafting: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
     @property
