@@ -9,6 +9,7 @@ import shutil
 import pytest
 import torch
 
+import specbench.methods.base as base
 import specbench.methods.eagle as eagle
 from specbench.core.errors import SpecbenchError
 from specbench.decoding.decode import generate
@@ -108,6 +109,58 @@ def test_tree_respects_keep_drafting():
     tree = eagle_tree(torch.randn(9), lambda level, tokens, parents: torch.randn(len(tokens), 9), 5, 3, 40,
                       lambda depth, logits: depth < 2)
     assert max(tree.depths()) == 2
+
+
+def test_a_tree_over_a_draft_vocabulary_is_the_tree_over_the_targets():
+    """Searched over the draft ids and mapped back, the tree is the one searched over the target's whole
+    vocabulary with -inf outside the draft ids."""
+    gen = torch.Generator().manual_seed(5)
+    vocab, ids = 20, torch.tensor([7, 2, 19, 11, 4, 0])
+    table = {t: torch.randn(len(ids), generator=gen) * 2 for t in range(vocab)}  # draft logits by node token
+
+    def widen(logits: torch.Tensor) -> torch.Tensor:
+        out = logits.new_full((*logits.shape[:-1], vocab), float("-inf"))
+        out[..., ids] = logits
+        return out
+
+    def expand(level, tokens, parents):
+        return torch.stack([table[t] for t in tokens.tolist()])
+
+    root = torch.randn(len(ids), generator=gen)
+    compact = eagle_tree(root, expand, 4, 3, 12, always, draft_ids=ids)
+    wide = eagle_tree(widen(root), lambda *a: widen(expand(*a)), 4, 3, 12, always)
+    assert (compact.tokens, compact.parents) == (wide.tokens, wide.parents)
+    assert set(compact.tokens) <= set(ids.tolist())
+
+
+def test_no_further_level_below_unlikely_paths():
+    flat, peaked = torch.zeros(9), torch.tensor([9.0] + [0.0] * 8)  # best path probability 1/9, then ~0.99
+    expand = lambda level, tokens, parents: peaked.repeat(len(tokens), 1)  # noqa: E731
+    assert max(eagle_tree(flat, expand, 5, 2, 20, always, expand_above=0.2).depths()) == 1
+    assert max(eagle_tree(peaked, expand, 5, 2, 20, always, expand_above=0.2).depths()) == 5
+    assert max(eagle_tree(flat, expand, 5, 2, 20, always).depths()) == 5  # 0: always to the depth
+
+
+def test_drafts_in_bfloat16_beside_a_float32_target_where_the_cpu_multiplies_it(monkeypatch):
+    target = tiny_target("qwen3-gqa", seed=1)
+    monkeypatch.setattr(base, "onednn", lambda dtype: True)
+    assert base.drafting_dtype(target) == torch.bfloat16
+    monkeypatch.setattr(base, "onednn", lambda dtype: False)  # an AVX2-only CPU
+    assert base.drafting_dtype(target) == torch.float32
+
+
+def test_a_bfloat16_drafter_keeps_greedy_decoding_exact():
+    target = tiny_target("qwen3-gqa", seed=3)
+    options = EagleOptions(depth=3, top_k=2, total_tokens=5, draft_vocab=60)
+    torch.manual_seed(3)
+    drafter = EagleDrafter(EagleModel.for_target(target, options).to(torch.bfloat16), options)
+    rng = random.Random(3)
+    for _ in range(4):
+        prompt = random_prompt(rng, 97, length=rng.randint(2, 20))
+        expected = generate(target.model, prompt, 12)
+        assert generate(target.model, prompt, 12, drafter=drafter, controller=FixedController(3)).tokens == \
+            expected.tokens
+    assert drafter.last.dtype == torch.bfloat16
 
 
 def test_budget_limits_the_depth():

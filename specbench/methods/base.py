@@ -10,6 +10,7 @@ import torch
 
 from specbench.core.errors import SpecbenchError
 from specbench.decoding.drafting import Drafter
+from specbench.decoding.linear import onednn
 from specbench.decoding.model_source import known_model
 from specbench.decoding.target import fingerprint
 from specbench.methods.drafter_config import CONFIG, read_drafter_config
@@ -80,9 +81,21 @@ def default_drafter_dir(target, strategy: str, drafter_dir: Path | None) -> Path
                          f"(train one with `specbench train --strategy {strategy}`)")
 
 
+def drafting_dtype(target) -> torch.dtype:
+    """The dtype a drafter drafts in beside `target`: bfloat16 beside a float32 target on a CPU whose oneDNN
+    multiplies bfloat16 natively, else the target's. A drafter step there is bound by reading its weights
+    from memory (the target's forward has just evicted them from the cache), and half the bytes draft
+    faster; what it drafts is verified against the float32 target, so the output does not change."""
+    dtype = target.model.dtype
+    if target.device.type == "cpu" and dtype == torch.float32 and onednn(torch.bfloat16):
+        return torch.bfloat16
+    return dtype
+
+
 def load_trained(target, strategy: str, drafter_dir: Path | None,
-                 make_model: Callable[[dict], torch.nn.Module]) -> torch.nn.Module:
-    """A trained drafter network, checked against its strategy and target, on the target's device and dtype."""
+                 make_model: Callable[[dict], torch.nn.Module], dtype: torch.dtype | None = None) -> torch.nn.Module:
+    """A trained drafter network, checked against its strategy and target, on the target's device and in
+    `dtype` (the target's unless given)."""
     path = default_drafter_dir(target, strategy, drafter_dir)
     config, state = load_drafter(path, strategy, fingerprint(target.model))
     model = make_model(config)
@@ -90,4 +103,4 @@ def load_trained(target, strategy: str, drafter_dir: Path | None,
         model.load_state_dict(state)
     except RuntimeError as exc:
         raise SpecbenchError(f"drafter {path}: weights do not match its config ({str(exc).splitlines()[0]})") from None
-    return model.to(target.device, target.model.dtype).eval()
+    return model.to(target.device, dtype or target.model.dtype).eval()

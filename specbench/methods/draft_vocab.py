@@ -86,22 +86,24 @@ class DraftVocab(nn.Module):
         self.ids = ids.to(self.ids.device)
         return self
 
-    def _rows(self) -> torch.Tensor:
-        """The head's rows for `ids`, gathered again only when the ids or the head change (a load, `.to`)."""
+    def _rows(self, dtype: torch.dtype) -> torch.Tensor:
+        """The head's rows for `ids` in `dtype`, gathered again only when the ids, the head or the dtype change
+        (a load, `.to`)."""
         weight = self.target.get_output_embeddings().weight
-        key = (self.ids.data_ptr(), self.ids._version, weight.data_ptr(), weight.dtype)
+        key = (self.ids.data_ptr(), self.ids._version, weight.data_ptr(), weight.dtype, dtype)
         cached = self.__dict__.get("_cached")
         if cached is None or cached[0] != key:
             with torch.inference_mode(False), torch.no_grad():
-                cached = (key, weight.detach()[self.ids].contiguous())
+                cached = (key, weight.detach()[self.ids].to(dtype).contiguous())
             self.__dict__["_cached"] = cached
         return cached[1]
 
     def compact(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits over the draft vocabulary (..., size)."""
         if self.full:
-            return lm_head(self.target, hidden)
-        return F.linear(hidden, self._rows()) if torch.is_grad_enabled() else linear(hidden, self._rows())
+            return lm_head(self.target, hidden.to(self.target.get_output_embeddings().weight.dtype))
+        rows = self._rows(hidden.dtype)
+        return F.linear(hidden, rows) if torch.is_grad_enabled() else linear(hidden, rows)
 
     def expand(self, logits: torch.Tensor) -> torch.Tensor:
         """Draft-vocabulary logits as target-vocabulary ones: -inf at every id the drafter cannot propose."""

@@ -17,6 +17,7 @@ n-2+d; it sees the committed rows, its ancestors and itself.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
@@ -28,10 +29,10 @@ from specbench.decoding.drafting import DraftContext, Drafter, StepOutcome
 from specbench.decoding.kv_cache import state_bytes
 from specbench.decoding.linear import Linear
 from specbench.decoding.tree import DraftTree
-from specbench.methods.base import Method, load_trained
+from specbench.methods.base import Method, drafting_dtype, load_trained
 from specbench.methods.draft_vocab import DraftVocab, draft_vocab_knob
 from specbench.methods.layers import KV, Arch, FeatureLayer, causal_mask, embed
-from specbench.methods.search_space import IntRange, Param, SearchSpace, check_ranges, knob
+from specbench.methods.search_space import FloatRange, IntRange, Param, SearchSpace, check_ranges, knob
 from specbench.methods.serving import DRAFTER, Serving, fixed_only
 from specbench.methods.trainable import DistillBatch
 
@@ -47,6 +48,8 @@ class EagleOptions:
     top_k: int = knob(8, "children per expanded node, and nodes expanded per level", "nodes", low=1, high=64)
     total_tokens: int = knob(48, "draft nodes kept for verification (best cumulative log-prob)", "nodes",
                              low=1, high=1024)
+    expand_above: float = knob(0.0, "draft a further level only while the best node's path probability "
+                                    "exceeds it (0 = always, to the depth)", "probability", low=0, high=1)
     draft_vocab: int = draft_vocab_knob()
     ttt_steps: int = knob(3, "steps of EAGLE-3's training-time test when training (best as deep as it drafts)",
                           "levels", low=1, architecture=True)
@@ -62,6 +65,7 @@ SPACE = SearchSpace((
     Param("depth", IntRange(1, 10)),
     Param("top_k", IntRange(1, 16)),
     Param("total_tokens", IntRange(2, 128, log=True)),
+    Param("expand_above", FloatRange(0.0, 0.6)),
 ))
 
 
@@ -99,10 +103,16 @@ class EagleModel(nn.Module):
 
     def step(self, feature: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
              past: KV | None = None) -> tuple[torch.Tensor, KV]:
-        return self.layer(feature, embed(self.target, tokens), positions, mask, past)
+        return self.layer(feature, embed(self.target, tokens).to(feature.dtype), positions, mask, past)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.vocab.logits(self.layer.out_norm(hidden))
+        """Logits over the draft vocabulary: draft id i is target id `draft_ids[i]`."""
+        return self.vocab.compact(self.layer.out_norm(hidden))
+
+    @property
+    def draft_ids(self) -> torch.Tensor | None:
+        """The target id of each draft id; None where the draft vocabulary is the target's."""
+        return None if self.vocab.full else self.vocab.ids
 
     def unroll(self, batch: DistillBatch) -> list[torch.Tensor]:
         """Block outputs (B, T - 1, H) of each of the `ttt_steps` steps of EAGLE-3's training-time test.
@@ -147,7 +157,7 @@ class EagleModel(nn.Module):
 
 def eagle_tree(root_logits: torch.Tensor, expand: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor],
                depth: int, top_k: int, total_tokens: int, keep_drafting: Callable[[int, torch.Tensor], bool],
-               name: str = "eagle") -> DraftTree:
+               name: str = "eagle", draft_ids: torch.Tensor | None = None, expand_above: float = 0.0) -> DraftTree:
     """EAGLE-2's dynamic draft tree.
 
     Level 1 holds the top_k tokens of `root_logits`. Each further level expands the top_k nodes of
@@ -157,6 +167,14 @@ def eagle_tree(root_logits: torch.Tensor, expand: Callable[[int, torch.Tensor, t
     `total_tokens` best by cumulative log-prob are kept. They are emitted best first, which is a
     topological order: a child never scores above its parent, and on a tie the shallower node
     comes first (stable sort over candidates stored level by level).
+
+    Drafting stops short of the depth where no candidate's path probability exceeds `expand_above`:
+    a further level costs a drafter forward whatever it drafts, and below such a node it would draft
+    tokens that are unlikely to be accepted.
+
+    The logits are over a draft vocabulary whose id i is target id `draft_ids[i]` (None: the target's
+    own ids): the tree is searched there, a few thousand columns rather than the target's whole
+    vocabulary, and `expand` and the tree get target ids.
     """
     logits = root_logits[None]
     frontier_score = torch.zeros(1, device=logits.device)
@@ -169,10 +187,12 @@ def eagle_tree(root_logits: torch.Tensor, expand: Callable[[int, torch.Tensor, t
         candidates = (frontier_score[:, None] + top.values).flatten()
         rows = torch.arange(len(logits), device=logits.device).repeat_interleave(top.values.shape[1])
         scores.append(candidates)
-        tokens.append(top.indices.flatten())
+        tokens.append(top.indices.flatten() if draft_ids is None else draft_ids[top.indices.flatten()])
         parents.append(frontier_pool[rows])
         first, size = size, size + len(candidates)
-        if level == depth or not keep_drafting(level, logits[rows[candidates.argmax()]]):
+        best = candidates.argmax()
+        unlikely = expand_above > 0 and float(candidates[best]) <= math.log(expand_above)
+        if level == depth or unlikely or not keep_drafting(level, logits[rows[best]]):
             break
         chosen = candidates.topk(min(top_k, len(candidates))).indices
         logits = expand(level, tokens[-1][chosen], rows[chosen])
@@ -217,7 +237,8 @@ class EagleDrafter(Drafter):
         if m == 0:
             return
         positions = torch.arange(self.rows, self.rows + m, device=tokens.device)
-        out, self.kv = self.model.step(self.model.fc(features)[None], tokens[self.rows + 1:self.rows + 1 + m][None],
+        fused = self.model.fc(features.to(self.model.fc.weight.dtype))
+        out, self.kv = self.model.step(fused[None], tokens[self.rows + 1:self.rows + 1 + m][None],
                                        positions, causal_mask(self.rows, m, tokens.device), self.kv)
         self.rows += m
         self.last = out[0, -1]
@@ -242,12 +263,12 @@ class EagleDrafter(Drafter):
             return model.logits(out[0])
 
         return eagle_tree(model.logits(self.last), expand, depth, self.options.top_k, self.options.total_tokens,
-                          ctx.controller.keep_drafting, self.name)
+                          ctx.controller.keep_drafting, self.name, model.draft_ids, self.options.expand_above)
 
 
 def _build(target, options: EagleOptions, drafter_dir: Path | None) -> EagleDrafter:
-    return EagleDrafter(load_trained(target, "eagle", drafter_dir, lambda c: EagleModel.from_config(target.model, c)),
-                        options)
+    return EagleDrafter(load_trained(target, "eagle", drafter_dir, lambda c: EagleModel.from_config(target.model, c),
+                                     drafting_dtype(target)), options)
 
 
 def _serving(o: EagleOptions, controller: str, drafter: str | None) -> Serving:
@@ -257,8 +278,10 @@ def _serving(o: EagleOptions, controller: str, drafter: str | None) -> Serving:
     sglang = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", path,
               "--speculative-num-steps", o.depth, "--speculative-eagle-topk", o.top_k,
               "--speculative-num-draft-tokens", o.total_tokens + 1]
+    # neither engine stops a tree short of its depth (expand_above)
     return Serving({"method": "eagle3", "model": path, "num_speculative_tokens": o.depth}, sglang,
-                   ("top_k", "total_tokens") + fixed_only(controller), fixed_only(controller))
+                   ("top_k", "total_tokens", "expand_above") + fixed_only(controller),
+                   ("expand_above",) + fixed_only(controller))
 
 
 STRATEGY = Method("eagle", EagleOptions, _build, budget=lambda o: o.depth, default_controller="fixed",

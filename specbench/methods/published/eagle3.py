@@ -128,7 +128,7 @@ def published_name(key: str) -> str:
 
 
 class Eagle3Model(nn.Module):
-    """The published network, with the interface EagleDrafter drives (fc, step, logits, hidden_layers)."""
+    """The published network, with the interface EagleDrafter drives (fc, step, logits, draft_ids, hidden_layers)."""
 
     def __init__(self, target_model: nn.Module, config, hidden_layers: tuple[int, ...], own_embedding: bool):
         super().__init__()
@@ -163,14 +163,12 @@ class Eagle3Model(nn.Module):
         return x, tuple(kvs)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Logits over the target's vocabulary: draft id i scores target id i + d2t[i]; the tokens outside
-        the draft vocabulary get the lowest value (probability 0), so the tree's top-k are target ids."""
-        draft = self.lm_head(self.norm(hidden))
-        if not hasattr(self, "d2t"):
-            return draft
-        full = draft.new_full((*draft.shape[:-1], self.vocab), torch.finfo(draft.dtype).min)
-        full[..., self.target_ids] = draft
-        return full
+        """Logits over the draft vocabulary: draft id i is target id `draft_ids[i]` (i + d2t[i])."""
+        return self.lm_head(self.norm(hidden))
+
+    @property
+    def draft_ids(self) -> torch.Tensor | None:
+        return getattr(self, "target_ids", None)
 
 
 def check_d2t(state: dict[str, torch.Tensor], vocab: int, name: str) -> None:
