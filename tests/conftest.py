@@ -39,6 +39,15 @@ def default_target() -> Target:
     return load_target(None, torch.device("cpu"), torch.float32)
 
 
+@pytest.fixture
+def float32_drafting(monkeypatch):
+    """Two implementations' drafts compared exactly: in float32, as on a CPU without native bfloat16 (in
+    bfloat16 their different orders of summation round near-ties apart)."""
+    import specbench.methods.base
+
+    monkeypatch.setattr(specbench.methods.base, "onednn", lambda dtype: False)
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     text = " ".join(f"def f{i}(x): return x + {i} # the quick brown fox {i % 7}" for i in range(400))

@@ -129,7 +129,8 @@ def test_the_embedded_dspark_drafter_in_deepspec_layout_drafts_the_same(tmp_path
     ("dflash", {"context_window": 0}),  # vLLM's DFlash sees the whole context
     ("dspark", {"confidence_threshold": 0.2, "confidence_rule": "token"}),
 ])
-def test_the_embedded_drafters_in_vllm_layouts_draft_the_same(default_target, tmp_path, strategy, knobs):
+def test_the_embedded_drafters_in_vllm_layouts_draft_the_same(default_target, tmp_path, strategy, knobs,
+                                                              float32_drafting):
     """Written for vLLM (eagle as a two-layer EAGLE-3, dflash as z-lab's with mask_embedding.pt, dspark as
     DeepSpec's) and read back by the published readers, each embedded drafter drafts exactly what specbench's
     own does; the written directory is cached and re-used."""
@@ -154,7 +155,8 @@ def test_the_embedded_drafters_in_vllm_layouts_draft_the_same(default_target, tm
 
 
 @pytest.mark.parametrize("strategy", ["eagle", "dflash", "dspark"])
-def test_a_draft_vocabulary_goes_to_vllm_as_eagle3s_map_or_is_refused(default_target, tmp_path, strategy):
+def test_a_draft_vocabulary_goes_to_vllm_as_eagle3s_map_or_is_refused(default_target, tmp_path, strategy,
+                                                                      float32_drafting):
     """EAGLE-3's layout carries the map (d2t, t2d, a head of the draft vocabulary's rows): read back, it drafts
     what specbench's own drafter does. z-lab's and DeepSpec's layouts carry none: one line."""
     from specbench.decoding.target import fingerprint

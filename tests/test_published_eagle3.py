@@ -54,7 +54,7 @@ def test_detected_and_described(llama_target, checkpoint):
     assert strategy.drafter.hidden_layers == (2, 4, 5)  # the inputs of layers 2, L//2, L-3 of an 8-layer target
 
 
-def test_proposals_equal_a_direct_evaluation(llama_target, checkpoint):
+def test_proposals_equal_a_direct_evaluation(llama_target, checkpoint, float32_drafting):
     """The tree's first level and the best node's children are the reference's top-k (as target ids)."""
     drafter = build(llama_target, checkpoint, depth=2, top_k=4, total_tokens=64).drafter
     reference = Eagle3Reference(llama_target.model, checkpoint)

@@ -26,6 +26,7 @@ from transformers.activations import ACT2FN
 
 from specbench.core.errors import SpecbenchError
 from specbench.decoding.linear import Linear
+from specbench.methods.base import drafting_dtype
 from specbench.methods.eagle import EagleDrafter, EagleOptions
 from specbench.methods.layers import KV, embed, rotate
 from specbench.methods.published.common import Rotary, check_equal, hf_config, load_into, target_vocab
@@ -210,4 +211,4 @@ def load(source: DrafterSource, target, options: EagleOptions) -> EagleDrafter:
     load_into(model, state, name, published_name)
     if hasattr(model, "d2t"):  # the target id of each draft id, once, not at every tree level
         model.register_buffer("target_ids", torch.arange(len(model.d2t)) + model.d2t, persistent=False)
-    return EagleDrafter(model.to(target.device, target.model.dtype).eval(), options)
+    return EagleDrafter(model.to(target.device, drafting_dtype(target)).eval(), options)
