@@ -144,7 +144,6 @@ class Eagle3Model(nn.Module):
         self.norm = nn.RMSNorm(h, eps=config.rms_norm_eps)
         self.lm_head = Linear(h, draft_vocab, bias=False)
         self.embed_tokens = nn.Embedding(vocab, h) if own_embedding else None
-        self.vocab = vocab
         if draft_vocab != vocab:
             self.register_buffer("d2t", torch.zeros(draft_vocab, dtype=torch.long))
             self.register_buffer("t2d", torch.zeros(vocab, dtype=torch.bool))
