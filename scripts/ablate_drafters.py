@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from specbench.core.files import read_json, write_atomic, write_json
+from specbench.decoding.linear import bf16_native
 from specbench.decoding.model_source import preparable
 from specbench.decoding.target import encode_turn, fingerprint, load_target
 from specbench.methods.base import DRAFTING
@@ -34,7 +35,7 @@ from specbench.training.build_drafters import BuildSettings
 from specbench.training.corpus import build_corpus
 from specbench.training.distill import features, split
 from specbench.training.held_out import held_out
-from specbench.training.trainer import bf16_native, train
+from specbench.training.trainer import train
 
 STRATEGY = "eagle"
 RECIPE = BuildSettings()

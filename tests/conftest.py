@@ -45,7 +45,7 @@ def float32_drafting(monkeypatch):
     bfloat16 their different orders of summation round near-ties apart)."""
     import specbench.methods.base
 
-    monkeypatch.setattr(specbench.methods.base, "onednn", lambda dtype: False)
+    monkeypatch.setattr(specbench.methods.base, "bf16_native", lambda device: False)
 
 
 @pytest.fixture(scope="session")

@@ -14,11 +14,12 @@ import pytest
 import torch
 
 from specbench.decoding.decode import generate
+from specbench.decoding.linear import bf16_native
 from specbench.decoding.target import fingerprint
 from specbench.methods.controllers import FixedController
 from specbench.methods.knobs import make_options
 from specbench.methods.registry import definition, definitions
-from specbench.training.trainer import bf16_native, train
+from specbench.training.trainer import train
 from tests.helpers import distill_sequences, tiny_target
 
 # knobs that draft a chain of 4 (trees of width 1): acceptance then reads position by position

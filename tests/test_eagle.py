@@ -143,9 +143,10 @@ def test_no_further_level_below_unlikely_paths():
 
 def test_drafts_in_bfloat16_beside_a_float32_target_where_the_cpu_multiplies_it(monkeypatch):
     target = tiny_target("qwen3-gqa", seed=1)
+    monkeypatch.setattr(base, "bf16_native", lambda device: True)
     monkeypatch.setattr(base, "onednn", lambda dtype: True)
     assert base.drafting_dtype(target) == torch.bfloat16
-    monkeypatch.setattr(base, "onednn", lambda dtype: False)  # an AVX2-only CPU
+    monkeypatch.setattr(base, "bf16_native", lambda device: False)  # an AVX2-only CPU
     assert base.drafting_dtype(target) == torch.float32
 
 

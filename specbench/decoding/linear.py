@@ -56,6 +56,17 @@ def onednn(dtype: torch.dtype = torch.float32) -> bool:
     return True
 
 
+def bf16_native(device: torch.device) -> bool:
+    """Whether `device` multiplies bfloat16 natively: a CUDA GPU that has it, a CPU with AVX512-BF16 or AMX
+    (where it runs about 1.5x float32's speed in a drafter's training step; on an AVX2-only CPU it is
+    emulated, slower than float32)."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    cpu = getattr(torch, "cpu", None)
+    return device.type == "cpu" and any(getattr(cpu, probe, lambda: False)()
+                                        for probe in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"))
+
+
 def packs(weight: torch.Tensor) -> bool:
     return (_packing and weight.device.type == "cpu" and weight.dtype in (torch.float32, torch.bfloat16)
             and not torch.is_grad_enabled() and onednn(weight.dtype))

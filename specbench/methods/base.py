@@ -10,7 +10,7 @@ import torch
 
 from specbench.core.errors import SpecbenchError
 from specbench.decoding.drafting import Drafter
-from specbench.decoding.linear import onednn
+from specbench.decoding.linear import bf16_native, onednn
 from specbench.decoding.model_source import known_model
 from specbench.decoding.target import fingerprint
 from specbench.methods.drafter_config import CONFIG, read_drafter_config
@@ -82,12 +82,12 @@ def default_drafter_dir(target, strategy: str, drafter_dir: Path | None) -> Path
 
 
 def drafting_dtype(target) -> torch.dtype:
-    """The dtype a drafter drafts in beside `target`: bfloat16 beside a float32 target on a CPU whose oneDNN
-    multiplies bfloat16 natively, else the target's. A drafter step there is bound by reading its weights
+    """The dtype a drafter drafts in beside `target`: bfloat16 beside a float32 target on a CPU that multiplies
+    bfloat16 natively, through oneDNN, else the target's. A drafter step there is bound by reading its weights
     from memory (the target's forward has just evicted them from the cache), and half the bytes draft
     faster; what it drafts is verified against the float32 target, so the output does not change."""
     dtype = target.model.dtype
-    if target.device.type == "cpu" and dtype == torch.float32 and onednn(torch.bfloat16):
+    if target.device.type == "cpu" and dtype == torch.float32 and bf16_native(target.device) and onednn(torch.bfloat16):
         return torch.bfloat16
     return dtype
 

@@ -27,6 +27,7 @@ from safetensors.torch import load_file, save_file
 
 from specbench.core.errors import Interrupted, SpecbenchError
 from specbench.core.files import atomic_path, read_json, write_json
+from specbench.decoding.linear import bf16_native
 from specbench.decoding.model_source import DRAFT, DRAFTERS, KnownModel, preparable
 from specbench.decoding.target import fingerprint, load_target, resolve_device
 from specbench.methods.base import DRAFTING
@@ -37,7 +38,7 @@ from specbench.training.corpus import CorpusSettings, build_corpus, build_passag
 from specbench.training.distill import features, pick_layers, split
 from specbench.training.held_out import evaluator
 from specbench.training.reporter import Reporter
-from specbench.training.trainer import bf16_native, train
+from specbench.training.trainer import train
 
 BUILD = "BUILD.json"  # in the model's drafters/ directory: how each drafter was made
 # weights a drafter keeps frozen as its target's own: a shipped drafter leaves them out (the draft LM's tied

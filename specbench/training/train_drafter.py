@@ -11,6 +11,7 @@ import torch
 
 from specbench.core.errors import Interrupted, SpecbenchError
 from specbench.core.files import atomic_path
+from specbench.decoding.linear import bf16_native
 from specbench.decoding.target import fingerprint, load_target, resolve_device, resolve_dtype
 from specbench.methods.knobs import make_options
 from specbench.methods.registry import definitions
@@ -19,7 +20,7 @@ from specbench.training.distill import DistillSequence, collect, features, split
 from specbench.training.held_out import evaluator
 from specbench.training.reporter import Reporter
 from specbench.training.settings import TrainSettings, partial_dir
-from specbench.training.trainer import bf16_native, train
+from specbench.training.trainer import train
 
 HELD_OUT = 16  # held-out prompts decoded as a synthesised training goes
 

@@ -30,17 +30,6 @@ def choose_vocabulary(model: torch.nn.Module, sequences: list[DistillSequence]) 
         vocab.set_ids(frequent_tokens(answers, vocab.size, vocab.vocab))
 
 
-def bf16_native(device: torch.device) -> bool:
-    """Whether `device` multiplies bfloat16 natively: a CUDA GPU that has it, a CPU with AVX512-BF16 or AMX
-    (where it runs about 1.5x float32's speed in a drafter's training step; on an AVX2-only CPU it is
-    emulated, slower than float32)."""
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
-    cpu = getattr(torch, "cpu", None)
-    return device.type == "cpu" and any(getattr(cpu, probe, lambda: False)()
-                                        for probe in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"))
-
-
 def train(model: torch.nn.Module, sequences: list[DistillSequence], out_dir: Path, strategy: str,
           fingerprint: str, steps: int, batch_size: int = 8, lr: float = 1e-3, max_len: int = 256,
           seed: int = 0, checkpoint_every: int = 50,
