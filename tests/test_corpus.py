@@ -90,7 +90,7 @@ def test_the_shipped_corpus_is_distinct_and_apart_from_every_suite():
         instructions += meta["instructions"]
         answers += sum(1 for a in chunk.answers if a)
     assert len(set(instructions)) == len(instructions) and answers == len(instructions)
-    assert overlapping([[text] for text in instructions], suite_turns(), n=6) == []
+    assert overlapping([[text] for text in instructions], suite_turns()) == []
 
 
 @pytest.mark.skipif(not SHIPPED, reason="no corpus shipped for SmolLM2")

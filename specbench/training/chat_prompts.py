@@ -126,12 +126,24 @@ def chat_prompts(count: int, seed: int = 0) -> list[list[str]]:
     return [[p] for p in prompts]
 
 
+# a prompt sharing this many words in a row with a suite's turn is taken as copied from it: the held-out
+# Spec-Bench passages share 6-word phrases of everyday English ("can you provide a python solution") with
+# requests never copied from them; 8 words find none of those in the shipped corpus and still find a copy
+LEAK_WORDS = 8
+
+
+def word_sequences(texts: Iterable[str], n: int = LEAK_WORDS) -> frozenset[tuple[str, ...]]:
+    """Every n-word sequence of `texts` (lower-cased words), to check many prompts against at once."""
+    return frozenset().union(*(_ngrams(t, n) for t in texts))
+
+
 def _ngrams(text: str, n: int) -> set[tuple[str, ...]]:
     words = re.findall(r"[a-z0-9]+", text.lower())
     return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
 
 
-def overlapping(prompts: Iterable[list[str]], suite_texts: Iterable[str], n: int = 8) -> list[str]:
-    """The prompts sharing an n-word sequence with any of `suite_texts` (the suites must not leak into training)."""
-    measured = set().union(*(_ngrams(t, n) for t in suite_texts))
-    return [turns[0] for turns in prompts if _ngrams(turns[0], n) & measured]
+def overlapping(prompts: Iterable[list[str]], suite_texts: Iterable[str] | frozenset, n: int = LEAK_WORDS) -> list[str]:
+    """The prompts whose turns share an n-word sequence with any of `suite_texts` (or with the sequences
+    `word_sequences` made of them): the suites must not leak into training."""
+    measured = suite_texts if isinstance(suite_texts, frozenset) else word_sequences(suite_texts, n)
+    return [turns[0] for turns in prompts if any(_ngrams(turn, n) & measured for turn in turns)]
