@@ -17,8 +17,10 @@ from specbench.decoding.decode import generate
 from specbench.decoding.linear import bf16_native
 from specbench.decoding.target import fingerprint
 from specbench.methods.controllers import FixedController
+from specbench.methods.drafter_config import read_drafter_config
 from specbench.methods.knobs import make_options
 from specbench.methods.registry import definition, definitions
+from specbench.training.held_out import plateaued
 from specbench.training.trainer import train
 from tests.helpers import distill_sequences, tiny_target
 
@@ -87,3 +89,24 @@ def test_training_hands_the_drafter_as_it_stands_to_its_evaluation(tmp_path):
           evaluate=evaluate, evaluate_every=2)
     assert [(step, same) for step, _, same in seen] == [(2, True), (4, True)]
     assert seen[-1][1] == tmp_path / "drafter" and not (tmp_path / "drafter.partial").exists()
+
+
+def test_training_ends_at_a_plateau_of_held_out_acceptance(tmp_path):
+    """An evaluation that answers False ends the training there: the drafter is saved with the steps it had,
+    and is not evaluated again; the plateau rule reads the held-out taus."""
+    target = tiny_target("qwen3-gqa", seed=1)
+    options = make_options("dflash", {"block_size": 3})
+    model = definition("dflash").trainable(target, options)
+    sequences = distill_sequences(target, tuple(model.hidden_layers), 2, prompt_len=4, answer_len=8)
+    seen = []
+
+    def evaluate(step, drafter_dir):
+        seen.append(step)
+        return step < 4
+
+    losses = train(model, sequences, tmp_path / "drafter", "dflash", fingerprint(target.model), steps=10,
+                   batch_size=2, evaluate=evaluate, evaluate_every=2)
+    assert seen == [2, 4] and len(losses) == 4
+    assert read_drafter_config(tmp_path / "drafter")["training"]["steps"] == 4
+    assert not plateaued([1.5, 1.6], 2) and not plateaued([1.5, 1.6, 1.7, 1.8], 2)
+    assert plateaued([1.5, 1.8, 1.81, 1.79], 2) and not plateaued([1.5, 1.8, 1.79, 1.83], 2)

@@ -223,22 +223,23 @@ class SmallTarget:
         self.name = "tiny"
 
 
-def member(name: str, target: SmallTarget, draft_vocab: int = 0):
+def member(name: str, target: SmallTarget, draft_vocab: int = 0, drafting: torch.dtype = torch.float64):
     """An untrained drafter of each kind (any q is fine for exactness), small enough to enumerate; the learned
-    ones scoring `draft_vocab` of the tokens (0: all)."""
+    ones scoring `draft_vocab` of the tokens (0: all) and drafting in `drafting` (the target's float64, or the
+    bfloat16 that `drafting_dtype` chooses beside a float32 target)."""
     torch.manual_seed(zlib.crc32(name.encode()))
     if name == "eagle":
         options = EagleOptions(depth=2, top_k=2, total_tokens=4, draft_vocab=draft_vocab)
-        return EagleDrafter(EagleModel.for_target(target, options).double(), options), options
+        return EagleDrafter(EagleModel.for_target(target, options).to(drafting), options), options
     if name == "mtp":
         options = MtpOptions(n_modules=2, branching="3,1", entropy_threshold=10.0, draft_vocab=draft_vocab)
-        return MtpDrafter(MtpModel.for_target(target, options).double(), options), options
-    if name == "dflash":
-        options = DFlashOptions(block_size=3, draft_vocab=draft_vocab)
-        return DFlashDrafter.untrained(target, options), options
-    if name == "dspark":
-        options = DSparkOptions(block_size=2, confidence_threshold=0.3, k_min=2, k_max=3, draft_vocab=draft_vocab)
-        return DSparkDrafter.untrained(target, options), options
+        return MtpDrafter(MtpModel.for_target(target, options).to(drafting), options), options
+    if name in ("dflash", "dspark"):
+        options = DFlashOptions(block_size=3, draft_vocab=draft_vocab) if name == "dflash" else \
+            DSparkOptions(block_size=2, confidence_threshold=0.3, k_min=2, k_max=3, draft_vocab=draft_vocab)
+        drafter = (DFlashDrafter if name == "dflash" else DSparkDrafter).untrained(target, options)
+        drafter.model.to(drafting)
+        return drafter, options
     if name == "draft":
         options = DraftOptions(k=2)
         return DraftModelDrafter(small_vocab_lm(1).double(), options), options
@@ -250,11 +251,12 @@ def member(name: str, target: SmallTarget, draft_vocab: int = 0):
     return definition(name).build(target, options, None), options
 
 
-def strategy(text: str, target: SmallTarget, draft_vocab: int = 0) -> tuple[object, object]:
+def strategy(text: str, target: SmallTarget, draft_vocab: int = 0,
+             drafting: torch.dtype = torch.float64) -> tuple[object, object]:
     """The drafter and controller of a strategy as build_strategy makes them, on untrained drafters."""
     drafters, factories = [], []
     for name in parse_strategy(text).members:
-        drafter, options = member(name, target, draft_vocab)
+        drafter, options = member(name, target, draft_vocab, drafting)
         drafters.append(drafter)
         factory, budget = CONTROLLERS[definition(name).default_controller], definition(name).budget(options)
         factories.append(lambda factory=factory, budget=budget, options=options: factory(budget, options))
@@ -274,12 +276,19 @@ def test_a_reduced_draft_vocabulary_samples_exactly(text):
     check_samples_exactly(text, draft_vocab=5)
 
 
+@pytest.mark.parametrize("text", ["eagle", "mtp", "dflash", "dspark", "mtp+dspark"])
+def test_drafting_in_bfloat16_samples_exactly(text):
+    """Drafting in bfloat16 beside a wider target (methods/base.py: drafting_dtype): a token is drawn from the
+    float32 softmax of the drafter's bfloat16 logits, and that same q is what verification divides by."""
+    check_samples_exactly(text, drafting=torch.bfloat16)
+
+
 @torch.no_grad()
-def check_samples_exactly(text: str, draft_vocab: int = 0) -> None:
+def check_samples_exactly(text: str, draft_vocab: int = 0, drafting: torch.dtype = torch.float64) -> None:
     target = SmallTarget()
     model, sampling, prompt = target.model, Sampling(temperature=1.0), [1, 2, 3, 1, 2]
     committed = torch.tensor(prompt)
-    drafter, controller = strategy(text, target, draft_vocab)
+    drafter, controller = strategy(text, target, draft_vocab, drafting)
     cache = new_cache(model)
     hidden = prefill(model, committed, cache, drafter.hidden_layers)
     logits_by_tree: dict[tuple, torch.Tensor] = {}

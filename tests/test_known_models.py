@@ -270,3 +270,16 @@ def test_shipped_drafters_are_installed_not_trained_and_rebuilt_on_request(known
     config_file.write_text(json.dumps({**json.loads(config_file.read_text()), "target_fingerprint": "0" * 16}))
     result = invoke("prepare", NAME, "--only", "dflash")
     assert result.exit_code == 2 and "--rebuild" in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_prepare_makes_a_corpus_of_users_conversations_and_stops(known, tmp_path):
+    chats = tmp_path / "chats.json"
+    chats.write_text(json.dumps([{"id": i, "conversations": [{"from": "human", "value": f"tell me about {i} now"}]}
+                                 for i in range(4)]))
+    result = invoke("prepare", NAME, "--corpus-only", "--prompts", 2, "--answer-tokens", 3, "--passage-tasks", 0,
+                    "--draft-vocab", 40, "--conversations", 2, "--dataset", chats, "--conversation-tokens", 3)
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in (known.home / "build").iterdir()) == ["corpus-0000.npz", "sharegpt-0000.npz"]
+    assert known.ready_drafters() == []
+    result = invoke("prepare", NAME, "--conversations", 2, "--dataset", tmp_path / "absent.json")
+    assert result.exit_code == 2 and "no such file" in result.output

@@ -99,4 +99,25 @@ def test_train_on_instructions_the_target_writes(tiny_model_dir, prompts, tmp_pa
     assert result.exit_code == 0 and [r["mismatches"] for r in json.loads(result.stdout)["results"]] == [0, 0]
     for extra in ([], ["--prompts", prompts, "--synthesise", 4]):
         result = invoke("train", "--strategy", "dflash", "--model", tiny_model_dir, "--out", tmp_path / "x", *extra)
-        assert result.exit_code == 2 and "one of the two" in result.output, result.output
+        assert result.exit_code == 2 and "one of the three" in result.output, result.output
+
+
+def test_train_on_users_conversations(tiny_model_dir, tmp_path):
+    """--dataset: a file in ShareGPT's layout, each request with the conversation before it; a held-out share
+    decoded as it trains; a file of another layout or a missing one is one line and exit 2."""
+    chats = tmp_path / "chats.jsonl"
+    chats.write_text("".join(json.dumps({"id": i, "conversations": [
+        {"from": "human", "value": f"def f{i}(x): return"}, {"from": "gpt", "value": "x"},
+        {"from": "human", "value": f"and def g{i}(y): return"}]}) + "\n" for i in range(70)))
+    out = tmp_path / "mtp"
+    result = invoke("train", "--strategy", "mtp", "--model", tiny_model_dir, "--dataset", chats, "--out", out,
+                    "--steps", 3, "--batch-size", 2, "--max-new-tokens", 8, "--limit", 70)
+    assert result.exit_code == 0, result.output
+    assert "held-out tau" in result.output and (out / "config.json").is_file()
+    other = tmp_path / "other.jsonl"
+    other.write_text(json.dumps({"prompt": "hello"}) + "\n")
+    for dataset, says in ((other, "not in ShareGPT's layout"), (tmp_path / "absent.json", "no such file")):
+        result = invoke("train", "--strategy", "mtp", "--model", tiny_model_dir, "--dataset", dataset,
+                        "--out", tmp_path / "y")
+        assert result.exit_code == 2 and says in result.output, result.output
+        assert len(result.output.strip().splitlines()) == 1

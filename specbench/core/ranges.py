@@ -92,6 +92,7 @@ RANGES: dict[str, Range] = {
     "--answer-tokens": _at_least(1),
     "--conversations": _at_least(0, "0: none"),
     "--conversation-tokens": _at_least(1),
+    "--patience": _at_least(0, "0: never"),
     "--draft-vocab": _at_least(1, "tokens"),
     # convert
     "--mask-token-id": _at_least(0, "a vocabulary row"),

@@ -34,7 +34,7 @@ from specbench.decoding.flat import fuse
 from specbench.decoding.kv_cache import state_bytes
 from specbench.decoding.linear import Linear, linear
 from specbench.decoding.tree import DraftTree
-from specbench.methods.base import Method, load_trained
+from specbench.methods.base import Method, drafting_dtype, load_trained
 from specbench.methods.draft_vocab import DraftVocab, draft_vocab_knob
 from specbench.methods.layers import Arch, embed, rope, rotate
 from specbench.methods.search_space import Choice, IntRange, Param, SearchSpace, check_ranges, knob
@@ -221,12 +221,12 @@ class DFlashModel(nn.Module):
 
     def context_kv(self, features: torch.Tensor, positions: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Per draft layer, keys/values of context features (..., m, L*H) at positions (..., m)."""
-        context = self.context_norm(self.fc(features))
+        context = self.context_norm(self.fc(features.to(self.fc.weight.dtype)))
         cos_sin = self._rope(positions)
         return [layer.kv(context, cos_sin) for layer in self.layers]
 
     def token_embeddings(self, ids: torch.Tensor) -> torch.Tensor:
-        return embed(self.target, ids)
+        return embed(self.target, ids).to(self.fc.weight.dtype)
 
     def block_inputs(self, first: torch.Tensor, size: int) -> torch.Tensor:
         """Embeddings of blocks [first, MASK x (size-1)] for first token ids (..., A): (..., A*size, H)."""
@@ -323,7 +323,8 @@ class DFlashDrafter(Drafter):
     def load(cls, target, options, drafter_dir: Path | None) -> DFlashDrafter:
         """The trained drafter in `drafter_dir` (the embedded default's for the default target)."""
         model = load_trained(target, cls.name, drafter_dir,
-                             lambda c: cls.model_cls(target.model, BlockConfig.from_dict(c["architecture"]), options))
+                             lambda c: cls.model_cls(target.model, BlockConfig.from_dict(c["architecture"]), options),
+                             drafting_dtype(target))
         return cls(model, options)
 
     def start(self, prompt: torch.Tensor, hidden: tuple[torch.Tensor, ...]) -> None:

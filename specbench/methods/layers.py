@@ -120,7 +120,8 @@ class FeatureLayer(nn.Module):
 
     def forward(self, feature: torch.Tensor, embeds: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
                 past: KV | None = None) -> tuple[torch.Tensor, KV]:
-        x = self.proj(torch.cat([self.embed_norm(embeds), self.feature_norm(feature)], -1))
+        dtype = self.proj.weight.dtype  # a drafter drafting in bfloat16 takes the target's float32 states
+        x = self.proj(torch.cat([self.embed_norm(embeds.to(dtype)), self.feature_norm(feature.to(dtype))], -1))
         return self.block(x, positions, mask, past)
 
 

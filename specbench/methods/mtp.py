@@ -25,7 +25,7 @@ from specbench.core.errors import SpecbenchError
 from specbench.decoding.drafting import DraftContext, Drafter, StepOutcome
 from specbench.decoding.kv_cache import state_bytes
 from specbench.decoding.tree import DraftTree
-from specbench.methods.base import Method, load_trained
+from specbench.methods.base import Method, drafting_dtype, load_trained
 from specbench.methods.controllers import entropy
 from specbench.methods.draft_vocab import DraftVocab, draft_vocab_knob
 from specbench.methods.layers import KV, Arch, FeatureLayer, embed
@@ -239,8 +239,8 @@ class MtpDrafter(Drafter):
 
 
 def _build(target, options: MtpOptions, drafter_dir: Path | None) -> MtpDrafter:
-    return MtpDrafter(load_trained(target, "mtp", drafter_dir, lambda c: MtpModel.from_config(target.model, c)),
-                      options)
+    return MtpDrafter(load_trained(target, "mtp", drafter_dir, lambda c: MtpModel.from_config(target.model, c),
+                                   drafting_dtype(target)), options)
 
 
 # around the EAGLE/MTP/DFlash/DSpark practitioners' comparison's tree (top-3 then top-2, 2.1 nats), down to

@@ -71,6 +71,7 @@ class BuildSettings:
     lr: float = 1e-3
     draft_lr: float = 2e-4  # the draft LM starts from the target's own layers: a gentler rate keeps what they know
     evaluate_every: int = 500  # steps between held-out decodes (0: only at the end)
+    patience: int = 0  # held-out decodes without a 1% gain in tau that end a training before `steps` (0: never)
     held_out: int = 16  # held-out prompts decoded
     held_out_tokens: int = 64
     seed: int = 0
@@ -146,13 +147,14 @@ def prepare_model(name: str, settings: BuildSettings = BuildSettings(), only: tu
         if corpus_only:
             return done
         started = time.time()
-        sequences = features(target, training, layers, work, settings.decode_batch, mark, _phase(report, "features"))
+        sequences = features(target, training, layers, work, settings.decode_batch, mark, _phase(report, "features"),
+                             settings.max_len)
         done.seconds["features"] = round(time.time() - started)
         for strategy, model in models.items():
             started = time.time()
             evaluations: list[dict] = []
             evaluate = evaluator(target, strategy, options[strategy], evaluation[:settings.held_out],
-                                 settings.held_out_tokens, report, evaluations)
+                                 settings.held_out_tokens, report, evaluations, settings.patience)
             losses = train(model, pick_layers(sequences, layers, tuple(model.hidden_layers)),
                            known.drafter_dir(strategy), strategy, mark, settings.steps, settings.batch_size,
                            settings.draft_lr if strategy == DRAFT else settings.lr, settings.max_len, settings.seed,
@@ -287,7 +289,7 @@ def _record(known: KnownModel, strategy: str, settings: BuildSettings, losses: l
             sequences: int, evaluations: list[dict], bf16: bool) -> None:
     _write_record(known.home / "drafters" / BUILD, strategy, {
         **asdict(settings), "knobs": settings.knobs(strategy), "training_sequences": sequences, "bf16": bf16,
-        "first_loss": losses[0], "final_loss": sum(losses[-10:]) / len(losses[-10:]),
+        "steps_trained": len(losses), "first_loss": losses[0], "final_loss": sum(losses[-10:]) / len(losses[-10:]),
         "parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
         "train_seconds": round(seconds), "held_out": evaluations})
 

@@ -50,11 +50,12 @@ def collect(target: Target, prompts: list[list[str]], layers: tuple[int, ...], m
 
 
 @torch.inference_mode()
-def hidden_states(target: Target, ids: list[list[int]], answer_starts: list[int],
-                  layers: tuple[int, ...]) -> list[DistillSequence]:
+def hidden_states(target: Target, ids: list[list[int]], answer_starts: list[int], layers: tuple[int, ...],
+                  window: int | None = None) -> list[DistillSequence]:
     """Sequences (prompt then answer) with the target's hidden states of `layers` and its final normed
     state, from one forward over all of them (padded on the right: a causal model's states of the real
-    positions are those of each sequence alone)."""
+    positions are those of each sequence alone). With `window`, each keeps only the positions a training
+    batch of that length takes (`make_batch`): a long conversation's context is read, not stored."""
     length = max(len(i) for i in ids)
     padded = torch.zeros(len(ids), length, dtype=torch.long, device=target.device)
     mask = torch.zeros(len(ids), length, dtype=torch.long, device=target.device)
@@ -63,8 +64,18 @@ def hidden_states(target: Target, ids: list[list[int]], answer_starts: list[int]
         mask[row, :len(seq)] = 1
     states = target.model(input_ids=padded, attention_mask=mask, output_hidden_states=True).hidden_states
     picked = torch.stack([states[i] for i in layers] + [states[-1]], 1).to(torch.bfloat16).cpu()
-    return [DistillSequence(padded[row, :len(seq)].cpu(), start, picked[row, :, :len(seq)].clone())
-            for row, (seq, start) in enumerate(zip(ids, answer_starts))]
+    kept = []
+    for row, (seq, start) in enumerate(zip(ids, answer_starts)):
+        begin, end = batch_window(start, len(seq), window) if window else (0, len(seq))
+        kept.append(DistillSequence(padded[row, begin:end].cpu(), start - begin, picked[row, :, begin:end].clone()))
+    return kept
+
+
+def batch_window(answer_start: int, length: int, max_len: int) -> tuple[int, int]:
+    """The positions [begin, end) of a sequence that a training batch of `max_len` positions takes: from a
+    few positions before its answer, or its last `max_len` where the answer is shorter than that."""
+    begin = max(0, min(answer_start - 8, length - max_len))
+    return begin, min(length, begin + max_len)
 
 
 def pick_layers(sequences: list[DistillSequence], collected: tuple[int, ...],
@@ -76,10 +87,7 @@ def pick_layers(sequences: list[DistillSequence], collected: tuple[int, ...],
 
 def make_batch(sequences: list[DistillSequence], max_len: int, device: torch.device) -> DistillBatch:
     """Pad (and cut to `max_len` positions, keeping the start of each answer) into one batch."""
-    cuts = []
-    for s in sequences:
-        begin = max(0, min(s.answer_start - 8, len(s.input_ids) - max_len))
-        cuts.append((begin, min(len(s.input_ids), begin + max_len)))
+    cuts = [batch_window(s.answer_start, len(s.input_ids), max_len) for s in sequences]
     length = max(end - begin for begin, end in cuts)
     layers, _, hidden_size = sequences[0].hidden.shape
     ids = torch.zeros(len(sequences), length, dtype=torch.long)
@@ -109,22 +117,23 @@ def split(corpus: Corpus) -> tuple[Corpus, list[list[int]]]:
 
 
 def features(target, corpus: Corpus, layers: tuple[int, ...], work: Path, batch: int, mark: str,
-             progress: Callable[[int, int], None]) -> list[DistillSequence]:
-    """Each prompt and answer with the target's hidden states of `layers`, computed `batch` sequences at a
-    time into work/features-NNNN.pt; saved chunks made from the same ids are read back, narrowed to
-    `layers` where they hold more (a build of every drafter serves a later one of some)."""
+             progress: Callable[[int, int], None], window: int | None = None) -> list[DistillSequence]:
+    """Each prompt and answer with the target's hidden states of `layers` (only the positions a training
+    batch of `window` takes, where given), computed `batch` sequences at a time into work/features-NNNN.pt;
+    saved chunks made from the same ids are read back, narrowed to `layers` where they hold more (a build of
+    every drafter serves a later one of some)."""
     work.mkdir(parents=True, exist_ok=True)
     sequences: list[DistillSequence] = []
     for index, start in enumerate(range(0, len(corpus), batch)):
         ids = [p + a for p, a in zip(corpus.prompts[start:start + batch], corpus.answers[start:start + batch])]
         starts = [len(p) for p in corpus.prompts[start:start + batch]]
-        key = {"target": mark, "layers": list(layers), "ids": zlib.crc32(str(ids).encode())}
+        key = {"target": mark, "layers": list(layers), "ids": zlib.crc32(str(ids).encode()), "window": window}
         path = work / f"features-{index:04d}.pt"
         saved = torch.load(path, weights_only=False) if path.is_file() else None
         if saved is not None and _serves(saved["key"], key):
             sequences += pick_layers(saved["sequences"], tuple(saved["key"]["layers"]), layers)
         else:
-            saved = {"key": key, "sequences": hidden_states(target, ids, starts, layers)}
+            saved = {"key": key, "sequences": hidden_states(target, ids, starts, layers, window)}
             with atomic_path(path) as tmp:
                 torch.save(saved, tmp)
             sequences += saved["sequences"]

@@ -45,16 +45,26 @@ def held_out(target, strategy: str, options: Any, drafter_dir: Path, prompts: li
 
 
 def evaluator(target, strategy: str, options: Any, prompts: list[list[int]], max_new_tokens: int, report: Reporter,
-              record: list[dict]) -> Callable[[int, Path], None] | None:
+              record: list[dict], patience: int = 0) -> Callable[[int, Path], bool] | None:
     """The trainer's `evaluate`: the drafter saved at a step decoded on `prompts`, said and kept in `record`
-    (None without prompts)."""
+    (None without prompts); it answers False, ending the training, once held-out tau has reached a plateau
+    over `patience` evaluations (0: never)."""
     if not prompts:
         return None
 
-    def evaluate(step: int, drafter_dir: Path) -> None:
+    def evaluate(step: int, drafter_dir: Path) -> bool:
         result = held_out(target, strategy, options, drafter_dir, prompts, max_new_tokens)
         record.append({"step": step, "tau": round(result.tau, 3),
                        "acceptance": [round(a, 3) for a in result.acceptance]})
         report.say(f"{strategy} step {step}: {result.line()}")
+        return not (patience and plateaued([entry["tau"] for entry in record], patience))
 
     return evaluate
+
+
+def plateaued(taus: list[float], patience: int, gain: float = 0.01) -> bool:
+    """The last `patience` held-out taus raised the best before them by less than `gain` (1%): training
+    longer buys no acceptance, as early stopping on a validation metric reads it."""
+    if len(taus) <= patience:
+        return False
+    return max(taus[-patience:]) < (1 + gain) * max(taus[:-patience])

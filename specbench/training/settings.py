@@ -18,6 +18,7 @@ from specbench.core.ranges import check_device, check_ranges
 from specbench.decoding.model_source import model_path
 from specbench.methods.registry import DRAFTER_NAMES
 from specbench.plan.run_config import DecodeSettings
+from specbench.plan.sharegpt import read_conversations
 from specbench.plan.suites import Suite, load_suite, select
 
 SETTINGS = "settings.json"
@@ -34,6 +35,7 @@ class TrainSettings(DecodeSettings):
     prompts: str | None  # suite name or file
     out_dir: Path
     synthesise: int = 0  # or: this many instructions the target writes itself (Magpie), and its answers
+    dataset: str | None = None  # or: users' conversations, `sharegpt` or a file in its layout (`limit` of them)
     limit: int | None = None  # every prompt
     max_new_tokens: int = 128  # the length of the target's regenerated answers
     steps: int = 300
@@ -48,9 +50,12 @@ class TrainSettings(DecodeSettings):
         check_ranges({"--steps": self.steps, "--batch-size": self.batch_size, "--lr": self.lr,
                       "--max-new-tokens": self.max_new_tokens, "--limit": self.limit, "--seed": self.seed,
                       "--synthesise": self.synthesise})
-        if bool(self.prompts) == bool(self.synthesise):
-            raise SpecbenchError("give the training prompts with --prompts FILE, or --synthesise N to have the "
-                                 "target write N instructions itself; one of the two")
+        if sum(map(bool, (self.prompts, self.synthesise, self.dataset))) != 1:
+            raise SpecbenchError("give the training prompts with --prompts FILE, --synthesise N to have the "
+                                 "target write N instructions itself, or --dataset sharegpt|FILE of users' "
+                                 "conversations; one of the three")
+        if self.dataset:
+            read_conversations(self.dataset, limit=1)  # the extra installed, the file of ShareGPT's layout
         check_device(self.device)
         other = sorted(set(self.knobs) - {self.strategy})
         if other:

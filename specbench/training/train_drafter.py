@@ -15,12 +15,20 @@ from specbench.decoding.linear import bf16_native
 from specbench.decoding.target import fingerprint, load_target, resolve_device, resolve_dtype
 from specbench.methods.knobs import make_options
 from specbench.methods.registry import definitions
-from specbench.training.corpus import CorpusSettings, build_corpus, build_passage_corpus
+from specbench.plan.sharegpt import read_conversations
+from specbench.training.corpus import (
+    ConversationSettings,
+    Corpus,
+    CorpusSettings,
+    build_conversation_corpus,
+    build_corpus,
+    build_passage_corpus,
+)
 from specbench.training.distill import DistillSequence, collect, features, split
 from specbench.training.held_out import evaluator
 from specbench.training.reporter import Reporter
 from specbench.training.settings import TrainSettings, partial_dir
-from specbench.training.trainer import train
+from specbench.training.trainer import MAX_LEN, train
 
 HELD_OUT = 16  # held-out prompts decoded as a synthesised training goes
 
@@ -62,17 +70,9 @@ def train_drafter(settings: TrainSettings, report: Reporter = Reporter()) -> Tra
     evaluations: list[dict] = []
     if suite is None:
         settings.record()
-        corpus_settings = CorpusSettings(samples=settings.synthesise, answer_tokens=settings.max_new_tokens,
-                                         chunk=min(CorpusSettings.chunk, settings.synthesise), seed=settings.seed)
-        corpus = build_corpus(target, work, corpus_settings, mark,
-                              lambda done, total: report.progress("corpus", done, total, ""))
-        training, evaluation = split(corpus)
-        # as `prepare` makes them: a quarter more samples of tasks over passages of those answers
-        tasks = build_passage_corpus(target, work, training, settings.synthesise // 4, corpus_settings, mark,
-                                     lambda done, total: report.progress("passage tasks", done, total, ""))
-        training.extend(split(tasks)[0])
+        training, evaluation = made_corpus(target, settings, work, mark, report)
         sequences = features(target, training, drafter.hidden_layers, work, CorpusSettings.chunk, mark,
-                             lambda done, total: report.progress("features", done, total, ""))
+                             lambda done, total: report.progress("features", done, total, ""), MAX_LEN)
         evaluate = evaluator(target, strategy, options, evaluation[:HELD_OUT], settings.max_new_tokens, report,
                              evaluations)
     else:
@@ -89,6 +89,28 @@ def train_drafter(settings: TrainSettings, report: Reporter = Reporter()) -> Tra
         raise Interrupted(work, f"kept in {work}: the target's answers to {len(sequences)} prompts") from exc
     return TrainResult(Path(settings.out_dir), strategy, steps, len(sequences), losses[0],
                        sum(losses[-10:]) / len(losses[-10:]), evaluations[-1] if evaluations else None)
+
+
+def made_corpus(target, settings: TrainSettings, work: Path, mark: str,
+                report: Reporter) -> tuple[Corpus, list[list[int]]]:
+    """The training part and the held-out prompts of the corpus the target answers: instructions it writes
+    itself with tasks over their answers (as `prepare` makes them), or turns of users' conversations."""
+    if settings.dataset:
+        samples = settings.limit or len(read_conversations(settings.dataset).conversations)
+        talks = ConversationSettings(samples=samples, dataset=settings.dataset, answer_tokens=settings.max_new_tokens,
+                                     chunk=min(ConversationSettings.chunk, samples), seed=settings.seed)
+        return split(build_conversation_corpus(target, work, talks, mark,
+                                               lambda done, total: report.progress("conversations", done, total, "")))
+    corpus_settings = CorpusSettings(samples=settings.synthesise, answer_tokens=settings.max_new_tokens,
+                                     chunk=min(CorpusSettings.chunk, settings.synthesise), seed=settings.seed)
+    corpus = build_corpus(target, work, corpus_settings, mark,
+                          lambda done, total: report.progress("corpus", done, total, ""))
+    training, evaluation = split(corpus)
+    # a quarter more samples of tasks over passages of those answers
+    tasks = build_passage_corpus(target, work, training, settings.synthesise // 4, corpus_settings, mark,
+                                 lambda done, total: report.progress("passage tasks", done, total, ""))
+    training.extend(split(tasks)[0])
+    return training, evaluation
 
 
 def answers(target, suite, layers: tuple[int, ...], settings: TrainSettings, work: Path,

@@ -21,6 +21,8 @@ from specbench.methods.drafter_dir import save_drafter
 from specbench.training.distill import DistillSequence, make_batch
 from specbench.training.settings import partial_dir
 
+MAX_LEN = 256  # positions of a training sequence: a few before its answer, then the answer
+
 
 def choose_vocabulary(model: torch.nn.Module, sequences: list[DistillSequence]) -> None:
     """A drafter with a reduced draft vocabulary scores the tokens its target answers with most."""
@@ -31,18 +33,19 @@ def choose_vocabulary(model: torch.nn.Module, sequences: list[DistillSequence]) 
 
 
 def train(model: torch.nn.Module, sequences: list[DistillSequence], out_dir: Path, strategy: str,
-          fingerprint: str, steps: int, batch_size: int = 8, lr: float = 1e-3, max_len: int = 256,
+          fingerprint: str, steps: int, batch_size: int = 8, lr: float = 1e-3, max_len: int = MAX_LEN,
           seed: int = 0, checkpoint_every: int = 50,
           on_step: Callable[[int, float], None] | None = None, decay: bool = False,
-          evaluate: Callable[[int, Path], None] | None = None, evaluate_every: int = 0,
+          evaluate: Callable[[int, Path], bool | None] | None = None, evaluate_every: int = 0,
           bf16: bool = False) -> list[float]:
-    """Train `model` for `steps` optimizer steps, resuming from the last checkpoint if there is one.
+    """Train `model` for `steps` optimizer steps at most, resuming from the last checkpoint if there is one.
 
     The learning rate warms up over the first 5% of the steps, then stays, or with `decay` falls along a
     cosine to a tenth. With `bf16` the forward's products run in bfloat16 (autocast; the weights, their
     gradients and the optimizer stay float32, the losses' softmaxes are taken in float32). Every
     `evaluate_every` steps and at the end, `evaluate(step, drafter_dir)` gets the drafter as it is, saved
-    as a drafter directory. On KeyboardInterrupt, `Interrupted` says which checkpoint was kept.
+    as a drafter directory; where it answers False (its held-out acceptance has reached a plateau), training
+    ends there. On KeyboardInterrupt, `Interrupted` says which checkpoint was kept.
     """
     work = partial_dir(out_dir)
     work.mkdir(parents=True, exist_ok=True)
@@ -66,6 +69,7 @@ def train(model: torch.nn.Module, sequences: list[DistillSequence], out_dir: Pat
         choose_vocabulary(model, sequences)
     model.train()
     saved = start
+    plateau = False
     try:
         for step in range(start, steps):
             picks = torch.randint(len(sequences), (batch_size,), generator=generator).tolist()
@@ -83,7 +87,9 @@ def train(model: torch.nn.Module, sequences: list[DistillSequence], out_dir: Pat
                 snapshot = work / "evaluated"  # replaced whole by each save (atomic_path)
                 save_drafter(snapshot, strategy, model.drafter_config(), model.state_dict(), fingerprint)
                 model.eval()
-                evaluate(step + 1, snapshot)
+                if evaluate(step + 1, snapshot) is False:
+                    steps, plateau = step + 1, True
+                    break
                 model.train()
             if (step + 1) % checkpoint_every == 0 and step + 1 < steps:
                 with atomic_path(checkpoint) as tmp:
@@ -101,7 +107,7 @@ def train(model: torch.nn.Module, sequences: list[DistillSequence], out_dir: Pat
                                                      "final_loss": sum(losses[-10:]) / max(1, len(losses[-10:]))}}
     save_drafter(out_dir, strategy, config, model.state_dict(), fingerprint)
     shutil.rmtree(work, ignore_errors=True)
-    if evaluate:  # the finished drafter itself, not a copy of it
+    if evaluate and not plateau:  # the finished drafter itself (at a plateau, the snapshot just evaluated)
         evaluate(steps, out_dir)
     return losses
 
