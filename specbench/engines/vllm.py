@@ -59,6 +59,8 @@ DECODE_STEPS = 16  # decode steps a one-token forward is timed over (time_target
 MAX_MODEL_LEN = 4096  # vLLM's context at most (--engine-args max_model_len overrides): its KV cache is preallocated
 
 CPU_KV_CACHE_BYTES = 1 << 30
+# what vLLM, or torch in its engine processes, logs when a step compiles or falls back to another path
+STALL_LOG = re.compile(r"compil|fall(?:ing |s )?back", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -237,7 +239,7 @@ class VllmEngine:
             where = f" (vLLM's log: {self.log})" if self.log else ""
             raise SpecbenchError(f"vLLM refused {strategy.name}: {_reason(exc)}{where}") from None
         self.start_s[strategy.name] = time.perf_counter() - started
-        runner = VllmRunner(strategy.name, llm, engine_processes(llm))
+        runner = VllmRunner(strategy.name, llm, engine_processes(llm), self.log)
         self.compile_s[strategy.name] = compile_seconds(llm, self.log, runner.processes)
         runner.pause()
         self.runners.append(runner)
@@ -277,6 +279,7 @@ class VllmRunner:
     name: str
     llm: Any
     processes: list = dataclasses.field(default_factory=list)  # psutil.Process of its engine core and workers
+    log: Path | None = None  # where its engine processes log (specbench's log), read for stalls after each request
 
     def _signal(self, signum: int) -> None:
         import psutil
@@ -297,7 +300,10 @@ class VllmRunner:
 
         params = SamplingParams(max_tokens=max_new_tokens, temperature=sampling.temperature, top_p=sampling.top_p,
                                 top_k=sampling.top_k, seed=seed)
-        return generation(*self.request(prompt, params))
+        mark = self.log.stat().st_size if self.log and self.log.exists() else 0
+        decoded = generation(*self.request(prompt, params))
+        decoded.engine_log = stall_lines(self.log, mark)
+        return decoded
 
     def request(self, prompt: list[int], params) -> tuple[Any, float]:
         """vLLM's output for one request and the seconds it took, its processes running for it alone."""
@@ -359,14 +365,29 @@ def time_target(runner: VllmRunner, vocab: int, contexts: list[int], lengths: li
     return timed
 
 
+def stall_lines(log: Path | None, offset: int) -> list[str]:
+    """What the engine logged after byte `offset` of its log of compiling or falling back (STALL_LOG)."""
+    if log is None or not log.exists():
+        return []
+    with log.open("rb") as file:
+        file.seek(offset)
+        text = file.read().decode(errors="replace")
+    return [line.strip() for line in text.splitlines() if STALL_LOG.search(line)]
+
+
+def compiled(llm) -> bool:
+    """Whether an `LLM` compiles its model (not with enforce_eager)."""
+    from vllm.config import CompilationMode
+
+    return llm.llm_engine.vllm_config.compilation_config.mode != CompilationMode.NONE
+
+
 def compile_seconds(llm, log: Path | None, processes: list) -> float | None:
     """The seconds the engine spent compiling, as vLLM reports it: its engine core logs them with its
     start-up ("init engine ... (compilation: N s)") where it times its own compilation backend (on a GPU).
     None where it does not (on a CPU vLLM traces once with plain torch.compile, inside the start-up);
     0 for an engine that does not compile (enforce_eager)."""
-    from vllm.config import CompilationMode
-
-    if llm.llm_engine.vllm_config.compilation_config.mode == CompilationMode.NONE:
+    if not compiled(llm):
         return 0.0
     pids = {str(process.pid) for process in processes}
     for line in log.read_text(errors="replace").splitlines() if log else []:
@@ -503,6 +524,9 @@ class VllmBackend:
     def decode(self, strategy: Strategy, prompts: list[list[int]], seeds: list[int], sampling: Sampling,
                max_new_tokens: int, batch_size: int = 1) -> Decoded:
         return one_at_a_time(strategy, prompts, seeds, sampling, max_new_tokens)
+
+    def compiles(self, strategy: Strategy) -> bool:
+        return compiled(strategy.runner.llm)
 
     def strategy(self, spec: StrategyName, knobs: dict[str, dict[str, Any]], controller: str | None) -> Strategy:
         translated = self._translated(spec, knobs, controller)
