@@ -38,6 +38,7 @@ from specbench.core.files import write_atomic
 from specbench.core.paths import user_cache
 from specbench.core.records import EngineReport
 from specbench.engines.protocol import one_at_a_time
+from specbench.engines.vllm_cpu import CpuRuntime, apply, deployment, loaded, restore
 from specbench.methods.knobs import make_options
 from specbench.methods.names import BASELINE, StrategyName
 from specbench.methods.published.formats import DrafterSource
@@ -483,17 +484,25 @@ class VllmBackend:
         self.sources = plan.drafter_sources
         for spec in plan.specs:
             translate(spec, plan.knobs, plan.controller, self.sources)
-        dtype = resolve_dtype(plan.dtype, resolve_device(plan.device))  # the same as specbench's target
+        device = resolve_device(plan.device)
+        dtype = resolve_dtype(plan.dtype, device)  # the same as specbench's target
         self.kwargs = engine_kwargs(plan.model, dtype, plan.seed, plan.engine_args)
         self.target: Target | None = None
         self.engine: VllmEngine | None = None
         self.notes: list[str] = []
+        # on a CPU, its engine processes start as vLLM's CPU guide deploys them (engines/vllm_cpu.py)
+        self.runtime: CpuRuntime | None = deployment(os.environ) if device.type == "cpu" else None
+        self.replaced: dict[str, str | None] = {}  # this process's environment before, restored on close
+        self.loaded: dict[str, bool] = {}  # per library the guide preloads: whether every engine process has it
 
     def start(self, target: Target) -> list[Strategy]:
         """vLLM's engines, one per strategy (`ar` included), with the drafters converted to vLLM's layouts."""
         from specbench.decoding.target import context_limit
 
         self.target = target
+        if self.runtime is not None:  # before vLLM's own checks, which add PyTorch's OpenMP where LD_PRELOAD has none
+            self.replaced = apply(self.runtime.env)
+            self.notes += self.runtime.notes
         plans = [self._translated(s, self.plan.knobs, self.plan.controller) for s in self.plan.specs]
         limit = context_limit(target)
         self.kwargs.setdefault("max_model_len", min(limit, MAX_MODEL_LEN) if limit else MAX_MODEL_LEN)
@@ -501,6 +510,10 @@ class VllmBackend:
         for plan in plans:
             self.engine.check(plan)
         strategies = [self._started(plan) for plan in plans]
+        if self.runtime is not None:  # read from the engine processes themselves
+            self.loaded = loaded([p.pid for r in self.engine.runners for p in r.processes])
+            self.notes += [f"vLLM's engine processes run without {name}" for name, ok in self.loaded.items()
+                           if not ok and not any(name in n for n in self.runtime.notes)]
         self.notes += [f"vLLM runs {p.name} without specbench's {', '.join(p.untranslated)} (no vLLM counterpart)"
                        for p in plans if p.untranslated]
         return strategies
@@ -565,12 +578,15 @@ class VllmBackend:
     def report(self) -> EngineReport:
         if self.engine is None:
             return EngineReport(VLLM)
-        return EngineReport(VLLM, dict(self.engine.start_s),
-                            {"compile_s": dict(self.engine.compile_s), "idle_engines": self.engine.idle_engines})
+        details = {"compile_s": dict(self.engine.compile_s), "idle_engines": self.engine.idle_engines}
+        if self.runtime is not None:
+            details["cpu_runtime"] = {**self.runtime.record(), "loaded": self.loaded}
+        return EngineReport(VLLM, dict(self.engine.start_s), details)
 
     def close(self) -> None:
         if self.engine is not None:
             self.engine.close()
+        restore(self.replaced)
 
     def keep_log(self, directory: Path) -> None:
         """What vLLM printed goes to the run's directory as vllm.log."""
