@@ -38,7 +38,7 @@ from scipy.stats import bootstrap, median_abs_deviation
 from specbench.analysis.cost_model import StepShape, predict
 from specbench.analysis.cost_table import CostTable
 from specbench.analysis.lossless import divergences, first_divergence
-from specbench.core.engine_names import SPECBENCH
+from specbench.core.engine_names import SPECBENCH, label
 from specbench.core.records import EngineAgreement, EnginePair, Outlier, StrategySummary
 from specbench.methods.names import BASELINE
 
@@ -96,6 +96,23 @@ def outliers(rows: pd.DataFrame, k: float) -> pd.Series:
     limit = per_token.groupby([rows[c] for c in STRATEGY]).transform(
         lambda v: outlier_threshold(v.to_numpy(), k) if len(v) >= OUTLIER_ROWS else math.inf)
     return per_token > limit
+
+
+def unflagged_excess(rows: pd.DataFrame) -> dict[str, float]:
+    """Per strategy (its label, `ngram@vllm`): the largest seconds per token of a prompt not measured again over
+    the strategy's median, at batch size 1; what a stall left unflagged would show."""
+    single = rows[rows.batch_size == 1]
+    per_token = single.wall_s / single.new_tokens.clip(lower=1)
+    kept = single.first_wall_s.isna() if "first_wall_s" in single else pd.Series(True, index=single.index)
+    out = {}
+    for (engine, name), times in per_token.groupby([single.engine.fillna(SPECBENCH), single.strategy]):
+        out[label(name, engine)] = float(times[kept[times.index]].max() / times.median())
+    return out
+
+
+def run_spread(values: Sequence[float]) -> float:
+    """A figure's spread across runs: (max - min) / median (0 for one run)."""
+    return float((max(values) - min(values)) / np.median(values))
 
 
 def measured_again(rows: pd.DataFrame) -> list[Outlier] | None:
