@@ -62,6 +62,8 @@ MAX_MODEL_LEN = 4096  # vLLM's context at most (--engine-args max_model_len over
 CPU_KV_CACHE_BYTES = 1 << 30
 # what vLLM, or torch in its engine processes, logs when a step compiles or falls back to another path
 STALL_LOG = re.compile(r"compil|fall(?:ing |s )?back", re.IGNORECASE)
+# torch logs each recompilation in the engine processes (which print into the log), unless TORCH_LOGS is the user's
+RECOMPILES = {"TORCH_LOGS": "recompiles"}
 
 
 @dataclass(frozen=True)
@@ -500,9 +502,10 @@ class VllmBackend:
         from specbench.decoding.target import context_limit
 
         self.target = target
-        if self.runtime is not None:  # before vLLM's own checks, which add PyTorch's OpenMP where LD_PRELOAD has none
-            self.replaced = apply(self.runtime.env)
-            self.notes += self.runtime.notes
+        # before vLLM's own checks, which add PyTorch's OpenMP where LD_PRELOAD has none
+        self.replaced = apply({**({} if "TORCH_LOGS" in os.environ else RECOMPILES),
+                               **(self.runtime.env if self.runtime else {})})
+        self.notes += self.runtime.notes if self.runtime else []
         plans = [self._translated(s, self.plan.knobs, self.plan.controller) for s in self.plan.specs]
         limit = context_limit(target)
         self.kwargs.setdefault("max_model_len", min(limit, MAX_MODEL_LEN) if limit else MAX_MODEL_LEN)
