@@ -54,6 +54,12 @@ def test_an_engine_that_compiles_is_calibrated_up_to_the_cap(tiny_model_dir, tmp
             assert any(f"{warmed['strategy']}'s warm-up did not settle within 3 passes" in n for n in summary["notes"])
 
 
-def test_no_warm_up_records_none(tiny_model_dir, tmp_path):
+def test_no_warm_up_records_none_even_in_an_engine_that_compiles(tiny_model_dir, tmp_path, monkeypatch):
+    import specbench.bench.decode_groups as decode_groups
+
+    calls = []
+    monkeypatch.setattr(SpecbenchBackend, "compiles", lambda self, strategy: True, raising=False)
+    monkeypatch.setattr(decode_groups, "timed_decode", lambda *args: calls.append(args) or 1.0)
     summary, _ = run_json(tiny_model_dir, tmp_path, "--warmup", 0)
+    assert calls == []  # no pass at all, not calibrated from none
     assert "warmup" not in summary

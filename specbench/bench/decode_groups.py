@@ -80,6 +80,8 @@ def warm_up(bench: PreparedRun) -> float:
     to `bench.warmups`, and a note names a strategy whose warm-up did not settle. Returns the seconds the measured
     part takes per prompt (each strategy's last passes, a batch's share at batch sizes above 1)."""
     config = bench.config
+    if not config.warmup:
+        return 0.0
     prompts = sorted((encode_turn(bench.target.tokenizer, item) for item in bench.suite.items), key=len)
     per_prompt = 0.0
     for batch_size in bench.batch_sizes:
@@ -89,8 +91,6 @@ def warm_up(bench: PreparedRun) -> float:
             calibrate = isinstance(engine, Compiles) and engine.compiles(strategy)
             passes = [timed_passes(partial(timed_decode, bench, strategy, b, batch_size), config.warmup,
                                    max(config.warmup, config.warmup_cap), calibrate) for b in batches]
-            if not config.warmup:
-                continue
             warmed = WarmUp(strategy.label, batch_size, [len(batches[0][0]), len(batches[-1][-1])],
                             [len(p) for p in passes], sum(map(sum, passes)),
                             all(map(settled, passes)) if calibrate else None, [p[-1] for p in passes])
