@@ -91,17 +91,20 @@ def test_a_stalled_prompt_is_measured_again_and_reported_with_both_timings(tiny_
     assert result.exit_code == 0, result.output
     run = Path(json.loads(result.stdout)["run_dir"])
     rows = [json.loads(line) for line in (run / "rows.jsonl").read_text().splitlines()]
-    again = [r for r in rows if "first_wall_s" in r and r["strategy"] == "ngram"]  # a busy machine may add `ar`'s
-    assert [r["outlier"] for r in again] == ["time", "INFO Compiling a graph for shape 9"]
-    stalled = again[0]
-    assert stalled["first_wall_s"] > STALL_S > 10 * stalled["wall_s"]  # measured again, without the stall
+    # a busy machine may flag another prompt by its time as well: the planted two are looked up by what they are
+    again = [r for r in rows if "first_wall_s" in r and r["strategy"] == "ngram"]
+    stalled = next(r for r in again if r["first_wall_s"] > STALL_S)
+    logged = next(r for r in again if r["outlier"] == "INFO Compiling a graph for shape 9")
+    assert stalled["outlier"] == "time" and stalled is not logged
+    assert stalled["wall_s"] < stalled["first_wall_s"] - STALL_S / 2  # measured again, without the stall
     ar = next(r for r in rows if r["strategy"] == "ar" and r["prompt_id"] == stalled["prompt_id"])
     assert stalled["speedup"] == pytest.approx(ar["wall_s"] / stalled["wall_s"] * stalled["new_tokens"]
                                                / ar["new_tokens"])
     summary = next(s for s in json.loads((run / "summary.json").read_text())["results"] if s["strategy"] == "ngram")
     assert [(o["prompt_id"], o["cause"]) for o in summary["outliers"]] == [(r["prompt_id"], r["outlier"])
                                                                             for r in again]
-    assert summary["outliers"][0]["first_wall_s"] == stalled["first_wall_s"]
+    assert {"prompt_id": stalled["prompt_id"], "turn": 0, "repeat": 0, "first_wall_s": stalled["first_wall_s"],
+            "wall_s": stalled["wall_s"], "cause": "time"} in summary["outliers"]
     table = invoke("report", run)
     assert "!" in table.stdout and "prompt(s) measured again (above median + 5 MAD" in table.output
     assert f"{stalled['prompt_id']} turn 0: {stalled['first_wall_s']:.2f} s, again" in table.output
