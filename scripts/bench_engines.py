@@ -20,6 +20,7 @@ from pathlib import Path
 
 from specbench.analysis.stats import geometric_mean
 from specbench.bench.pipeline import run_benchmark
+from specbench.core.engine_names import label
 from specbench.core.files import write_atomic, write_json
 from specbench.decoding.target import DEFAULT_MODEL
 from specbench.methods.names import BASELINE
@@ -94,6 +95,8 @@ def main() -> None:
                        for s in strategies},
     }
     figures["transfer_geometric_mean"] = geometric_mean([v["transfer"] for v in figures["strategies"].values()])
+    figures["outliers"] = {label(r.strategy, r.engine): [o.as_dict() for o in r.outliers]
+                           for r in report.summary if r.outliers}
     write_json(out / f"{args.name}.json", figures)
 
     agreement = figures["engine_agreement"] or {}
@@ -128,6 +131,9 @@ def main() -> None:
               "- vLLM's start-up per engine, s: "
               + ", ".join(f"{s} {v:.0f}" for s, v in figures["vllm_start_s"].items()),
               f"- vLLM's engines while another engine was timed: {figures['vllm_idle_engines']}",
+              "- prompts measured again (outliers: first and second timing, s): " + ("; ".join(
+                  f"{name} " + ", ".join(f"{o['prompt_id']} {o['first_wall_s']:.2f} -> {o['wall_s']:.2f} ({o['cause']})"
+                                         for o in found) for name, found in figures["outliers"].items()) or "none"),
               "- noise: " + ("; ".join(report.noise.reasons) or "quiet"), ""]
     write_atomic(out / f"{args.name}.md", "\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -106,6 +106,19 @@ def test_bench_tune(tiny_model_dir, drafters, tmp_path, monkeypatch):
     assert figures["study"]["trials"]["counted"] == 2
 
 
+def test_bench_stability(tiny_model_dir, tmp_path, monkeypatch):
+    """Two runs of specbench's engine (vLLM's preloads need vLLM: its modes run the same here)."""
+    run_script("bench_stability", "--engine", "specbench", "--strategies", "ngram", "--limit", 3,
+               "--max-new-tokens", 4, "--runs", 2, "--preload", "both", "--model", tiny_model_dir,
+               "--out", tmp_path / "figures", monkeypatch=monkeypatch)
+    figures = json.loads((tmp_path / "figures" / "stability.json").read_text())
+    assert [r["mode"] for r in figures["runs"]] == ["deployed", "no-preload", "no-preload", "deployed"]
+    ngram = figures["deployed"]["ngram"]
+    assert len(ngram["speedups"]) == 2 and ngram["spread"] >= 0 and ngram["worst_unflagged"] >= 1
+    assert figures["deployed"]["ar"]["spread"] is None  # ar's speedup is 1 by definition
+    assert "| ngram |" in (tmp_path / "figures" / "stability.md").read_text()
+
+
 @pytest.mark.slow  # two vLLM engines start (over two minutes on 2 cores); test_vllm_engine.py covers the engine
 @pytest.mark.vllm
 @pytest.mark.usefixtures("vllm_installed")

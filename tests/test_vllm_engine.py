@@ -158,6 +158,23 @@ def test_what_vllm_prints_goes_to_the_runs_log(both):
     assert report["details"]["compile_s"] == {name: 0.0 for name in ("ar", *STRATEGIES)}
 
 
+def test_vllms_processes_run_as_its_cpu_guide_deploys_them(both):
+    """TCMalloc and Intel OpenMP loaded in every engine process (read from /proc), its threads bound, and vLLM's
+    own check finds both in LD_PRELOAD (it warns where it does not)."""
+    from specbench.engines.vllm_cpu import IOMP, TCMALLOC
+
+    (report,) = [r for r in both["report"]["engines"] if r["engine"] == VLLM]
+    runtime = report["details"]["cpu_runtime"]
+    assert runtime["loaded"] == {TCMALLOC: True, IOMP: True}
+    assert runtime["VLLM_CPU_OMP_THREADS_BIND"] == "auto" and "not found in LD_PRELOAD" not in both["log"]
+
+
+def test_an_eager_engine_is_not_calibrated_as_one_that_compiles(both):
+    """The tests' engines run eagerly: their warm-up is not repeated until it settles (bench/decode_groups.py)."""
+    bench = both["bench"]
+    assert [bench.backends[VLLM].compiles(s) for s in bench.engine_strategies] == [False] * (1 + len(STRATEGIES))
+
+
 def test_vllm_runs_as_deployed_unless_told(tmp_path):
     """No enforce_eager of specbench's: vLLM's defaults compile (and capture CUDA graphs on a GPU)."""
     from specbench.engines.vllm import engine_kwargs, log_of

@@ -20,6 +20,9 @@ The figures, each named for what it is:
 - memory_bytes: what the strategy needs (analysis/memory.py); peak_mem_bytes: the process's peak.
 - cost_model: the speedup predicted from tau, the draft shape and separately timed forwards
   (analysis/cost_model.py), and measured / predicted.
+- outliers: a prompt whose seconds per generated token lie above median + k * MAD (the scaled MAD,
+  1.4826 times the raw one) of its strategy's prompts is measured again (bench/remeasure.py); the
+  figures above use the second measurement, and the summary lists both.
 """
 
 from __future__ import annotations
@@ -30,18 +33,21 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
-from scipy.stats import bootstrap
+from scipy.stats import bootstrap, median_abs_deviation
 
 from specbench.analysis.cost_model import StepShape, predict
 from specbench.analysis.cost_table import CostTable
 from specbench.analysis.lossless import divergences, first_divergence
-from specbench.core.engine_names import SPECBENCH
-from specbench.core.records import EngineAgreement, EnginePair, StrategySummary
+from specbench.core.engine_names import SPECBENCH, label
+from specbench.core.records import EngineAgreement, EnginePair, Outlier, StrategySummary
 from specbench.methods.names import BASELINE
 
 PROMPT = ["prompt_id", "turn"]
 PAIR = ["prompt_id", "turn", "repeat"]
 SHARES = ("prefill", "draft", "verify", "other")
+STRATEGY = ["engine", "strategy", "batch_size"]
+MAD_FLOOR = 0.05  # the scaled MAD counted as at least this share of the median: near-equal times flag no prompt
+OUTLIER_ROWS = 3  # a strategy's rows below this have no median to stand out from
 
 
 def geometric_mean(values: Sequence[float] | pd.Series) -> float:
@@ -74,6 +80,46 @@ def paired_speedups(rows: pd.DataFrame) -> pd.Series:
     ar = rows.strategy == BASELINE
     base = rate[ar].set_axis(pd.MultiIndex.from_frame(rows.loc[ar, pair]))
     return rate / base.reindex(pd.MultiIndex.from_frame(rows[pair])).to_numpy()
+
+
+def outlier_threshold(seconds_per_token: np.ndarray, k: float) -> float:
+    """median + k * MAD of a strategy's seconds per token (MAD scaled by 1.4826, the standard deviation's
+    estimate under a normal law, and at least MAD_FLOOR of the median)."""
+    median = float(np.median(seconds_per_token))
+    return median + k * max(float(median_abs_deviation(seconds_per_token, scale="normal")), MAD_FLOOR * median)
+
+
+def outliers(rows: pd.DataFrame, k: float) -> pd.Series:
+    """Per row: whether its seconds per generated token lie above its strategy's outlier threshold (each
+    engine's strategy at each batch size on its own; one with fewer than OUTLIER_ROWS rows flags none)."""
+    per_token = rows.wall_s / rows.new_tokens.clip(lower=1)
+    limit = per_token.groupby([rows[c] for c in STRATEGY]).transform(
+        lambda v: outlier_threshold(v.to_numpy(), k) if len(v) >= OUTLIER_ROWS else math.inf)
+    return per_token > limit
+
+
+def unflagged_excess(rows: pd.DataFrame) -> dict[str, float]:
+    """Per strategy (its label, `ngram@vllm`): the largest seconds per token of a prompt not measured again over
+    the strategy's median, at batch size 1; what a stall left unflagged would show."""
+    single = rows[rows.batch_size == 1]
+    per_token = single.wall_s / single.new_tokens.clip(lower=1)
+    kept = single.first_wall_s.isna() if "first_wall_s" in single else pd.Series(True, index=single.index)
+    out = {}
+    for (engine, name), times in per_token.groupby([single.engine.fillna(SPECBENCH), single.strategy]):
+        out[label(name, engine)] = float(times[kept[times.index]].max() / times.median())
+    return out
+
+
+def run_spread(values: Sequence[float]) -> float:
+    """A figure's spread across runs: (max - min) / median (0 for one run)."""
+    return float((max(values) - min(values)) / np.median(values))
+
+
+def measured_again(rows: pd.DataFrame) -> list[Outlier] | None:
+    """The strategy's prompts measured again, with both timings; None where none was."""
+    flagged = rows[rows.first_wall_s.notna()] if "first_wall_s" in rows else rows.iloc[:0]
+    return [Outlier(r.prompt_id, int(r.turn), int(r.repeat), float(r.first_wall_s), float(r.wall_s), str(r.outlier))
+            for r in flagged.itertuples()] or None
 
 
 @dataclass(frozen=True)
@@ -172,6 +218,7 @@ def summarise_strategy(rows: pd.DataFrame, seed: int = 0, costs: CostInputs | No
         time_shares={part: times[part] / total if total else None for part in SHARES},
         memory_bytes=int(rows.memory_bytes.max()),
         peak_mem_bytes=int(rows.peak_mem_bytes.max()),
+        outliers=measured_again(rows),
     )
     if "engines_agree" in rows and rows.engines_agree.notna().any():
         summary.engine_agreement = engine_agreement(rows)

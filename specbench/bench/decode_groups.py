@@ -10,14 +10,18 @@ from __future__ import annotations
 import random
 import time
 import zlib
-from typing import Any
+from functools import partial
+from typing import Any, Callable
 
 from specbench.bench.prepare import PreparedRun
+from specbench.core.records import WarmUp
 from specbench.decoding.decode import Generation
 from specbench.decoding.target import encode_turn
-from specbench.engines.protocol import Decoded
+from specbench.engines.protocol import Compiles, Decoded
 from specbench.methods.build import Strategy
 from specbench.plan.suites import SuiteItem
+
+SETTLED = 0.10  # an engine that compiles is warmed until two passes in a row agree within this share
 
 
 def prompt_seed(run_seed: int, item: SuiteItem, turn: int, repeat: int = 0) -> int:
@@ -47,17 +51,52 @@ def strategy_order(bench: PreparedRun, key: Any) -> list[Strategy]:
     return order
 
 
+def timed_decode(bench: PreparedRun, strategy: Strategy, prompts: list[list[int]], batch_size: int) -> float:
+    """The seconds one unmeasured decoding of the group takes."""
+    started = time.perf_counter()
+    decode(bench, strategy, prompts, list(range(len(prompts))), batch_size)
+    return time.perf_counter() - started
+
+
+def settled(times: list[float]) -> bool:
+    """Whether the last two passes came within SETTLED of each other."""
+    return len(times) >= 2 and abs(times[-1] - times[-2]) <= SETTLED * min(times[-2:])
+
+
+def timed_passes(once: Callable[[], float], least: int, most: int, calibrate: bool) -> list[float]:
+    """`once` run `least` times, and where `calibrate`d on until its time settles or it has run `most` times
+    (pyperf's calibration of warm-ups); each pass's seconds."""
+    times: list[float] = []
+    while len(times) < least or (calibrate and len(times) < most and not settled(times)):
+        times.append(once())
+    return times
+
+
 def warm_up(bench: PreparedRun) -> float:
-    """Run every strategy on the first prompt, and on a first batch at each batch size above 1,
-    unmeasured, so lazy initialisation is not timed; the seconds the measured part takes per prompt
-    (one pass over the strategies at batch size 1, a batch's share at each other batch size)."""
-    prompts = [encode_turn(bench.target.tokenizer, item)
-               for item in bench.suite.items[:bench.batch_sizes[-1]]]
+    """Every strategy decoded, unmeasured, on the shapes the measured prompts meet, so that lazy initialisation
+    and an engine's compilation for a new shape are not timed: at each batch size, the batch of the shortest
+    prompts and the batch of the longest, `warmup` passes each, and in an engine that compiles (`Compiles`)
+    repeated until two passes in a row agree within SETTLED, at most `warmup_cap` passes. What each covered goes
+    to `bench.warmups`, and a note names a strategy whose warm-up did not settle. Returns the seconds the measured
+    part takes per prompt (each strategy's last passes, a batch's share at batch sizes above 1)."""
+    config = bench.config
+    if not config.warmup:
+        return 0.0
+    prompts = sorted((encode_turn(bench.target.tokenizer, item) for item in bench.suite.items), key=len)
     per_prompt = 0.0
     for batch_size in bench.batch_sizes:
-        started = time.perf_counter()
-        for _ in range(bench.config.warmup):
-            for strategy in bench.runs:
-                decode(bench, strategy, prompts[:batch_size], list(range(batch_size)), batch_size)
-        per_prompt += (time.perf_counter() - started) / max(1, bench.config.warmup) / batch_size
+        batches = [prompts[:batch_size]] + ([prompts[-batch_size:]] if len(prompts) > batch_size else [])
+        for strategy in bench.runs:
+            engine = bench.backends[strategy.engine]
+            calibrate = isinstance(engine, Compiles) and engine.compiles(strategy)
+            passes = [timed_passes(partial(timed_decode, bench, strategy, b, batch_size), config.warmup,
+                                   max(config.warmup, config.warmup_cap), calibrate) for b in batches]
+            warmed = WarmUp(strategy.label, batch_size, [len(batches[0][0]), len(batches[-1][-1])],
+                            [len(p) for p in passes], sum(map(sum, passes)),
+                            all(map(settled, passes)) if calibrate else None, [p[-1] for p in passes])
+            bench.warmups.append(warmed)
+            per_prompt += sum(warmed.last_s) / len(batches) / batch_size
+            if warmed.settled is False:
+                bench.notes.append(f"{strategy.label}'s warm-up did not settle within {config.warmup_cap} passes "
+                                   f"(two in a row within {SETTLED:.0%}): its first measured prompts may still compile")
     return per_prompt

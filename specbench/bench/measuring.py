@@ -23,6 +23,7 @@ from specbench.plan.suites import SuiteItem
 from specbench.report.run_dir import group_of
 
 Key = tuple[str, int, int]  # prompt, turn, repeat
+LOGGED_CHARS = 200  # of the engine's log line that flags a row
 
 
 def peak_memory(device: torch.device) -> int:
@@ -66,7 +67,8 @@ def make_rows(model, strategy: Strategy, items: list[SuiteItem], turn: int, repe
             memory_bytes=memory, peak_mem_bytes=peak, stop_reason=gen.stop_reason,
             mismatch=None if reference is None else first is not None, first_divergence=first,
             divergence_margin=margin, output_ids=gen.tokens, batch_size=batch_size,
-            steps_by_drafted=gen.steps_by_drafted, engine=strategy.engine, **batched))
+            steps_by_drafted=gen.steps_by_drafted, engine=strategy.engine,
+            outlier=gen.engine_log[0][:LOGGED_CHARS] if gen.engine_log else None, **batched))
     return rows
 
 
@@ -84,6 +86,13 @@ def engine_agreement(model, prompt: list[int], engine_ar: list[int], reference_a
     return {"engines_agree": first is None, "engines_first_divergence": first, "engines_divergence_margin": margin}
 
 
+def turn_prompt(bench: PreparedRun, item: SuiteItem, turn: int, previous: dict[Key, list[int]]) -> list[int]:
+    """The prompt of an item's turn: the turns before it answered with `ar`'s own answers (repeat 0's), the same
+    context for every strategy."""
+    tokenizer = bench.target.tokenizer
+    return encode_turn(tokenizer, item, turn, [answer_text(tokenizer, previous[(item.id, t, 0)]) for t in range(turn)])
+
+
 def measure_group(bench: PreparedRun, batch_size: int, items: list[SuiteItem], done: set[tuple[str, int, int, int]],
                   previous: dict[Key, list[int]], on_rows: Callable[[list[Row]], None]) -> list[str]:
     """All turns and repeats of a group of suite items decoded together (at batch size 1, one item),
@@ -98,16 +107,14 @@ def measure_group(bench: PreparedRun, batch_size: int, items: list[SuiteItem], d
     against the reference engine's.
     """
     reference = bench.plan.reference
-    tokenizer = bench.target.tokenizer
     greedy = bench.sampling.greedy
-    answers: dict[str, list[str]] = {item.id: [] for item in items}
     dropped: list[str] = []
     for turn in range(max(len(item.turns) for item in items)):
         members, prompts = [], []
         for item in items:
             if len(item.turns) <= turn or item.id in dropped:
                 continue
-            prompt = encode_turn(tokenizer, item, turn, answers[item.id])
+            prompt = turn_prompt(bench, item, turn, previous)
             if fits(bench.target, prompt, bench.config.max_new_tokens):
                 members.append(item)
                 prompts.append(prompt)
@@ -144,6 +151,4 @@ def measure_group(bench: PreparedRun, batch_size: int, items: list[SuiteItem], d
                 rows += made
             # a batch runs whole; of a batch an interruption cut, only the prompts it lost are stored again
             on_rows([r for r in rows if group_of(r) not in done])
-        for item in members:
-            answers[item.id].append(answer_text(tokenizer, previous[(item.id, turn, 0)]))
     return dropped

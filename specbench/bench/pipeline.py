@@ -20,6 +20,7 @@ from specbench.bench.decode_groups import warm_up
 from specbench.bench.measuring import measure_group
 from specbench.bench.modelled_speedup import time_proposals
 from specbench.bench.prepare import PreparedRun, prepare
+from specbench.bench.remeasure import remeasure_outliers
 from specbench.bench.summarise import finish
 from specbench.core.errors import Interrupted, SpecbenchError
 from specbench.core.records import Row, RunResult
@@ -113,7 +114,7 @@ def measure_run(bench: PreparedRun, run: RunDir, progress: Progress | None = Non
         run.append_rows(measured)
 
     noise = NoiseMonitor()  # the load before this run adds its own
-    per_prompt = warm_up(bench)
+    per_prompt = warm_up(bench)  # records what it covered in bench.warmups, and a note where it did not settle
     todo = [(b, item) for b in bench.batch_sizes for item in bench.suite.items
             if any((item.id, turn, r, b) not in done for turn in range(len(item.turns)) for r in range(config.repeats))]
     if on_estimate:
@@ -141,6 +142,7 @@ def measure_run(bench: PreparedRun, run: RunDir, progress: Progress | None = Non
                 finished += len(batch)
                 if progress:
                     progress(f"batch size {batch_size}: {batch[-1].id}", finished, len(todo))
+        rows[:] = remeasure_outliers(bench, rows, previous)
         complete = True
     except KeyboardInterrupt as exc:
         raise Interrupted(run.path, "the prompts finished so far are kept; the run is marked incomplete") from exc

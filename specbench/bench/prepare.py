@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from specbench.analysis.device_metrics import RunMetrics
 from specbench.analysis.hardware import GpuProfile
 from specbench.core.errors import SpecbenchError
+from specbench.core.records import WarmUp
 from specbench.decoding.sampling import Sampling
 from specbench.decoding.target import Target, context_limit, encode_turn, load_target, resolve_device, resolve_dtype
 from specbench.engines.engine_registry import backend, run_order
@@ -38,6 +39,7 @@ class PreparedRun:
     notes: list[str] = field(default_factory=list)  # what the run changed from its configuration
     backends: dict[str, Backend] = field(default_factory=dict)  # every engine, started, the reference first
     engine_strategies: list[Strategy] = field(default_factory=list)  # the other engines' strategies
+    warmups: list[WarmUp] = field(default_factory=list)  # each strategy's warm-up, once warmed (bench/decode_groups.py)
 
     @property
     def config(self) -> RunConfig:

@@ -81,7 +81,7 @@ def finish(bench: PreparedRun, run: RunDir, rows: list[Row], complete: bool, noi
     result = RunResult(run.path, replace(run.meta, status="complete" if complete else "incomplete"), run.config,
                        run.environment, rows, [], skipped_prompts=bench.skipped, notes=bench.notes,
                        engines=[r for b in bench.backends.values() if not (r := b.report()).empty],
-                       nvml_series=bench.metrics.series_frame().to_dict("records"))
+                       nvml_series=bench.metrics.series_frame().to_dict("records"), warmup=bench.warmups)
     if rows:
         summarise_run(bench, result, noise, costs, priced)
     run.finish(result)

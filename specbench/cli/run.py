@@ -50,7 +50,9 @@ def run(
     seed: options.Seed = None,
     dtype: options.Dtype = None,
     device: options.Device = None,
-    warmup: Annotated[Optional[int], typer.Option(help="Unmeasured warm-up passes over the first prompt.", show_default=default("warmup"))] = None,
+    warmup: Annotated[Optional[int], typer.Option(help="Unmeasured warm-up passes at least, each over the shortest and the longest prompt measured.", show_default=default("warmup"))] = None,
+    warmup_cap: Annotated[Optional[int], typer.Option(help="An engine that compiles (vLLM): warm-up passes at most, repeated until the last two are within 10%.", show_default=default("warmup_cap"))] = None,
+    outlier_k: Annotated[Optional[float], typer.Option(help="A prompt above median + k*MAD of its strategy's seconds per token is measured again (both timings reported).", show_default=default("outlier_k"))] = None,
     repeats: Annotated[Optional[int], typer.Option(help="Measured repeats per prompt.", show_default=default("repeats"))] = None,
     controller: Annotated[Optional[str], typer.Option(help=f"Override every strategy's controller: {', '.join(CONTROLLERS)}.", show_default=default("controller", "each strategy's own"))] = None,
     set_: options.Knobs = None,
@@ -73,6 +75,7 @@ def run(
             model=model, drafters=[str(d) for d in drafter or []], strategies=strategy or None, suite=suite,
             categories=split_list(categories), limit=limit, max_new_tokens=max_new_tokens, temperature=temperature,
             top_p=top_p, top_k=top_k, seed=seed, dtype=dtype, device=device, warmup=warmup, repeats=repeats,
+            warmup_cap=warmup_cap, outlier_k=outlier_k,
             controller=controller, gpu=gpu, out=out_dir, profiles=str(profiles) if profiles else None,
             cost_model=cost_model, engine=engine, engine_args=parse_engine_args(engine_args),
             knobs=parse_sets(set_ or []), batch_sizes=batch_size_list(batch_size, batch_sizes))

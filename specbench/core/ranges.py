@@ -68,6 +68,8 @@ RANGES: dict[str, Range] = {
     "--top-k": _at_least(0, "0: off"),
     "--seed": _at_least(0),
     "--warmup": _at_least(0),
+    "--warmup-cap": _at_least(1, "passes of an engine that compiles"),
+    "--outlier-k": Range(1, 100, note="scaled MADs above the median"),
     "--repeats": _at_least(1),
     "--batch-size": _at_least(1),
     # tune

@@ -40,6 +40,7 @@ class Generation:
     ttft_s: float = 0.0
     wall_s: float = 0.0
     stop_reason: str = "length"
+    engine_log: list[str] = field(default_factory=list)  # what the engine logged of compiling or falling back meanwhile
 
     def record(self, tree: DraftTree, accepted: int, budget: int) -> None:
         self.steps += 1

@@ -142,6 +142,15 @@ class Deploys(Protocol):
 
 
 @runtime_checkable
+class Compiles(Protocol):
+    """An engine that compiles for the shapes it meets (vLLM's torch.compile): its warm-up is repeated until a
+    pass's time settles (bench/decode_groups.py `warm_up`)."""
+
+    def compiles(self, strategy: Strategy) -> bool:
+        """Whether the strategy's engine compiles (not where it runs eagerly: vLLM's enforce_eager)."""
+
+
+@runtime_checkable
 class KeepsLog(Protocol):
     """An engine that logs what it does to a file of its own."""
 

@@ -38,6 +38,7 @@ from specbench.core.files import write_atomic
 from specbench.core.paths import user_cache
 from specbench.core.records import EngineReport
 from specbench.engines.protocol import one_at_a_time
+from specbench.engines.vllm_cpu import CpuRuntime, apply, deployment, loaded, restore
 from specbench.methods.knobs import make_options
 from specbench.methods.names import BASELINE, StrategyName
 from specbench.methods.published.formats import DrafterSource
@@ -59,6 +60,10 @@ DECODE_STEPS = 16  # decode steps a one-token forward is timed over (time_target
 MAX_MODEL_LEN = 4096  # vLLM's context at most (--engine-args max_model_len overrides): its KV cache is preallocated
 
 CPU_KV_CACHE_BYTES = 1 << 30
+# what vLLM, or torch in its engine processes, logs when a step compiles or falls back to another path
+STALL_LOG = re.compile(r"compil|fall(?:ing |s )?back", re.IGNORECASE)
+# torch logs each recompilation in the engine processes (which print into the log), unless TORCH_LOGS is the user's
+RECOMPILES = {"TORCH_LOGS": "recompiles"}
 
 
 @dataclass(frozen=True)
@@ -237,7 +242,7 @@ class VllmEngine:
             where = f" (vLLM's log: {self.log})" if self.log else ""
             raise SpecbenchError(f"vLLM refused {strategy.name}: {_reason(exc)}{where}") from None
         self.start_s[strategy.name] = time.perf_counter() - started
-        runner = VllmRunner(strategy.name, llm, engine_processes(llm))
+        runner = VllmRunner(strategy.name, llm, engine_processes(llm), self.log)
         self.compile_s[strategy.name] = compile_seconds(llm, self.log, runner.processes)
         runner.pause()
         self.runners.append(runner)
@@ -277,6 +282,7 @@ class VllmRunner:
     name: str
     llm: Any
     processes: list = dataclasses.field(default_factory=list)  # psutil.Process of its engine core and workers
+    log: Path | None = None  # where its engine processes log (specbench's log), read for stalls after each request
 
     def _signal(self, signum: int) -> None:
         import psutil
@@ -297,7 +303,10 @@ class VllmRunner:
 
         params = SamplingParams(max_tokens=max_new_tokens, temperature=sampling.temperature, top_p=sampling.top_p,
                                 top_k=sampling.top_k, seed=seed)
-        return generation(*self.request(prompt, params))
+        mark = self.log.stat().st_size if self.log and self.log.exists() else 0
+        decoded = generation(*self.request(prompt, params))
+        decoded.engine_log = stall_lines(self.log, mark)
+        return decoded
 
     def request(self, prompt: list[int], params) -> tuple[Any, float]:
         """vLLM's output for one request and the seconds it took, its processes running for it alone."""
@@ -359,14 +368,29 @@ def time_target(runner: VllmRunner, vocab: int, contexts: list[int], lengths: li
     return timed
 
 
+def stall_lines(log: Path | None, offset: int) -> list[str]:
+    """What the engine logged after byte `offset` of its log of compiling or falling back (STALL_LOG)."""
+    if log is None or not log.exists():
+        return []
+    with log.open("rb") as file:
+        file.seek(offset)
+        text = file.read().decode(errors="replace")
+    return [line.strip() for line in text.splitlines() if STALL_LOG.search(line)]
+
+
+def compiled(llm) -> bool:
+    """Whether an `LLM` compiles its model (not with enforce_eager)."""
+    from vllm.config import CompilationMode
+
+    return llm.llm_engine.vllm_config.compilation_config.mode != CompilationMode.NONE
+
+
 def compile_seconds(llm, log: Path | None, processes: list) -> float | None:
     """The seconds the engine spent compiling, as vLLM reports it: its engine core logs them with its
     start-up ("init engine ... (compilation: N s)") where it times its own compilation backend (on a GPU).
     None where it does not (on a CPU vLLM traces once with plain torch.compile, inside the start-up);
     0 for an engine that does not compile (enforce_eager)."""
-    from vllm.config import CompilationMode
-
-    if llm.llm_engine.vllm_config.compilation_config.mode == CompilationMode.NONE:
+    if not compiled(llm):
         return 0.0
     pids = {str(process.pid) for process in processes}
     for line in log.read_text(errors="replace").splitlines() if log else []:
@@ -462,17 +486,26 @@ class VllmBackend:
         self.sources = plan.drafter_sources
         for spec in plan.specs:
             translate(spec, plan.knobs, plan.controller, self.sources)
-        dtype = resolve_dtype(plan.dtype, resolve_device(plan.device))  # the same as specbench's target
+        device = resolve_device(plan.device)
+        dtype = resolve_dtype(plan.dtype, device)  # the same as specbench's target
         self.kwargs = engine_kwargs(plan.model, dtype, plan.seed, plan.engine_args)
         self.target: Target | None = None
         self.engine: VllmEngine | None = None
         self.notes: list[str] = []
+        # on a CPU, its engine processes start as vLLM's CPU guide deploys them (engines/vllm_cpu.py)
+        self.runtime: CpuRuntime | None = deployment(os.environ) if device.type == "cpu" else None
+        self.replaced: dict[str, str | None] = {}  # this process's environment before, restored on close
+        self.loaded: dict[str, bool] = {}  # per library the guide preloads: whether every engine process has it
 
     def start(self, target: Target) -> list[Strategy]:
         """vLLM's engines, one per strategy (`ar` included), with the drafters converted to vLLM's layouts."""
         from specbench.decoding.target import context_limit
 
         self.target = target
+        # before vLLM's own checks, which add PyTorch's OpenMP where LD_PRELOAD has none
+        self.replaced = apply({**({} if "TORCH_LOGS" in os.environ else RECOMPILES),
+                               **(self.runtime.env if self.runtime else {})})
+        self.notes += self.runtime.notes if self.runtime else []
         plans = [self._translated(s, self.plan.knobs, self.plan.controller) for s in self.plan.specs]
         limit = context_limit(target)
         self.kwargs.setdefault("max_model_len", min(limit, MAX_MODEL_LEN) if limit else MAX_MODEL_LEN)
@@ -480,6 +513,10 @@ class VllmBackend:
         for plan in plans:
             self.engine.check(plan)
         strategies = [self._started(plan) for plan in plans]
+        if self.runtime is not None:  # read from the engine processes themselves
+            self.loaded = loaded([p.pid for r in self.engine.runners for p in r.processes])
+            self.notes += [f"vLLM's engine processes run without {name}" for name, ok in self.loaded.items()
+                           if not ok and not any(name in n for n in self.runtime.notes)]
         self.notes += [f"vLLM runs {p.name} without specbench's {', '.join(p.untranslated)} (no vLLM counterpart)"
                        for p in plans if p.untranslated]
         return strategies
@@ -503,6 +540,9 @@ class VllmBackend:
     def decode(self, strategy: Strategy, prompts: list[list[int]], seeds: list[int], sampling: Sampling,
                max_new_tokens: int, batch_size: int = 1) -> Decoded:
         return one_at_a_time(strategy, prompts, seeds, sampling, max_new_tokens)
+
+    def compiles(self, strategy: Strategy) -> bool:
+        return compiled(strategy.runner.llm)
 
     def strategy(self, spec: StrategyName, knobs: dict[str, dict[str, Any]], controller: str | None) -> Strategy:
         translated = self._translated(spec, knobs, controller)
@@ -541,12 +581,15 @@ class VllmBackend:
     def report(self) -> EngineReport:
         if self.engine is None:
             return EngineReport(VLLM)
-        return EngineReport(VLLM, dict(self.engine.start_s),
-                            {"compile_s": dict(self.engine.compile_s), "idle_engines": self.engine.idle_engines})
+        details = {"compile_s": dict(self.engine.compile_s), "idle_engines": self.engine.idle_engines}
+        if self.runtime is not None:
+            details["cpu_runtime"] = {**self.runtime.record(), "loaded": self.loaded}
+        return EngineReport(VLLM, dict(self.engine.start_s), details)
 
     def close(self) -> None:
         if self.engine is not None:
             self.engine.close()
+        restore(self.replaced)
 
     def keep_log(self, directory: Path) -> None:
         """What vLLM printed goes to the run's directory as vllm.log."""

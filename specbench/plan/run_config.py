@@ -61,7 +61,9 @@ class RunConfig(DecodeSettings):
     top_p: float = 1.0
     top_k: int = 0
     dtype: str = "auto"
-    warmup: int = 1
+    warmup: int = 1  # warm-up passes at least (an engine that compiles repeats them until they settle)
+    warmup_cap: int = 10  # an engine that compiles: warm-up passes at most
+    outlier_k: float = 5.0  # a prompt above median + k * MAD of its strategy's seconds per token is measured again
     repeats: int = 1
     out: str = "results"
     controller: str | None = None
@@ -89,7 +91,8 @@ class RunConfig(DecodeSettings):
         config = checked_types(self, where)
         check_ranges({"--max-new-tokens": config.max_new_tokens, "--temperature": config.temperature,
                       "--top-p": config.top_p, "--top-k": config.top_k, "--limit": config.limit,
-                      "--seed": config.seed, "--warmup": config.warmup, "--repeats": config.repeats})
+                      "--seed": config.seed, "--warmup": config.warmup, "--repeats": config.repeats,
+                      "--warmup-cap": config.warmup_cap, "--outlier-k": config.outlier_k})
         limit = config.limit or None  # 0: the whole suite
         check_dtype(config.dtype)
         check_device(config.device)

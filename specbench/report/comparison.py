@@ -89,7 +89,8 @@ def _flat(summary: StrategySummary) -> dict[str, Any]:
     """One summary as flat columns (the figures, renamed for tables; nothing recomputed)."""
     out = {k: getattr(summary, k) for k in ("prompts", "new_tokens", "tokens_per_s", "speedup", "tau",
                                             "draft_efficiency", "mismatches", "transfer")}
-    out.update(speedup_ci_low=summary.speedup_ci[0], speedup_ci_high=summary.speedup_ci[1],
+    out.update(outliers=len(summary.outliers or []), speedup_ci_low=summary.speedup_ci[0],
+               speedup_ci_high=summary.speedup_ci[1],
                acceptance_rate_by_position=summary.acceptance_rate_by_position or [],  # [] in runs before it
                conditional_acceptance_by_position=summary.conditional_acceptance_by_position)
     for part, share in summary.time_shares.items():
@@ -135,15 +136,16 @@ def _missing(value: Any) -> bool:
 
 def _cell(column: str, row: pd.Series, noisy: bool = False) -> str:
     value = row.get(column)
+    stalled = "!" if row.get("outliers") else ""
     if row.get("baseline") and column in ("speedup", "mismatches", "transfer"):
-        return "1.00x" if column == "speedup" else "-"  # the baseline itself
+        return f"{stalled}1.00x" if column == "speedup" else "-"  # the baseline itself
     if column == "mismatches":
         return "n/a" if _missing(value) else str(int(value))
     if _missing(value):
         return "-"
     if column == "speedup":
         low, high = row.get("speedup_ci_low"), row.get("speedup_ci_high")
-        text = ("~" if noisy else "") + f"{value:.2f}x"
+        text = ("~" if noisy else "") + f"{stalled}{value:.2f}x"
         return text if _missing(low) or _missing(high) else f"{text} [{low:.2f}, {high:.2f}]"
     form = COLUMN_SPECS[column].form if column in COLUMN_SPECS else None
     if form == "percent":
@@ -242,9 +244,26 @@ def footer(runs: Sequence[RunResult]) -> list[str]:
             lines.append(f"~ {name}noisy machine: {'; '.join(noise.reasons)}; the timings are marked ~")
         if noise and noise.advice:
             lines.append(f"{name}note: " + "; ".join(noise.advice))
+        lines += outlier_lines(run, name)
         if run.skipped_prompts:
             lines.append(f"{name}{len(run.skipped_prompts)} prompt(s) skipped: longer than the model's "
                          "context with the answer")
+    return lines
+
+
+def outlier_lines(run: RunResult, name: str = "") -> list[str]:
+    """The prompts of a run measured again, each with both timings, under the rule that flagged them."""
+    again = [(label(s.strategy, s.engine), s.batch_size, o) for s in run.summary for o in s.outliers or []]
+    if not again:
+        return []
+    k = saved_config(run).outlier_k
+    lines = [f"! {name}{len(again)} prompt(s) measured again (above median + {k:g} MAD of their strategy's seconds "
+             "per token, or stalled by the engine compiling or falling back): the speedups marked ! use the second "
+             "timing"]
+    for strategy, batch, o in again:
+        where = f" (batch size {batch})" if batch > 1 else ""
+        lines.append(f"!   {strategy}{where}: {o.prompt_id} turn {o.turn}: {o.first_wall_s:.2f} s, again "
+                     f"{o.wall_s:.2f} s ({o.cause})")
     return lines
 
 

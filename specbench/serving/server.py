@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from specbench.core.errors import SpecbenchError
+from specbench.engines.vllm_cpu import cpu_build, deployment
 from specbench.serving.watchdog import group_alive
 
 HOST = "127.0.0.1"
@@ -86,7 +87,9 @@ class Server:
 
     def start(self) -> None:
         self.log.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "INFO"),
+        # vLLM's CPU build starts as its CPU guide deploys it: TCMalloc, Intel OpenMP, threads bound (vllm_cpu.py)
+        deployed = deployment(os.environ).env if cpu_build() else {}
+        env = {**os.environ, **deployed, "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "INFO"),
                "VLLM_SERVER_DEV_MODE": "1"}
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(serve_command(self.engine_args, self.port), stdout=log,

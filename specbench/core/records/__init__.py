@@ -20,6 +20,7 @@ from specbench.core.records.run_records import (
     ModelledSpeedup,
     Noise,
     NoiseVerdict,
+    Outlier,
     Projection,
     Row,
     RunMeta,
@@ -27,12 +28,13 @@ from specbench.core.records.run_records import (
     RunResult,
     StrategySummary,
     SummaryFile,
+    WarmUp,
     rows_frame,
 )
 from specbench.core.records.study_records import ServedStudy, StudyRecord, TunedStudy
 
 __all__ = ["COLUMN_SPECS", "METRICS", "ROW_KEYS", "STATUSES", "SUMMARY_KEYS", "SUMMARY_MEANINGS", "Column",
            "CostPrediction", "EngineAgreement", "EnginePair", "EngineReport", "Environment", "HostFigures", "LoadAxis",
-           "LoadPoint", "Metric", "ModelledSpeedup", "Noise", "NoiseVerdict", "Projection", "Row", "rows_frame",
-           "RunMeta", "RunProjection", "RunResult", "ServedStudy", "StrategySummary", "StudyRecord", "SummaryFile",
-           "TunedStudy"]
+           "LoadPoint", "Metric", "ModelledSpeedup", "Noise", "NoiseVerdict", "Outlier", "Projection", "Row",
+           "rows_frame", "RunMeta", "RunProjection", "RunResult", "ServedStudy", "StrategySummary", "StudyRecord",
+           "SummaryFile", "TunedStudy", "WarmUp"]

@@ -87,6 +87,11 @@ METRICS = (
            "output agrees with the first engine's, and where the others part",
            {"transfer": Column("transfer", "the engine's speedup over specbench's for the same strategy (@vllm: "
                                "measured in vLLM, against vLLM's own ar)", "x")}),
+    Metric(("outliers",), "prompts; seconds",
+           "the prompts measured again: those whose seconds per token lay above median + k * MAD (scaled, 1.4826) of "
+           "the strategy's prompts (`--outlier-k`, default 5), or during which the engine logged a compilation or a "
+           "fallback; each with both timings (`first_wall_s`, `wall_s`) and its `cause`. Every figure uses the "
+           "second timing; the table marks the strategy's speedup `!` ([runs](docs/runs.md#outliers))"),
     Metric(("prompts",), "prompts", columns={"prompts": Column("prompts", "prompts (and turns) measured", "count")}),
     Metric(("new_tokens",), "tokens", columns={"new_tokens": Column("tokens", "tokens generated", "count")}),
     Metric(("batch_size",), "sequences",

@@ -73,10 +73,15 @@ class Row(Record):
     engines_first_divergence: int | None = None
     engines_divergence_margin: float | None = None
     speedup: float | None = None  # tokens/s over `ar`'s on the same prompt (stats.paired_speedups), once summarised
+    # a prompt flagged as an outlier (bench/remeasure.py) and measured again: `wall_s` and every other figure are the
+    # second measurement's, `first_wall_s` the flagged one's; `outlier` says why it was flagged (the engine's log
+    # line of a compilation or fallback is kept from the first measurement until then)
+    first_wall_s: float | None = None
+    outlier: str | None = None
 
     OPTIONAL = {"batch_rows": ("batch_rows", "latency_s", "batch_steps", "batch_block"),
                 "engines_agree": ("engines_agree", "engines_first_divergence", "engines_divergence_margin"),
-                "speedup": ("speedup",)}
+                "speedup": ("speedup",), "first_wall_s": ("first_wall_s",), "outlier": ("outlier",)}
     """The entries only some rows have: each group is written where the row has its first."""
 
 
@@ -169,6 +174,19 @@ class HostFigures(Record):
 
 
 @dataclass
+class Outlier(Record):
+    """A prompt whose first timing was far outside its strategy's others, or during which the engine logged a
+    compilation or a fallback, measured again: both timings, and why it was flagged."""
+
+    prompt_id: str
+    turn: int
+    repeat: int
+    first_wall_s: float  # the flagged timing, left out of every figure
+    wall_s: float  # the measurement again, which the figures use
+    cause: str  # "time" (above median + k * MAD of the strategy's seconds per token) or the engine's log line
+
+
+@dataclass
 class StrategySummary(Record):
     """One strategy's figures over its rows (analysis/stats.py says what each is)."""
 
@@ -201,15 +219,16 @@ class StrategySummary(Record):
     transfer: float | None = None  # this engine's speedup over specbench's for the same strategy
     projection: Projection | None = None  # onto the --gpu profile
     modelled: ModelledSpeedup | None = None  # the load axis's model at this batch size
+    outliers: list[Outlier] | None = None  # its prompts measured again (bench/remeasure.py); None: none was
 
     OPTIONAL = {k: (k,) for k in ("acceptance_rate_by_position", "category", "engine_agreement", "cost_model", "nvml",
-                                  "host", "transfer", "projection", "modelled")}
+                                  "host", "transfer", "projection", "modelled", "outliers")}
     """The entries left out where None; every other is written, None or not."""
     RENAMED = {"acceptance_by_position": "conditional_acceptance_by_position"}
     """Old names of fields, as summaries written before the rename hold them."""
     DEFAULTS = {"engine": SPECBENCH}  # summaries written before engines were plug-ins were specbench's
     RECORDS = {"projection": Projection, "modelled": ModelledSpeedup, "engine_agreement": EngineAgreement,
-               "cost_model": CostPrediction, "host": HostFigures}
+               "cost_model": CostPrediction, "host": HostFigures, "outliers": [Outlier]}
     """The entries that are records, and the record each is read back as."""
 
 
@@ -227,6 +246,21 @@ class EngineReport(Record):
     @property
     def empty(self) -> bool:
         return not self.start_s and not self.details
+
+
+@dataclass
+class WarmUp(Record):
+    """One strategy's warm-up at one batch size (bench/decode_groups.py `warm_up`): unmeasured passes over the
+    batches of the shortest and of the longest prompts measured, repeated for an engine that compiles until the
+    last two passes of each came within 10% of each other (pyperf's calibration), at most the run's warmup_cap."""
+
+    strategy: str  # its label: `ngram@vllm`
+    batch_size: int
+    prompt_tokens: list[int]  # the prompt lengths warmed on: the shortest and the longest measured
+    passes: list[int]  # over each batch warmed on
+    seconds: float  # the whole warm-up of the strategy at this batch size
+    settled: bool | None  # an engine that compiles: whether every batch's last two passes agreed; None: not repeated
+    last_s: list[float] = field(default_factory=list)  # each batch's last pass
 
 
 @dataclass
@@ -324,6 +358,7 @@ class SummaryFile(Record):
     noise: Noise | None = None
     projection: RunProjection | None = None
     load: LoadAxis | None = None
+    warmup: list[WarmUp] = field(default_factory=list)  # each strategy's warm-up, per batch size
     # runs written before engines were plug-ins kept vLLM's report in these
     vllm_start_s: dict[str, float] | None = None
     vllm_idle_engines: Any = None  # how the idle engines were kept
@@ -332,7 +367,8 @@ class SummaryFile(Record):
     KEPT = ("results", "skipped_prompts", "notes")
     """The entries written even where empty; the others are left out where empty."""
     RECORDS = {"results": [StrategySummary], "by_category": [StrategySummary], "engines": [EngineReport],
-               "engine_pairs": [EnginePair], "noise": Noise, "projection": RunProjection, "load": LoadAxis}
+               "engine_pairs": [EnginePair], "noise": Noise, "projection": RunProjection, "load": LoadAxis,
+               "warmup": [WarmUp]}
     """The entries that are records, and the record each is read back as."""
 
     def as_dict(self) -> dict[str, Any]:
@@ -420,9 +456,10 @@ class RunResult:
     engines: list[EngineReport] = field(default_factory=list)  # each engine's report, where it has one
     engine_pairs: list[EnginePair] = field(default_factory=list)  # each pair of engines the run compared
     nvml_series: list[dict[str, Any]] = field(default_factory=list)  # strategy, t_s, metric, value
+    warmup: list[WarmUp] = field(default_factory=list)  # each strategy's warm-up, per batch size
     label: str = ""  # the name it is shown under (the directory's, unless two runs share one)
 
-    NOTED = ("skipped_prompts", "notes", "engine_pairs", "noise", "projection", "load")
+    NOTED = ("skipped_prompts", "notes", "engine_pairs", "noise", "projection", "load", "warmup")
     """What summary.json notes beside the summaries and the engines' reports, as the RunResult holds it."""
 
     def __post_init__(self) -> None:
