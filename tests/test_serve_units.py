@@ -318,7 +318,12 @@ def test_a_failed_start_quotes_the_servers_last_error(tmp_path):
     (["--endpoint", "ar"], "--endpoint ar: expected NAME=URL"),
     (["--endpoint", "ar=http://127.0.0.1:9"], "does not answer"),
     (["--endpoint", "ar=http://127.0.0.1:9", "--strategy", "ngram"], "drop them"),
-    (["--endpoint", "ar=http://127.0.0.1:9", "--header", "no-colon"], "--header no-colon: expected NAME:VALUE"),
+    (["--endpoint", "ar=http://127.0.0.1:9", "--header", "Authorization Bearer sk-secret"],
+     "--header number 1 (30 characters, not shown: it may hold a secret): expected NAME:VALUE"),
+    (["--endpoint", "ar=http://user:sk-secret@127.0.0.1:9"],
+     "--endpoint ar=http://127.0.0.1:9: credentials or a query inside the URL (not shown)"),
+    (["--endpoint", "ar=http://127.0.0.1:9/?token=sk-secret"], "--endpoint ar=http://127.0.0.1:9/: credentials"),
+    (["--engine-args", '{"api_key": "sk-secret"}'], "--engine-args api_key: the servers specbench starts"),
     (["--header", "X-Team:bench"], "--header is sent to --endpoint servers"),
     (["--tokenizer", "/tmp"], "--tokenizer names an --endpoint server's tokenizer"),
     (["--endpoint", "ar=http://127.0.0.1:9", "--endpoint-type", "embeddings"], "--endpoint-type embeddings: expected"),
@@ -332,7 +337,7 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, message):
     result = runner.invoke(app, ["serve", *args, "--out", str(tmp_path / "out")])
     assert result.exit_code == 2, result.output
     assert message in result.output and len(result.output.strip().splitlines()) == 1
-    assert not (tmp_path / "out").exists()
+    assert "sk-secret" not in result.output and not (tmp_path / "out").exists()
 
 
 def test_each_request_of_a_level_has_a_prompt_of_its_own():

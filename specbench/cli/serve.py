@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
@@ -9,12 +10,12 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from specbench.cli import options
-from specbench.cli.app import app, err, out, progress_bar, resumable, size_list, split_list, user_errors
+from specbench.cli.app import app, err, out, print_error, progress_bar, resumable, size_list, split_list, user_errors
 from specbench.cli.options import default
-from specbench.core.errors import SpecbenchError
+from specbench.core.errors import SpecbenchError, Stopped
 from specbench.engines.engine_registry import parse_engine_args
 from specbench.methods.knobs import parse_sets
-from specbench.serving.endpoint import parse_headers
+from specbench.serving.endpoint import chosen_key, parse_headers
 from specbench.serving.serve_config import (
     DEFAULT_CONCURRENCY,
     SERVE_STRATEGIES,
@@ -23,11 +24,13 @@ from specbench.serving.serve_config import (
     parse_rates,
     parse_slo,
 )
+from specbench.serving.serve_dir import ServeRun
 
 if TYPE_CHECKING:
     from specbench.serving.sweep import ServeResult
 
 LOAD = ServeLoad()
+INCOMPLETE = 3  # exit code of a run that ended with a level incomplete, or stopped: --resume measures the rest
 
 
 def shown(name: str) -> str:
@@ -55,7 +58,7 @@ def serve(
     endpoint: Annotated[Optional[list[str]], typer.Option("--endpoint", help="NAME=URL of a running OpenAI-compatible server to measure instead of starting one (repeatable; name one `ar` for the ratios).", show_default="none")] = None,
     tokenizer: Annotated[Optional[str], typer.Option("--tokenizer", help="--endpoint: the served model's tokenizer (a local directory or a cached hub id); checked against the server's /tokenize.", show_default="--model's, else the model the server lists when found locally")] = None,
     endpoint_type: Annotated[Optional[str], typer.Option("--endpoint-type", help="completions (prompts as token ids) or chat (the user's turn as text; the server applies its template).", show_default=shown("endpoint_type"))] = None,
-    api_key: Annotated[Optional[str], typer.Option("--api-key", envvar="OPENAI_API_KEY", show_envvar=True, help="--endpoint: the servers' API key, sent as a bearer token on every request.", show_default="none")] = None,
+    api_key: Annotated[Optional[str], typer.Option("--api-key", help="--endpoint: the servers' API key, sent as a bearer token on every request. Without it OPENAI_API_KEY is sent, only where every endpoint is https or on this machine.", show_default="none")] = None,
     header: Annotated[Optional[list[str]], typer.Option("--header", help="--endpoint: NAME:VALUE sent on every request (repeatable).", show_default="none")] = None,
     model: options.Model = None,
     drafter: options.Drafters = None,
@@ -86,8 +89,21 @@ def serve(
         if resume is not None and given:
             raise SpecbenchError(f"--resume continues a serve run with its saved configuration; drop "
                                  f"{', '.join('--' + name.replace('_', '-') for name in sorted(given))}")
-        result = measure(resume, api_key, parse_headers(header), {} if resume is not None else settings_of(given))
-        print_result(result, as_json)
+        settings = {} if resume is not None else settings_of(given)
+        headers = parse_headers(header)
+        key_line = chosen_key(ServeRun.open(resume).load.endpoints if resume is not None else
+                              settings.get("endpoints", {}), api_key)[1]
+        if key_line:
+            err.print(key_line, highlight=False, soft_wrap=True)
+        try:
+            result = measure(resume, api_key, headers, settings)
+        except Stopped as stop:
+            print_error(f"{stop}: the run stopped; resume it with: specbench serve --resume "
+                        f"{shlex.quote(str(stop.path))}")
+            raise typer.Exit(INCOMPLETE) from None
+    print_result(result, as_json)
+    if not result.complete:
+        raise typer.Exit(INCOMPLETE)
 
 
 def measure(resume: Path | None, api_key: str | None, headers: dict[str, str], settings: dict[str, Any]) -> ServeResult:

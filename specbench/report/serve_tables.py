@@ -152,5 +152,6 @@ def serve_report(result: ServeResult) -> tuple[list[Line], list[Table | Line], l
     body += [Line(line, "bold red" if line.startswith("LOSSLESS") else None)
              for line in decisions(result.strategies, result.levels)]
     after = [] if result.complete else \
-        [Line(f"incomplete: resume it with: specbench serve --resume {shlex.quote(str(result.path))}")]
+        [Line(f"incomplete: {', '.join(result.incomplete)}; resume it with: specbench serve --resume "
+              f"{shlex.quote(str(result.path))}")]
     return notes, body, after

@@ -37,8 +37,9 @@ class Workload:
     max_tokens: int
     temperature: float
     seed: int
-    ignore_eos: bool = False  # every answer max_tokens long (vLLM's and SGLang's extension of the API)
+    ignore_eos: bool = False  # every answer max_tokens long (vLLM's extension of the API)
     endpoint_type: str = "completions"  # or "chat": the server applies its own chat template to the text
+    vllm: bool = True  # the servers are vLLM: requests carry its own fields (return_token_ids, ignore_eos)
 
 
 @dataclass
@@ -47,6 +48,7 @@ class LevelLog:
     duration_s: float  # from the first measured request sent to the last one answered
     stopped_by_time: bool  # the time bound ended the level before every request was sent
     speculation: Speculation | None = None  # the server's speculative counters (server_metrics.py)
+    counters_missing: str | None = None  # why the level has no counters: its /metrics failed before or after it
 
 
 def arrival_times(rate: float, burstiness: float, count: int, seed: int) -> np.ndarray:
@@ -96,11 +98,12 @@ async def open_loop(send: Callable, arrivals: np.ndarray, max_concurrency: int |
 async def drive(base_url: str, level: Level, workload: Workload, requests: int, warmup: int, seconds: float,
                 max_concurrency: int | None = None, burstiness: float = 1.0, model: str | None = None,
                 on_answer: Callable[[], None] | None = None, headers: dict[str, str] | None = None,
-                request_timeout: float | None = None) -> LevelLog:
+                request_timeout: float | None = None, first_prompt: int = 0) -> LevelLog:
     """Warm the server up, then measure one level: every request's record, the level's duration;
-    `on_answer` is called as each measured request ends. A request not answered within `request_timeout`
-    seconds fails; without one it may take as long as the level and ten minutes more (the time bound stops
-    new requests, not ones in flight)."""
+    `on_answer` is called as each measured request ends. Measured request i carries prompt `first_prompt` + i
+    after the warm-up's. A request not answered within `request_timeout` seconds fails; without one it may
+    take as long as the level and ten minutes more (the time bound stops new requests, not ones in flight).
+    A server that names no model at /v1/models raises ModelsFailed before anything is sent."""
     timeout_s = request_timeout or seconds + 600
     # the prompts after the warm-up's; all of them where a caller allowing repeats has no more (tune's few)
     measured = workload.prompts[warmup:] or workload.prompts
@@ -109,10 +112,11 @@ async def drive(base_url: str, level: Level, workload: Workload, requests: int, 
         origin, measuring = 0.0, False
 
         async def send(index: int) -> RequestRecord:
-            prompt = measured[index % len(measured)] if measuring else workload.prompts[index % len(workload.prompts)]
+            prompt = measured[(first_prompt + index) % len(measured)] if measuring else \
+                workload.prompts[index % len(workload.prompts)]
             record = RequestRecord(index, prompt.id, sent=time.perf_counter() - origin)
             path, body = request_body(workload.endpoint_type, model, prompt, workload.max_tokens,
-                                      workload.temperature, workload.seed + index, workload.ignore_eos)
+                                      workload.temperature, workload.seed + index, workload.ignore_eos, workload.vllm)
             await stream_completion(client, base_url, path, body, record, timeout_s)
             if measuring and on_answer:
                 on_answer()
@@ -127,11 +131,22 @@ async def drive(base_url: str, level: Level, workload: Workload, requests: int, 
         if warmup:
             origin = time.perf_counter()
             await shape(warmup, origin + seconds)
-        before = await server_metrics.scrape(base_url, headers or {})
+        before, missing = await counters(base_url, headers or {}, "before")
         origin, measuring = time.perf_counter(), True
         records = await shape(requests, origin + seconds)
-        after = await server_metrics.scrape(base_url, headers or {})
+        after, missing_after = await counters(base_url, headers or {}, "after")
+        missing = missing or missing_after
         ends = [r.sent + (r.e2e or 0.0) for r in records]
         duration = max(ends, default=0.0) - min((r.sent for r in records), default=0.0)
-        speculation = server_metrics.speculation(before, after, sum(r.output_tokens for r in records))
-        return LevelLog(records, duration, len(records) < requests, speculation)
+        speculation = None if missing else \
+            server_metrics.speculation(before, after, sum(r.output_tokens for r in records))
+        return LevelLog(records, duration, len(records) < requests, speculation, missing)
+
+
+async def counters(base_url: str, headers: dict[str, str], when: str) -> tuple[dict, str | None]:
+    """The server's counters scraped `when` ("before" or "after") the level, and why there are none where the
+    scrape failed."""
+    try:
+        return await server_metrics.scrape(base_url, headers), None
+    except server_metrics.ScrapeFailed as exc:
+        return {}, f"its /metrics failed {when} the level ({exc})"

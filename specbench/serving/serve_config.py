@@ -20,7 +20,7 @@ from specbench.engines.vllm import VLLM
 from specbench.methods.names import BASELINE
 from specbench.methods.registry import SERVED
 from specbench.plan.run_config import RunConfig, RunPlan
-from specbench.serving.endpoint import request_headers
+from specbench.serving.endpoint import chosen_key, request_headers, shown_url
 
 SLO_KEYS = ("ttft", "tpot", "e2e")  # milliseconds each
 MIN_LEVEL_REQUESTS = 8  # measured requests of a level without --requests, at least four per client above two
@@ -87,17 +87,29 @@ class ServeLoad:
 
     @property
     def prompts_needed(self) -> int:
-        """Distinct prompts for the warm-up and the largest level, each request its own."""
-        return self.warmup + max(self.requests_at(level) for level in self.levels)
+        """Distinct prompts for the warm-up and the levels, each request its own: the largest level's where a
+        server specbench starts empties its prefix cache before each level, every level's at --endpoint
+        servers, whose caches are their own (each level then sends prompts no earlier level sent)."""
+        sizes = [self.requests_at(level) for level in self.levels]
+        return self.warmup + (sum(sizes) if self.endpoints else max(sizes))
+
+    def first_prompt(self, level: Level) -> int:
+        """The level's first measured prompt after the warm-up's: after every earlier level's at --endpoint
+        servers, else the first."""
+        if not self.endpoints:
+            return 0
+        return sum(self.requests_at(earlier) for earlier in self.levels[:self.levels.index(level)])
 
     def check_prompts(self, available: int) -> None:
         """Enough prompts for every level's requests to be distinct (or, with repeats, beside the warm-up's)."""
         if available >= self.prompts_needed or (self.repeat_prompts and available > self.warmup):
             return
         largest = max(self.levels, key=self.requests_at)
+        levels = f"{'+'.join(str(self.requests_at(lv)) for lv in self.levels)} for the levels, each its own" \
+            if self.endpoints else f"{self.requests_at(largest)} at {largest.label}"
         raise SpecbenchError(f"{available} prompts for {self.prompts_needed} distinct requests ({self.warmup} warm-up, "
-                             f"{self.requests_at(largest)} at {largest.label}): give a larger --suite or --limit, "
-                             "--input-len N (synthetic prompts), fewer --requests, or --repeat-prompts")
+                             f"{levels}): give a larger --suite or --limit, --input-len N (synthetic prompts), fewer "
+                             "--requests, or --repeat-prompts")
 
     def validate(self, engine_args: dict[str, Any]) -> None:
         """The load checked, with the `engine_args` of the run it serves."""
@@ -111,6 +123,9 @@ class ServeLoad:
                       "--max-concurrency": self.max_concurrency, "--burstiness": self.burstiness,
                       "--requests": self.requests, "--warmup": self.warmup, "--level-seconds": self.level_seconds,
                       "--request-timeout": self.request_timeout, "--slo-share": self.slo_share})
+        if "api_key" in engine_args:
+            raise SpecbenchError("--engine-args api_key: the servers specbench starts listen on 127.0.0.1 alone and "
+                                 "take no key (one given here would be saved with the run); drop it")
         if self.endpoints and engine_args:
             raise SpecbenchError("--engine-args configure the servers specbench starts; --endpoint servers are "
                                  "already running")
@@ -181,12 +196,13 @@ def serve_config(run: dict[str, Any], api_key: str | None = None, **load: Any) -
 
 
 def endpoint_headers(endpoints: dict[str, str], api_key: str | None, headers: dict[str, str]) -> dict[str, str]:
-    """The headers of every request to the --endpoint servers (none for the servers specbench starts)."""
+    """The headers of every request to the --endpoint servers (none for the servers specbench starts): `headers`
+    and the key `chosen_key` picks."""
     if not endpoints:
         if headers:
             raise SpecbenchError("--header is sent to --endpoint servers; the servers specbench starts need none")
         return {}
-    return request_headers(api_key, headers)
+    return request_headers(chosen_key(endpoints, api_key)[0], headers)
 
 
 def parse_slo(text: str | None) -> dict[str, float]:
@@ -209,16 +225,21 @@ def parse_slo(text: str | None) -> dict[str, float]:
 
 
 def parse_endpoints(values: list[str] | None) -> dict[str, str]:
-    """`NAME=URL` (repeatable) -> {name: base URL}; the URL must be http(s) with a host."""
+    """`NAME=URL` (repeatable) -> {name: base URL}; the URL must be http(s) with a host, and without credentials
+    or a query, which would be saved with the run and printed (they are refused without being shown)."""
     endpoints: dict[str, str] = {}
     for value in values or []:
         name, sep, url = value.partition("=")
         name, url = name.strip(), url.strip().rstrip("/")
         parsed = urlparse(url)
+        shown = f"{name}={shown_url(url)}" if sep else shown_url(value) if "://" in value else value
         if not sep or not name or name in endpoints:
-            raise SpecbenchError(f"--endpoint {value}: expected NAME=URL, each name once, e.g. ar=http://127.0.0.1:8000")
+            raise SpecbenchError(f"--endpoint {shown}: expected NAME=URL, each name once, e.g. ar=http://127.0.0.1:8000")
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
-            raise SpecbenchError(f"--endpoint {value}: {url!r} is not an http(s) URL such as http://127.0.0.1:8000")
+            raise SpecbenchError(f"--endpoint {shown}: is not an http(s) URL such as http://127.0.0.1:8000")
+        if parsed.username is not None or parsed.password is not None or parsed.query or parsed.fragment:
+            raise SpecbenchError(f"--endpoint {shown}: credentials or a query inside the URL (not shown) would be "
+                                 "saved with the run; give the key with --api-key or a header with --header")
         endpoints[name] = url.removesuffix("/v1")
     return endpoints
 

@@ -31,6 +31,7 @@ from specbench.serving.watchdog import group_alive
 
 HOST = "127.0.0.1"
 STOP_GRACE_S = 30.0
+API_KEY_ENV = "VLLM_API_KEY"
 
 
 def free_port() -> int:
@@ -88,8 +89,14 @@ class Server:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "INFO"),
                "VLLM_SERVER_DEV_MODE": "1"}
+        # the key a caller gives goes by environment, never on the command line that `ps` shows; an inherited
+        # one would make the server refuse specbench, which sends none
+        env.pop(API_KEY_ENV, None)
+        arguments = dict(self.engine_args)
+        if arguments.get("api_key"):
+            env[API_KEY_ENV] = str(arguments.pop("api_key"))
         with open(self.log, "ab") as log:
-            self.process = subprocess.Popen(serve_command(self.engine_args, self.port), stdout=log,
+            self.process = subprocess.Popen(serve_command(arguments, self.port), stdout=log,
                                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                             start_new_session=True, env=env)
         # its stdin's write end stays here alone (Popen closes inherited descriptors), so it reads end of file
