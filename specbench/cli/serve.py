@@ -89,34 +89,33 @@ def serve(
         if resume is not None and given:
             raise SpecbenchError(f"--resume continues a serve run with its saved configuration; drop "
                                  f"{', '.join('--' + name.replace('_', '-') for name in sorted(given))}")
-        settings = {} if resume is not None else settings_of(given)
-        headers = parse_headers(header)
-        key_line = chosen_key(ServeRun.open(resume).load.endpoints if resume is not None else
-                              settings.get("endpoints", {}), api_key)[1]
-        if key_line:
-            err.print(key_line, highlight=False, soft_wrap=True)
-        try:
-            result = measure(resume, api_key, headers, settings)
-        except Stopped as stop:
-            print_error(f"{stop}: the run stopped; resume it with: specbench serve --resume "
-                        f"{shlex.quote(str(stop.path))}")
-            raise typer.Exit(INCOMPLETE) from None
+        result = measure(resume, api_key, parse_headers(header), {} if resume is not None else settings_of(given))
     print_result(result, as_json)
     if not result.complete:
         raise typer.Exit(INCOMPLETE)
 
 
 def measure(resume: Path | None, api_key: str | None, headers: dict[str, str], settings: dict[str, Any]) -> ServeResult:
-    """specbench.serve's result, with a progress bar of the requests; an interruption says how to resume."""
+    """specbench.serve's result, with a progress bar of the requests, after a line saying where the environment's
+    key goes; an interruption or a stop says how to resume."""
     import specbench
 
+    endpoints = ServeRun.open(resume).load.endpoints if resume is not None else settings.get("endpoints", {})
+    key_line = chosen_key(endpoints, api_key)[1]
+    if key_line:
+        err.print(key_line, highlight=False, soft_wrap=True)
     with resumable("serve", resume), progress_bar() as bar:
         task = bar.add_task("starting", total=None, detail="requests")
 
         def progress(name: str, level, done: int, total: int) -> None:
             bar.update(task, description=f"{name} {level.label}", completed=done, total=total)
 
-        return specbench.serve(resume=resume, api_key=api_key, headers=headers, progress=progress, **settings)
+        try:
+            return specbench.serve(resume=resume, api_key=api_key, headers=headers, progress=progress, **settings)
+        except Stopped as stop:
+            print_error(f"{stop}: the run stopped; resume it with: specbench serve --resume "
+                        f"{shlex.quote(str(stop.path))}")
+            raise typer.Exit(INCOMPLETE) from None
 
 
 def settings_of(flags: dict[str, Any]) -> dict[str, Any]:

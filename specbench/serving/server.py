@@ -59,6 +59,17 @@ def serve_command(engine_args: dict[str, Any], port: int) -> list[str]:
             "--host", HOST, "--port", str(port)]
 
 
+def key_by_environment(engine_args: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
+    """The engine arguments without `api_key`, which goes into `env` instead: never on the command line that
+    `ps` shows. A VLLM_API_KEY inherited in `env` is dropped: it would make the server refuse specbench, which
+    sends its own servers no key."""
+    env.pop(API_KEY_ENV, None)
+    arguments = dict(engine_args)
+    if arguments.get("api_key"):
+        env[API_KEY_ENV] = str(arguments.pop("api_key"))
+    return arguments
+
+
 def last_error(log: Path) -> str:
     """The server's own last error line: the last line naming an error (argparse's `prog: error: ...`
     included; its usage text, whose lines start with `usage:` or `[`, names `{error,warn}` choices),
@@ -89,12 +100,7 @@ class Server:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "INFO"),
                "VLLM_SERVER_DEV_MODE": "1"}
-        # the key a caller gives goes by environment, never on the command line that `ps` shows; an inherited
-        # one would make the server refuse specbench, which sends none
-        env.pop(API_KEY_ENV, None)
-        arguments = dict(self.engine_args)
-        if arguments.get("api_key"):
-            env[API_KEY_ENV] = str(arguments.pop("api_key"))
+        arguments = key_by_environment(self.engine_args, env)
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(serve_command(arguments, self.port), stdout=log,
                                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
