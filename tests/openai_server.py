@@ -66,7 +66,8 @@ class OpenAIServer:
 
     def prompt_ids(self, body: dict) -> list[int]:
         if "messages" in body:
-            return self.tokenizer.apply_chat_template(body["messages"], add_generation_prompt=True, tokenize=True)
+            text = self.tokenizer.apply_chat_template(body["messages"], add_generation_prompt=True, tokenize=False)
+            return self.tokenizer(text, add_special_tokens=False)["input_ids"]
         prompt = body["prompt"]
         return self.tokenizer(prompt)["input_ids"] if isinstance(prompt, str) else prompt
 

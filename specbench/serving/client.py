@@ -28,8 +28,8 @@ from specbench.serving.endpoint import shown_url
 @dataclass(frozen=True)
 class Prompt:
     id: str
-    token_ids: list[int]  # the turn under the target's chat template, as /v1/completions takes it
-    text: str  # the user's turn, as /v1/chat/completions takes it
+    token_ids: list[int]  # the conversation under the target's chat template, as /v1/completions takes it
+    messages: tuple[dict[str, str], ...]  # the conversation up to the user's turn, as /v1/chat/completions takes it
 
 
 def session(headers: dict[str, str]) -> aiohttp.ClientSession:
@@ -49,7 +49,7 @@ def request_body(endpoint_type: str, model: str, prompt: Prompt, max_tokens: int
         if ignore_eos:
             body["ignore_eos"] = True
     if endpoint_type == "chat":
-        return "/v1/chat/completions", {**body, "messages": [{"role": "user", "content": prompt.text}]}
+        return "/v1/chat/completions", {**body, "messages": list(prompt.messages)}
     return "/v1/completions", {**body, "prompt": prompt.token_ids}
 
 

@@ -20,6 +20,7 @@ from specbench.engines.vllm import VLLM
 from specbench.methods.names import BASELINE
 from specbench.methods.registry import SERVED
 from specbench.plan.run_config import RunConfig, RunPlan
+from specbench.plan.sharegpt import dataset_path
 from specbench.serving.endpoint import chosen_key, request_headers, shown_url
 
 SLO_KEYS = ("ttft", "tpot", "e2e")  # milliseconds each
@@ -70,6 +71,8 @@ class ServeLoad:
     endpoint_type: str = "completions"  # one of ENDPOINT_TYPES
     repeat_prompts: bool = False  # a level's measured requests may repeat prompts (never the warm-up's)
     input_len: int | None = None  # synthetic prompts of this many random tokens instead of the suite's
+    dataset: str | None = None  # "sharegpt" or a file in ShareGPT's layout: its prompts instead of the suite's
+    multi_turn: bool = False  # --dataset: every user turn with the conversation before it, not the first alone
     output_len: int | None = None  # every answer exactly this long (ignore_eos) instead of up to max_new_tokens
     # every request's headers (the API key's among them): credentials, never written to the run directory
     headers: dict[str, str] = field(default_factory=dict)
@@ -132,6 +135,12 @@ class ServeLoad:
         if self.tokenizer is not None and not self.endpoints:
             raise SpecbenchError("--tokenizer names an --endpoint server's tokenizer; the servers specbench starts "
                                  "use --model's")
+        if self.dataset is not None and self.input_len is not None:
+            raise SpecbenchError("--dataset and --input-len each choose the prompts: give one")
+        if self.multi_turn and self.dataset is None:
+            raise SpecbenchError("--multi-turn replays a --dataset's conversations: give --dataset sharegpt or a file")
+        if self.dataset is not None:
+            dataset_path(self.dataset)
         if self.endpoint_type not in ENDPOINT_TYPES:
             raise SpecbenchError(f"--endpoint-type {self.endpoint_type}: expected one of {', '.join(ENDPOINT_TYPES)}")
 
@@ -172,11 +181,13 @@ def serve_config(run: dict[str, Any], api_key: str | None = None, **load: Any) -
 
     Its defaults, the command's and the library's: closed loops of DEFAULT_CONCURRENCY clients without a load;
     `ar` alone at --endpoint servers, else SERVE_STRATEGIES on vLLM; without a --limit (and without --input-len),
-    as many of the suite's prompts as the levels' distinct requests need."""
+    as many of the suite's (or the --dataset's) prompts as the levels' distinct requests need."""
     endpoints = load.get("endpoints")
     if endpoints and any(run.get(name) for name in ("strategies", "drafters", "knobs")):
         raise SpecbenchError("--endpoint measures servers as they run: --strategy, --drafter and --set configure the "
                              "servers specbench starts; drop them")
+    if load.get("dataset") is not None and any(run.get(name) for name in ("suite", "categories")):
+        raise SpecbenchError("--dataset replaces the suite's prompts: drop --suite and --categories")
     if load.get("output_len") is not None and run.get("max_new_tokens") is not None:
         raise SpecbenchError("--output-len fixes every answer's length; drop --max-new-tokens")
     if load.get("concurrency") is None and load.get("request_rates") is None:

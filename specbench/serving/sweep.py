@@ -32,7 +32,7 @@ from specbench.serving.endpoint import AUTH_STATUSES, answers, check_tokenizer, 
 from specbench.serving.greedy_check import greedy_agreement
 from specbench.serving.level_stats import against_baseline, level_summary
 from specbench.serving.load import LevelLog, Workload, drive
-from specbench.serving.prompts import suite_prompts, synthetic_prompts
+from specbench.serving.prompts import dataset_prompts, suite_prompts, synthetic_prompts
 from specbench.serving.serve_config import Level, ServeConfig
 from specbench.serving.serve_dir import ServeRun
 from specbench.serving.server import Server
@@ -50,14 +50,16 @@ def strategy_names(config: ServeConfig) -> list[str]:
 
 
 def workload(config: ServeConfig, tokenizer=None, vllm: bool = True) -> Workload:
-    """The prompts (the suite's under the chat template of `tokenizer`, the target's unless given, or synthetic
-    ones of --input-len tokens) and how each is answered (--output-len: exactly that long, where the servers are
-    `vllm`)."""
+    """The prompts (the suite's or the --dataset's under the chat template of `tokenizer`, the target's unless
+    given, or synthetic ones of --input-len tokens) and how each is answered (--output-len: exactly that long,
+    where the servers are `vllm`)."""
     if tokenizer is None:
         tokenizer = model_tokenizer(config)
     run = config.run
     if config.input_len is not None:
         prompts = synthetic_prompts(tokenizer, config.prompts_needed, config.input_len, run.seed)
+    elif config.dataset is not None:
+        prompts = dataset_prompts(tokenizer, config.dataset, run.limit or config.prompts_needed, config.multi_turn)
     else:
         prompts = suite_prompts(tokenizer, config.plan.suite.items)
     return Workload(prompts, config.output_len or run.max_new_tokens, run.temperature, run.seed,
