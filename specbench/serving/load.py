@@ -5,13 +5,15 @@ flight all the time (`vllm bench serve --max-concurrency N` with every request q
 loop: requests arrive at `rate` per second with gamma-distributed gaps of shape `burstiness` (1 is a
 Poisson process, below 1 burstier), as `vllm bench serve --request-rate --burstiness` draws them, at
 most `max_concurrency` in flight. The warm-up's requests carry the first `warmup` prompts; measured
-request i carries prompt warmup + i (cycling over the prompts after the warm-up's when a level has more
-requests than prompts, which the caller allows only when the user asks for repeats), and the arrival
-times come from the seed, so every strategy gets the same requests in the same order and the levels pair.
+request i carries prompt warmup + first + i, `first` the level's own offset (at --endpoint servers, past
+every earlier level's prompts; cycling over the prompts after the warm-up's when there are too few, which
+the caller allows only when the user asks for repeats), and the arrival times come from the seed, so
+every strategy gets the same requests in the same order and the levels pair.
 
 A level is bounded twice: `requests` measured requests, and no new request after `seconds`. Warm-up
 requests go first, at the same load, and are not recorded; the server's speculative counters are read
-after them, so the level's acceptance is its measured requests' alone.
+after them and right after the last measured request, so the level's acceptance is its measured
+requests' alone (or, where either scrape fails, absent and said to be).
 """
 
 from __future__ import annotations
