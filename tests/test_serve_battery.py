@@ -289,3 +289,12 @@ def test_a_bad_dataset_is_one_line(tmp_path, args, message):
     result = runner.invoke(app, ["serve", *args, "--out", str(tmp_path)])
     assert result.exit_code == 2, result.output
     assert message in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_each_request_is_answered_at_its_own_length(proxy, tiny_model_dir, tmp_path):
+    result = serve(proxy.url, tmp_path, tiny_model_dir, "--input-len", "12", "--prefix-len", "6", "--range-ratio",
+                   "0.5", "--requests", "8")
+    assert result.exit_code == 0, result.output
+    records = json.loads((run_dir_of(tmp_path) / "levels/ar/c1.json").read_text())["records"]
+    lengths = [r["output_tokens"] for r in records]
+    assert all(4 <= n <= 12 for n in lengths) and len(set(lengths)) > 1

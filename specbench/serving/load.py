@@ -36,7 +36,7 @@ class Workload:
     """The prompts in their order and how each is answered."""
 
     prompts: list[Prompt]
-    max_tokens: int
+    max_tokens: int  # an answer's length at most, every prompt's own included
     temperature: float
     seed: int
     ignore_eos: bool = False  # every answer max_tokens long (vLLM's extension of the API)
@@ -117,7 +117,7 @@ async def drive(base_url: str, level: Level, workload: Workload, requests: int, 
             prompt = measured[(first_prompt + index) % len(measured)] if measuring else \
                 workload.prompts[index % len(workload.prompts)]
             record = RequestRecord(index, prompt.id, sent=time.perf_counter() - origin)
-            path, body = request_body(workload.endpoint_type, model, prompt, workload.max_tokens,
+            path, body = request_body(workload.endpoint_type, model, prompt, prompt.max_tokens or workload.max_tokens,
                                       workload.temperature, workload.seed + index, workload.ignore_eos, workload.vllm)
             await stream_completion(client, base_url, path, body, record, timeout_s)
             if measuring and on_answer:

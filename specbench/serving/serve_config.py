@@ -74,6 +74,8 @@ class ServeLoad:
     dataset: str | None = None  # "sharegpt" or a file in ShareGPT's layout: its prompts instead of the suite's
     multi_turn: bool = False  # --dataset: every user turn with the conversation before it, not the first alone
     output_len: int | None = None  # every answer exactly this long (ignore_eos) instead of up to max_new_tokens
+    range_ratio: float = 0.0  # input and output lengths drawn uniformly within (1 +- ratio) x their lengths
+    prefix_len: int | None = None  # --input-len: a random prefix of this many tokens that every prompt shares
     # every request's headers (the API key's among them): credentials, never written to the run directory
     headers: dict[str, str] = field(default_factory=dict)
 
@@ -125,7 +127,12 @@ class ServeLoad:
         check_ranges({"--input-len": self.input_len, "--output-len": self.output_len,
                       "--max-concurrency": self.max_concurrency, "--burstiness": self.burstiness,
                       "--requests": self.requests, "--warmup": self.warmup, "--level-seconds": self.level_seconds,
-                      "--request-timeout": self.request_timeout, "--slo-share": self.slo_share})
+                      "--request-timeout": self.request_timeout, "--slo-share": self.slo_share,
+                      "--range-ratio": self.range_ratio, "--prefix-len": self.prefix_len})
+        if self.range_ratio and self.input_len is None and self.output_len is None:
+            raise SpecbenchError("--range-ratio spreads --input-len and --output-len: give either")
+        if self.prefix_len is not None and self.input_len is None:
+            raise SpecbenchError("--prefix-len is the shared start of synthetic prompts: give --input-len too")
         if "api_key" in engine_args:
             raise SpecbenchError("--engine-args api_key: the servers specbench starts listen on 127.0.0.1 alone and "
                                  "take no key (one given here would be saved with the run); drop it")

@@ -32,7 +32,7 @@ from specbench.serving.endpoint import AUTH_STATUSES, answers, check_tokenizer, 
 from specbench.serving.greedy_check import greedy_agreement
 from specbench.serving.level_stats import against_baseline, level_summary
 from specbench.serving.load import LevelLog, Workload, drive
-from specbench.serving.prompts import dataset_prompts, suite_prompts, synthetic_prompts
+from specbench.serving.prompts import dataset_prompts, suite_prompts, synthetic_prompts, with_answer_lengths
 from specbench.serving.serve_config import Level, ServeConfig
 from specbench.serving.serve_dir import ServeRun
 from specbench.serving.server import Server
@@ -57,13 +57,18 @@ def workload(config: ServeConfig, tokenizer=None, vllm: bool = True) -> Workload
         tokenizer = model_tokenizer(config)
     run = config.run
     if config.input_len is not None:
-        prompts = synthetic_prompts(tokenizer, config.prompts_needed, config.input_len, run.seed)
+        prompts = synthetic_prompts(tokenizer, config.prompts_needed, config.input_len, run.seed, config.range_ratio,
+                                    config.prefix_len)
     elif config.dataset is not None:
         prompts = dataset_prompts(tokenizer, config.dataset, run.limit or config.prompts_needed, config.multi_turn)
     else:
         prompts = suite_prompts(tokenizer, config.plan.suite.items)
-    return Workload(prompts, config.output_len or run.max_new_tokens, run.temperature, run.seed,
-                    ignore_eos=config.output_len is not None, endpoint_type=config.endpoint_type, vllm=vllm)
+    max_tokens = config.output_len or run.max_new_tokens
+    if config.output_len is not None and config.range_ratio:
+        prompts = with_answer_lengths(prompts, config.output_len, config.range_ratio, run.seed)
+        max_tokens = max(p.max_tokens for p in prompts)
+    return Workload(prompts, max_tokens, run.temperature, run.seed, ignore_eos=config.output_len is not None,
+                    endpoint_type=config.endpoint_type, vllm=vllm)
 
 
 def model_tokenizer(config: ServeConfig):
