@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from specbench.core.errors import SpecbenchError
 from specbench.core.records.serve_records import RequestRecord
 from specbench.serving.endpoint import shown_url
 
@@ -127,7 +128,7 @@ async def failure(response: aiohttp.ClientResponse) -> str:
     return f"HTTP {response.status}: {lines[0][:200] if lines else response.reason}"
 
 
-class ModelsFailed(Exception):
+class ModelsFailed(SpecbenchError):
     """/v1/models did not answer with a model at a level's start: its status (None: no answer) and why."""
 
     def __init__(self, status: int | None, why: str):
