@@ -298,3 +298,12 @@ def test_each_request_is_answered_at_its_own_length(proxy, tiny_model_dir, tmp_p
     records = json.loads((run_dir_of(tmp_path) / "levels/ar/c1.json").read_text())["records"]
     lengths = [r["output_tokens"] for r in records]
     assert all(4 <= n <= 12 for n in lengths) and len(set(lengths)) > 1
+
+
+def test_the_percentiles_asked_are_in_the_summary_and_its_csv(proxy, tiny_model_dir, tmp_path):
+    result = serve(proxy.url, tmp_path, tiny_model_dir, "--percentiles", "99.9,95")
+    assert result.exit_code == 0, result.output
+    ttft = level(report_of(result), "c1")["ttft_ms"]
+    assert set(ttft["more"]) == {"p95", "p99.9"} and ttft["p90"] <= ttft["more"]["p95"] <= ttft["more"]["p99.9"]
+    header = (run_dir_of(tmp_path) / "summary.csv").read_text().splitlines()[0].split(",")
+    assert {"ttft_ms_p50", "ttft_ms_more_p95", "tpot_ms_more_p99.9"} <= set(header)

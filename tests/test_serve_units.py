@@ -328,6 +328,7 @@ def test_a_failed_start_quotes_the_servers_last_error(tmp_path):
     (["--tokenizer", "/tmp"], "--tokenizer names an --endpoint server's tokenizer"),
     (["--endpoint", "ar=http://127.0.0.1:9", "--endpoint-type", "embeddings"], "--endpoint-type embeddings: expected"),
     (["--concurrency", "16", "--limit", "8"], "8 prompts for 66 distinct requests (2 warm-up, 64 at concurrency 16)"),
+    (["--percentiles", "95,100"], "--percentiles 95,100: expected a comma list of percentiles above 0 and below"),
     (["--range-ratio", "0.5"], "--range-ratio spreads --input-len and --output-len: give either"),
     (["--input-len", "8", "--range-ratio", "1"], "--range-ratio must be"),
     (["--prefix-len", "8"], "--prefix-len is the shared start of synthetic prompts: give --input-len too"),

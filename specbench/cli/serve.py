@@ -21,6 +21,7 @@ from specbench.serving.serve_config import (
     SERVE_STRATEGIES,
     ServeLoad,
     parse_endpoints,
+    parse_percentiles,
     parse_rates,
     parse_slo,
 )
@@ -59,6 +60,7 @@ def serve(
     request_timeout: Annotated[Optional[float], typer.Option("--request-timeout", help="Seconds a request may take, its streamed answer included; one past it fails and leaves its level incomplete.", show_default="the level's time and 10 minutes")] = None,
     slo: Annotated[Optional[str], typer.Option("--slo", help="Latency targets in ms, e.g. ttft=500,tpot=50,e2e=5000: goodput counts the requests meeting all; capacity is the highest concurrency where --slo-share of the requests meet all.", show_default="none")] = None,
     slo_share: Annotated[Optional[float], typer.Option("--slo-share", help="Capacity: the share of a level's requests that must meet every --slo target, decided by its 95% interval.", show_default=shown("slo_share"))] = None,
+    percentiles: Annotated[Optional[str], typer.Option("--percentiles", help="Latency percentiles beside p50/p90/p99 in summary.json and summary.csv (comma list), e.g. 95,99.9.", show_default="none")] = None,
     endpoint: Annotated[Optional[list[str]], typer.Option("--endpoint", help="NAME=URL of a running OpenAI-compatible server to measure instead of starting one (repeatable; name one `ar` for the ratios).", show_default="none")] = None,
     tokenizer: Annotated[Optional[str], typer.Option("--tokenizer", help="--endpoint: the served model's tokenizer (a local directory or a cached hub id); checked against the server's /tokenize.", show_default="--model's, else the model the server lists when found locally")] = None,
     endpoint_type: Annotated[Optional[str], typer.Option("--endpoint-type", help="completions (prompts as token ids) or chat (the user's turn as text; the server applies its template).", show_default=shown("endpoint_type"))] = None,
@@ -89,7 +91,8 @@ def serve(
                      max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, dtype=dtype, device=device,
                      set=set_, engine_args=engine_args, out=out_dir, tokenizer=tokenizer, endpoint_type=endpoint_type,
                      repeat_prompts=repeat_prompts or None, input_len=input_len, output_len=output_len,
-                     dataset=dataset, multi_turn=multi_turn or None, range_ratio=range_ratio, prefix_len=prefix_len)
+                     dataset=dataset, multi_turn=multi_turn or None, range_ratio=range_ratio, prefix_len=prefix_len,
+                     percentiles=percentiles)
         given = {name: value for name, value in flags.items() if value is not None}
         if resume is not None and given:
             raise SpecbenchError(f"--resume continues a serve run with its saved configuration; drop "
@@ -126,6 +129,7 @@ def measure(resume: Path | None, api_key: str | None, headers: dict[str, str], s
 def settings_of(flags: dict[str, Any]) -> dict[str, Any]:
     """The flags given as specbench.serve's settings, each parsed."""
     parsers = {"strategy": split_list, "categories": split_list, "request_rate": parse_rates, "slo": parse_slo,
+               "percentiles": parse_percentiles,
                "endpoint": parse_endpoints, "engine_args": parse_engine_args, "set": parse_sets,
                "concurrency": lambda text: list(size_list(text, "--concurrency")),
                "drafter": lambda values: [str(d) for d in values]}

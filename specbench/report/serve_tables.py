@@ -64,7 +64,7 @@ def levels_csv(levels: list[ServeLevel]) -> str:
     intervals as _low and _high; per-position and per-request lists left to summary.json."""
     import pandas as pd
 
-    flat = pd.json_normalize([e.as_dict() for e in levels], sep="_", max_level=1)
+    flat = pd.json_normalize([e.as_dict() for e in levels], sep="_", max_level=2)  # ttft_ms_more_p95 too
     for interval in ("tpot_speedup_ci", "throughput_ratio_ci", "slo_met_ci"):
         if interval in flat:
             bounds = flat.pop(interval).map(lambda v: v if isinstance(v, list) else [None, None])

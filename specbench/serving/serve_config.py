@@ -66,6 +66,7 @@ class ServeLoad:
     request_timeout: float | None = None  # seconds a request may take, its stream included; None: the level's
     slo: dict[str, float] = field(default_factory=dict)  # ttft, tpot, e2e -> milliseconds
     slo_share: float = 0.99  # capacity: the share of a level's requests that must meet every SLO at once
+    percentiles: list[float] = field(default_factory=list)  # latency percentiles beside p50/p90/p99 (summary, CSV)
     endpoints: dict[str, str] = field(default_factory=dict)  # name -> base URL of a running server
     tokenizer: str | None = None  # --endpoint: the served model's tokenizer (a directory or a cached hub id)
     endpoint_type: str = "completions"  # one of ENDPOINT_TYPES
@@ -124,6 +125,7 @@ class ServeLoad:
         if self.concurrency:
             check_sizes(self.concurrency, "--concurrency")
         parse_rates(",".join(map(str, self.request_rates)) if self.request_rates else None)
+        parse_percentiles(",".join(map(str, self.percentiles)) if self.percentiles else None)
         check_ranges({"--input-len": self.input_len, "--output-len": self.output_len,
                       "--max-concurrency": self.max_concurrency, "--burstiness": self.burstiness,
                       "--requests": self.requests, "--warmup": self.warmup, "--level-seconds": self.level_seconds,
@@ -260,6 +262,20 @@ def parse_endpoints(values: list[str] | None) -> dict[str, str]:
                                  "saved with the run; give the key with --api-key or a header with --header")
         endpoints[name] = url.removesuffix("/v1")
     return endpoints
+
+
+def parse_percentiles(text: str | None) -> list[float]:
+    """`--percentiles 95,99.9` -> [95.0, 99.9], each above 0 and below 100."""
+    if text is None:
+        return []
+    try:
+        values = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        values = []
+    if not values or not all(0 < p < 100 for p in values):
+        raise SpecbenchError(f"--percentiles {text}: expected a comma list of percentiles above 0 and below 100, "
+                             "e.g. 95,99.9")
+    return sorted(set(values))
 
 
 def parse_rates(text: str | None) -> list[float]:

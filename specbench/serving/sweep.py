@@ -33,7 +33,7 @@ from specbench.serving.greedy_check import greedy_agreement
 from specbench.serving.level_stats import against_baseline, level_summary
 from specbench.serving.load import LevelLog, Workload, drive
 from specbench.serving.prompts import dataset_prompts, suite_prompts, synthetic_prompts, with_answer_lengths
-from specbench.serving.serve_config import Level, ServeConfig
+from specbench.serving.serve_config import Level, ServeConfig, ServeLoad
 from specbench.serving.serve_dir import ServeRun
 from specbench.serving.server import Server
 
@@ -305,8 +305,7 @@ def summarise(run: ServeRun, arguments: dict[str, dict[str, Any]] | None = None)
             if data is None or not data.complete:
                 incomplete.append(f"{strategy} {level.key}")
             if data is not None:
-                levels.append(level_entry(data, level, base, config.slo, saved["seed"],
-                                          saved["temperature"] == 0))
+                levels.append(level_entry(data, level, base, config, saved["seed"], saved["temperature"] == 0))
     result = ServeResult(run.path, levels, notes=list(run.meta["notes"]), complete=not incomplete, slo=config.slo,
                          incomplete=incomplete)
     for strategy in run.strategies:
@@ -334,17 +333,18 @@ def summarise(run: ServeRun, arguments: dict[str, dict[str, Any]] | None = None)
     return result
 
 
-def level_entry(data: LevelFile, level: Level, base: LevelFile | None, slo: dict[str, float], seed: int,
+def level_entry(data: LevelFile, level: Level, base: LevelFile | None, load: ServeLoad, seed: int,
                 greedy: bool) -> ServeLevel:
-    """One strategy's level in the summary: its figures and, beside `ar`'s level, the comparison with it and
-    (greedy) the lossless check."""
+    """One strategy's level in the summary: its figures (the `load`'s SLO and percentiles) and, beside `ar`'s
+    level, the comparison with it and (greedy) the lossless check."""
     key = LevelKey(strategy=data.strategy, level=level.key, concurrency=level.concurrency,
                    request_rate=level.request_rate, complete=data.complete, stopped_by_time=data.stopped_by_time)
-    figures = level_summary(data.records, data.duration_s, slo)
+    more = tuple(load.percentiles)
+    figures = level_summary(data.records, data.duration_s, load.slo, more=more)
     entry = ServeLevel(**vars(key), **vars(figures), speculation=data.speculation)
     if base is None or data.strategy == BASELINE:
         return entry
-    base_figures = level_summary(base.records, base.duration_s, slo)
+    base_figures = level_summary(base.records, base.duration_s, load.slo, more=more)
     versus = against_baseline(data.records, base.records, figures, base_figures, seed)
     lossless = greedy_agreement(data.records, base.records) if greedy else None
     return replace(entry, baseline_errors=base_figures.errors, lossless=lossless, **vars(versus))

@@ -51,6 +51,7 @@ class Percentiles(Record):
     p90: float | None
     p99: float | None
     n: int
+    more: dict[str, float | None] = field(default_factory=dict)  # --percentiles asked beyond those: "p95" -> ms
 
 
 @dataclass(kw_only=True)
