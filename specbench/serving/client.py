@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
+from urllib.parse import urljoin
 
 import aiohttp
 
@@ -123,7 +124,8 @@ async def failure(response: aiohttp.ClientResponse) -> str:
     """A response that is not 200 as a request's error: its status and the first line of its body, or where it
     redirects (not followed), credentials and query left out."""
     if 300 <= response.status < 400:
-        return f"HTTP {response.status}: a redirect to {shown_url(response.headers.get('Location', ''))}, not followed"
+        target = urljoin(str(response.url), response.headers.get("Location", ""))
+        return f"HTTP {response.status}: a redirect to {shown_url(target)}, not followed"
     lines = (await response.text()).strip().splitlines()
     return f"HTTP {response.status}: {lines[0][:200] if lines else response.reason}"
 

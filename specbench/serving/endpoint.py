@@ -21,7 +21,7 @@ import os
 import urllib.error
 import urllib.request
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import urljoin, urlparse
 
 from specbench.core.errors import SpecbenchError
 
@@ -107,7 +107,8 @@ def refusal(name: str, url: str, path: str, exc: urllib.error.HTTPError) -> Spec
         return SpecbenchError(f"{where} refused specbench's credentials (HTTP {exc.code} at {path}): give its key "
                               f"with --api-key (or {ENV_KEY}), or its headers with --header")
     if 300 <= exc.code < 400:
-        target = shown_url(exc.headers.get("Location") or "") if exc.headers.get("Location") else "elsewhere"
+        location = exc.headers.get("Location")
+        target = shown_url(urljoin(f"{url}{path}", location)) if location else "elsewhere"
         return SpecbenchError(f"{where} redirects (HTTP {exc.code} at {path}) to {target}: specbench follows no "
                               "redirect, so its credentials reach only the URL given; give the URL it redirects to")
     why = "the server failed: measure it once it answers" if exc.code >= 500 else "is it an OpenAI-compatible server?"
