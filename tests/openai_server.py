@@ -29,6 +29,7 @@ class OpenAIServer:
         self.tokenizer, self.host, self.key, self.strict, self.tokenize = tokenizer, host, key, strict, tokenize
         self.seen: list[tuple[str, dict[str, str], dict]] = []
         self.answered = 0  # completions streamed
+        self.models = [{"id": "tiny", "owned_by": "openai-compatible" if strict else "vllm"}]  # what /v1/models lists
         with socket.socket() as sock:
             sock.bind((host, 0))
             self.port = sock.getsockname()[1]
@@ -47,8 +48,7 @@ class OpenAIServer:
         if request.path == "/health":
             return web.Response()
         if request.path == "/v1/models":
-            owner = "openai-compatible" if self.strict else "vllm"
-            return web.json_response({"object": "list", "data": [{"id": "tiny", "owned_by": owner}]})
+            return web.json_response({"object": "list", "data": self.models})
         if request.path == "/tokenize" and self.tokenize:
             ids = self.tokenizer(body["prompt"], add_special_tokens=body.get("add_special_tokens", True))["input_ids"]
             return web.json_response({"tokens": ids, "count": len(ids)})

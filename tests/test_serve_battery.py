@@ -307,3 +307,11 @@ def test_the_percentiles_asked_are_in_the_summary_and_its_csv(proxy, tiny_model_
     assert set(ttft["more"]) == {"p95", "p99.9"} and ttft["p90"] <= ttft["more"]["p95"] <= ttft["more"]["p99.9"]
     header = (run_dir_of(tmp_path) / "summary.csv").read_text().splitlines()[0].split(",")
     assert {"ttft_ms_p50", "ttft_ms_more_p95", "tpot_ms_more_p99.9"} <= set(header)
+
+
+def test_a_server_listing_no_model_is_one_line(server, proxy, tiny_model_dir, tmp_path):
+    server.models = []
+    result = serve(proxy.url, tmp_path, tiny_model_dir)
+    assert result.exit_code == 2, result.output
+    assert f"--endpoint ar={proxy.url} lists no model at /v1/models" in result.output
+    assert len(result.output.strip().splitlines()) == 1 and not (tmp_path / "serve").exists()
