@@ -264,17 +264,22 @@ def parse_endpoints(values: list[str] | None) -> dict[str, str]:
     return endpoints
 
 
+def numbers(text: str, error: str) -> list[float]:
+    """A comma list of numbers; `error`, a SpecbenchError, where a part is not one."""
+    try:
+        return [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise SpecbenchError(error) from None
+
+
 def parse_percentiles(text: str | None) -> list[float]:
     """`--percentiles 95,99.9` -> [95.0, 99.9], each above 0 and below 100."""
     if text is None:
         return []
-    try:
-        values = [float(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        values = []
+    error = f"--percentiles {text}: expected a comma list of percentiles above 0 and below 100, e.g. 95,99.9"
+    values = numbers(text, error)
     if not values or not all(0 < p < 100 for p in values):
-        raise SpecbenchError(f"--percentiles {text}: expected a comma list of percentiles above 0 and below 100, "
-                             "e.g. 95,99.9")
+        raise SpecbenchError(error)
     return sorted(set(values))
 
 
@@ -282,10 +287,7 @@ def parse_rates(text: str | None) -> list[float]:
     """`--request-rate 0.5,1,2` -> [0.5, 1.0, 2.0], increasing."""
     if text is None:
         return []
-    try:
-        rates = [float(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise SpecbenchError(f"--request-rate {text}: expected a comma list of numbers such as 0.5,1,2") from None
+    rates = numbers(text, f"--request-rate {text}: expected a comma list of numbers such as 0.5,1,2")
     if not all(0 < rate < math.inf for rate in rates):
         raise SpecbenchError(f"--request-rate {text}: every rate must be a number of requests per second above 0")
     if not rates or rates != sorted(set(rates)):
