@@ -10,6 +10,8 @@ Writes results/benchmarks/serve.{json,md} (--name NAME: NAME.{json,md}) and the 
 
     python scripts/bench_serve.py --max-new-tokens 64
     python scripts/bench_serve.py --model smollm2-135m --name serve-smollm2 --strategies ngram,eagle --max-new-tokens 64
+    python scripts/bench_serve.py --model smollm2-135m --name serve-smollm2-sharegpt --strategies ngram,eagle \
+        --dataset sharegpt --concurrency 1,4,16 --max-new-tokens 64
     python scripts/bench_serve.py --smoke --out /tmp/serve-smoke     # minutes: ngram, concurrency 1,2
 """
 
@@ -44,13 +46,14 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="ngram at concurrency 1,2: checks the script")
     parser.add_argument("--model", default=DEFAULT_MODEL, help="as `specbench serve --model` takes it")
     parser.add_argument("--name", default="serve", help="the files' name: NAME.json, NAME.md, NAME_<plot>.png")
+    parser.add_argument("--dataset", help="`sharegpt` (or a file in its layout): its prompts instead of the suite's")
     args = parser.parse_args()
     strategies, levels = args.strategies.split(","), [int(c) for c in args.concurrency.split(",")]
     results = ROOT / "results"
     if args.smoke:
         strategies, levels, args.max_new_tokens, results = ["ngram"], [1, 2], 16, args.out
     config = serve_config({"model": args.model, "strategies": strategies, "max_new_tokens": args.max_new_tokens,
-                           "out": str(results), "limit": args.limit}, concurrency=levels)
+                           "out": str(results), "limit": args.limit}, concurrency=levels, dataset=args.dataset)
     model = "the embedded model" if args.model == DEFAULT_MODEL else args.model
     run = ServeRun.create(config, strategy_names(config), model, config.run.suite)
     result = serve_sweep(run, plan(config), lambda name, level, done, total: print(
@@ -66,8 +69,9 @@ def main() -> None:
         console.print(table)
     where = run.path.relative_to(ROOT) if run.path.is_relative_to(ROOT) else run.path
     lines = [f"# Speculation under load ({model}, CPU, vllm serve per strategy)", "",
-             f"Closed loop at concurrency {', '.join(map(str, levels))}; {config.run.limit} prompts, each request its "
-             f"own, {args.max_new_tokens} new tokens, greedy. Run directory: {where}",
+             f"Closed loop at concurrency {', '.join(map(str, levels))}; {config.run.limit} "
+             f"{'ShareGPT ' if args.dataset else ''}prompts, each request its own, {args.max_new_tokens} new tokens, "
+             f"greedy. Run directory: {where}",
              "", "```", console.export_text().rstrip(), "```", "", LEGEND, "",
              *[f"- {line}" for line in decisions(result.strategies, result.levels)], "",
              "## Exported schedules (vLLM speculative_config)", "", "```json",

@@ -1,11 +1,15 @@
 """A small HTTP proxy on 127.0.0.1 in front of a real server that injects one fault at a time.
 
 Every request is passed on as it came (headers included) and its answer streamed back chunk by chunk,
-except where `fault` is set: completions after the first `after` get it ("500": an HTTP 500 instead;
-"reset": the connection closed after two chunks of the stream; "stall": no chunk after the second for
-`stall_s`; "slow_first_byte": `delay_s` before the answer starts); "dead" closes every connection on
-every path at once, as an endpoint whose process is gone, and "unknown_model" lists a model that is not
-on this machine at /v1/models, as a remote server does. `seen` records each request's path and headers.
+except where `fault` is set: the requests to `path` (any path ending so; completions unless given) after
+the first `after`, `times` of them (all without it), get it: a status ("401", "403", "429", "500",
+"503": that HTTP status instead of the answer); "reset": the connection closed after two chunks of the
+stream; "stall": no chunk after the second for `stall_s`; "slow_first_byte": `delay_s` before the answer
+starts; "stream_error": an error object in the stream after two chunks, as vLLM sends a failure
+mid-answer; "malformed_sse": a data line that is not JSON after two chunks; "redirect": a 302 to the
+same path at `redirect_to`. "dead" closes every connection on every path at once, as an endpoint whose
+process is gone, and "unknown_model" lists a model that is not on this machine at /v1/models, as a remote
+server does. `seen` records each request's path and headers.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import threading
 import aiohttp
 from aiohttp import web
 
+STATUSES = {"401", "403", "429", "500", "503"}
 HOP_HEADERS = {"host", "content-length", "transfer-encoding", "connection"}
 
 
@@ -27,7 +32,10 @@ class FaultProxy:
         self.after = 0
         self.stall_s = 60.0
         self.delay_s = 1.0
-        self.completions = 0
+        self.path = "completions"
+        self.times: int | None = None
+        self.redirect_to = ""
+        self.matched = 0  # requests to the fault's path since it was set
         self.seen: list[tuple[str, dict[str, str]]] = []
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
@@ -39,8 +47,8 @@ class FaultProxy:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def set(self, fault: str | None, after: int = 0) -> None:
-        self.fault, self.after, self.completions = fault, after, 0
+    def set(self, fault: str | None, after: int = 0, path: str = "completions", times: int | None = None) -> None:
+        self.fault, self.after, self.path, self.times, self.matched = fault, after, path, times, 0
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         self.seen.append((request.path, dict(request.headers)))
@@ -51,11 +59,14 @@ class FaultProxy:
             return web.json_response({"object": "list", "data": [{"id": "remote-org/not-here", "root": "not-here"}]})
         body = await request.read()
         faulty = None
-        if request.path.endswith("completions"):
-            self.completions += 1
-            faulty = self.fault if self.completions > self.after else None
-        if faulty == "500":
-            return web.Response(status=500, text="injected server error")
+        if request.path.endswith(self.path):
+            self.matched += 1
+            within = self.times is None or self.matched <= self.after + self.times
+            faulty = self.fault if self.matched > self.after and within else None
+        if faulty in STATUSES:
+            return web.Response(status=int(faulty), text=f"injected HTTP {faulty}")
+        if faulty == "redirect":
+            raise web.HTTPFound(self.redirect_to + request.path_qs)
         if faulty == "slow_first_byte":
             await asyncio.sleep(self.delay_s)
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
@@ -73,6 +84,12 @@ class FaultProxy:
                     return response
                 if faulty == "stall" and chunks >= 2:
                     await asyncio.sleep(self.stall_s)
+                if faulty in ("stream_error", "malformed_sse") and chunks >= 2:
+                    line = b'{"error": {"message": "injected failure", "code": 500}}' if faulty == "stream_error" \
+                        else b'{"choices": [{"text": "cut'
+                    await response.write(b"data: " + line + b"\n\n")
+                    await response.write_eof()
+                    return response
             await response.write_eof()
             return response
 

@@ -132,3 +132,15 @@ def test_bench_engines(tmp_path, monkeypatch):
     assert figures["engine_agreement"]["prompts"] == 1
     assert figures["strategies"]["ngram"]["specbench"]["mismatches"] == 0
     assert figures["strategies"]["ngram"]["vllm"]["mismatches"] == 0
+
+
+@pytest.mark.slow  # a vLLM engine and two servers start (minutes on 2 cores)
+@pytest.mark.vllm
+@pytest.mark.usefixtures("vllm_installed")
+def test_serve_tau(tmp_path, monkeypatch, capsys):
+    """run's vLLM engine and an ngram server count the same drafts and accepted tokens on the same prompt."""
+    run_script("serve_tau", "--limit", 1, "--max-new-tokens", 8, "--out", tmp_path, monkeypatch=monkeypatch)
+    figures = json.loads(capsys.readouterr().out)
+    for key in ("drafts", "accepted", "tokens", "tau_per_drafting_step", "tokens_per_forward"):
+        assert figures["run"][key] == figures["serve"][key], key
+    assert figures["run"]["summary_tau"] == pytest.approx(figures["run"]["tokens_per_forward"])

@@ -34,10 +34,14 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
+    """The run, with a VLLM_API_KEY in specbench's environment that its servers must not inherit: they would
+    refuse every request specbench sends them."""
     out = tmp_path_factory.mktemp("serve")
-    result = runner.invoke(app, ["serve", "--strategy", "ngram", "--concurrency", "1,2", "--request-rate", "8",
-                                 "--max-concurrency", "2", "--requests", "4", "--slo", "ttft=60000,tpot=30000",
-                                 "--engine-args", SMALL, "--out", str(out), "--json", *LOAD])
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("VLLM_API_KEY", "not-for-specbench-servers")
+        result = runner.invoke(app, ["serve", "--strategy", "ngram", "--concurrency", "1,2", "--request-rate", "8",
+                                     "--max-concurrency", "2", "--requests", "4", "--slo", "ttft=60000,tpot=30000",
+                                     "--engine-args", SMALL, "--out", str(out), "--json", *LOAD])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     return {"report": report, "path": Path(report["run_dir"])}
@@ -160,7 +164,7 @@ def test_a_server_killed_during_a_level_leaves_it_incomplete_and_resume_measures
     from specbench.serving.serve_dir import ServeRun
     from specbench.serving.sweep import plan, serve_sweep, strategy_names
 
-    config = serve_config({"limit": 7, "max_new_tokens": 24, "out": str(tmp_path)}, concurrency=[1, 2], requests=6,
+    config = serve_config({"limit": 13, "max_new_tokens": 24, "out": str(tmp_path)}, concurrency=[1, 2], requests=6,
                           warmup=1, endpoints={"ngram": ngram_server.url})
     prepared = plan(config)
     run = ServeRun.create(config, strategy_names(config), "the embedded model", config.run.suite)

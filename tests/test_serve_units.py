@@ -318,11 +318,20 @@ def test_a_failed_start_quotes_the_servers_last_error(tmp_path):
     (["--endpoint", "ar"], "--endpoint ar: expected NAME=URL"),
     (["--endpoint", "ar=http://127.0.0.1:9"], "does not answer"),
     (["--endpoint", "ar=http://127.0.0.1:9", "--strategy", "ngram"], "drop them"),
-    (["--endpoint", "ar=http://127.0.0.1:9", "--header", "no-colon"], "--header no-colon: expected NAME:VALUE"),
+    (["--endpoint", "ar=http://127.0.0.1:9", "--header", "Authorization Bearer sk-secret"],
+     "--header number 1 (30 characters, not shown: it may hold a secret): expected NAME:VALUE"),
+    (["--endpoint", "ar=http://user:sk-secret@127.0.0.1:9"],
+     "--endpoint ar=http://127.0.0.1:9: credentials or a query inside the URL (not shown)"),
+    (["--endpoint", "ar=http://127.0.0.1:9/?token=sk-secret"], "--endpoint ar=http://127.0.0.1:9/: credentials"),
+    (["--engine-args", '{"api_key": "sk-secret"}'], "--engine-args api_key: the servers specbench starts"),
     (["--header", "X-Team:bench"], "--header is sent to --endpoint servers"),
     (["--tokenizer", "/tmp"], "--tokenizer names an --endpoint server's tokenizer"),
     (["--endpoint", "ar=http://127.0.0.1:9", "--endpoint-type", "embeddings"], "--endpoint-type embeddings: expected"),
     (["--concurrency", "16", "--limit", "8"], "8 prompts for 66 distinct requests (2 warm-up, 64 at concurrency 16)"),
+    (["--percentiles", "95,100"], "--percentiles 95,100: expected a comma list of percentiles above 0 and below"),
+    (["--range-ratio", "0.5"], "--range-ratio spreads --input-len and --output-len: give either"),
+    (["--input-len", "8", "--range-ratio", "1"], "--range-ratio must be"),
+    (["--prefix-len", "8"], "--prefix-len is the shared start of synthetic prompts: give --input-len too"),
     (["--output-len", "8", "--max-new-tokens", "8"], "--output-len fixes every answer's length; drop --max-new-tokens"),
     (["--input-len", "0"], "--input-len must be"),
     (["--slo-share", "0.9"], "--slo-share is the share of requests that must meet --slo: give --slo too"),
@@ -332,7 +341,7 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, message):
     result = runner.invoke(app, ["serve", *args, "--out", str(tmp_path / "out")])
     assert result.exit_code == 2, result.output
     assert message in result.output and len(result.output.strip().splitlines()) == 1
-    assert not (tmp_path / "out").exists()
+    assert "sk-secret" not in result.output and not (tmp_path / "out").exists()
 
 
 def test_each_request_of_a_level_has_a_prompt_of_its_own():
@@ -354,6 +363,22 @@ def test_each_request_of_a_level_has_a_prompt_of_its_own():
     assert [len(p.token_ids) for p in prompts] == [12] * 5 and len({tuple(p.token_ids) for p in prompts}) == 5
     assert not set(tokenizer.all_special_ids) & {t for p in prompts for t in p.token_ids}
     assert synthetic_prompts(tokenizer, 5, 12, seed=0) == prompts
+
+
+def test_lengths_spread_by_the_range_ratio_and_a_shared_prefix():
+    """As vllm bench serve's random dataset: input and output lengths uniform within (1 +- ratio) x the asked,
+    every prompt starting with the same random prefix."""
+    from specbench.serving.serve_config import serve_config
+    from specbench.serving.sweep import workload
+
+    config = serve_config({}, concurrency=[16], warmup=0, requests=200, input_len=20, output_len=10, range_ratio=0.5,
+                          prefix_len=7)
+    work = workload(config)
+    inputs = [len(p.token_ids) - 7 for p in work.prompts]
+    outputs = [p.max_tokens for p in work.prompts]
+    assert min(inputs) == 10 and max(inputs) == 30 and len(set(inputs)) > 15
+    assert min(outputs) == 5 and max(outputs) == 15 and work.max_tokens == 15
+    assert len({tuple(p.token_ids[:7]) for p in work.prompts}) == 1 and len({p.token_ids[7] for p in work.prompts}) > 1
 
 
 def test_level_tables_fit_80_columns():

@@ -20,3 +20,12 @@ class Interrupted(KeyboardInterrupt):
         super().__init__(kept)
         self.path = Path(path)
         self.kept = kept
+
+
+class Stopped(SpecbenchError):
+    """A run stopped part-way for a cause the user must fix (a server refused the credentials): one line, and
+    what was measured kept at `path` for `--resume`."""
+
+    def __init__(self, path: Path, why: str):
+        super().__init__(why)
+        self.path = Path(path)

@@ -108,6 +108,8 @@ RANGES: dict[str, Range] = {
     "--request-timeout": Range(0, open_low=True, note="seconds"),
     "--input-len": _at_least(1, "tokens"),
     "--output-len": _at_least(1, "tokens"),
+    "--range-ratio": Range(0, 1, open_high=True, note="lengths drawn within (1 +- ratio) x --input-len, --output-len"),
+    "--prefix-len": _at_least(1, "tokens every synthetic prompt shares"),
     "--slo-share": Range(0, 1, open_low=True, open_high=True, note="a share of requests: 0.99 for 99%"),
 }
 

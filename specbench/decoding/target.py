@@ -128,13 +128,19 @@ def context_limit(target: Target) -> int | None:
     return getattr(target.model.config, "max_position_embeddings", None)
 
 
-def encode_turns(tokenizer, turns: list[str], answers: list[str]) -> list[int]:
-    """Token ids for the next answer: the user turns so far, interleaved with the model's own answers."""
+def chat_messages(turns: Sequence[str], answers: Sequence[str]) -> list[dict[str, str]]:
+    """The user turns so far, interleaved with the answers to them, as a chat template takes them."""
     messages = []
     for i, turn in enumerate(turns):
         messages.append({"role": "user", "content": turn})
         if i < len(answers):
             messages.append({"role": "assistant", "content": answers[i]})
+    return messages
+
+
+def encode_turns(tokenizer, turns: list[str], answers: list[str]) -> list[int]:
+    """Token ids for the next answer: the user turns so far, interleaved with the model's own answers."""
+    messages = chat_messages(turns, answers)
     if getattr(tokenizer, "chat_template", None):
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     else:

@@ -64,7 +64,7 @@ def levels_csv(levels: list[ServeLevel]) -> str:
     intervals as _low and _high; per-position and per-request lists left to summary.json."""
     import pandas as pd
 
-    flat = pd.json_normalize([e.as_dict() for e in levels], sep="_", max_level=1)
+    flat = pd.json_normalize([e.as_dict() for e in levels], sep="_", max_level=2)  # ttft_ms_more_p95 too
     for interval in ("tpot_speedup_ci", "throughput_ratio_ci", "slo_met_ci"):
         if interval in flat:
             bounds = flat.pop(interval).map(lambda v: v if isinstance(v, list) else [None, None])
@@ -152,5 +152,6 @@ def serve_report(result: ServeResult) -> tuple[list[Line], list[Table | Line], l
     body += [Line(line, "bold red" if line.startswith("LOSSLESS") else None)
              for line in decisions(result.strategies, result.levels)]
     after = [] if result.complete else \
-        [Line(f"incomplete: resume it with: specbench serve --resume {shlex.quote(str(result.path))}")]
+        [Line(f"incomplete: {', '.join(result.incomplete)}; resume it with: specbench serve --resume "
+              f"{shlex.quote(str(result.path))}")]
     return notes, body, after

@@ -30,12 +30,15 @@ MS = 1000.0
 MIN_P99_SAMPLES = 100  # below this many values a p99 is within one sample of the maximum: flagged, not trusted
 
 
-def percentiles(values: list[float]) -> Percentiles:
+def percentiles(values: list[float], more: tuple[float, ...] = ()) -> Percentiles:
     """p50/p90/p99 in milliseconds (numpy's linear interpolation, as vllm bench serve's), None when empty, and
-    `n`, the values they come from."""
-    if not values:
-        return Percentiles(None, None, None, 0)
-    return Percentiles(*(float(np.percentile(np.asarray(values) * MS, p)) for p in PERCENTILES), len(values))
+    `n`, the values they come from; `more` percentiles beside them, named as `p95`, `p99.9`."""
+    ms = np.asarray(values) * MS
+
+    def at(p: float) -> float | None:
+        return float(np.percentile(ms, p)) if values else None
+
+    return Percentiles(*(at(p) for p in PERCENTILES), len(values), {f"p{p:g}": at(p) for p in more})
 
 
 def meets_slo(record: RequestRecord, slo: dict[str, float]) -> bool:
@@ -47,14 +50,15 @@ def meets_slo(record: RequestRecord, slo: dict[str, float]) -> bool:
 
 
 def level_summary(records: list[RequestRecord], duration_s: float, slo: dict[str, float],
-                  steady: bool = True) -> LevelFigures:
+                  steady: bool = True, more: tuple[float, ...] = ()) -> LevelFigures:
     """The level's figures; its latencies and SLO share over its steady state (window.py) unless `steady` is
-    False (every answered request, as `vllm bench serve` reports them) or the level has none."""
+    False (every answered request, as `vllm bench serve` reports them) or the level has none; the latencies'
+    `more` percentiles beside p50/p90/p99."""
     ok = [r for r in records if r.error is None]
     window = steady_state(records) if steady else []
     timed = window or ok
     tokens = sum(r.output_tokens for r in ok)
-    tpot = percentiles([r.tpot for r in timed if r.tpot is not None])
+    tpot = percentiles([r.tpot for r in timed if r.tpot is not None], more)
     summary = LevelFigures(
         requests=len(records),
         errors=len(records) - len(ok),
@@ -64,11 +68,11 @@ def level_summary(records: list[RequestRecord], duration_s: float, slo: dict[str
         output_tok_s=tokens / duration_s if duration_s > 0 else None,
         req_s=len(ok) / duration_s if duration_s > 0 else None,
         steady_requests=len(window),
-        ttft_ms=percentiles([r.ttft for r in timed]),
+        ttft_ms=percentiles([r.ttft for r in timed], more),
         tpot_ms=tpot,
-        itl_ms=percentiles([gap for r in timed for gap in r.itl]),
-        itl_token_ms=percentiles([gap for r in timed for gap in r.itl_per_token]),
-        e2e_ms=percentiles([r.e2e for r in timed]),
+        itl_ms=percentiles([gap for r in timed for gap in r.itl], more),
+        itl_token_ms=percentiles([gap for r in timed for gap in r.itl_per_token], more),
+        e2e_ms=percentiles([r.e2e for r in timed], more),
         few_for_p99=tpot.n < MIN_P99_SAMPLES,
         tok_s_per_user=MS / tpot.p50 if tpot.p50 else None,
     )

@@ -5,13 +5,15 @@ flight all the time (`vllm bench serve --max-concurrency N` with every request q
 loop: requests arrive at `rate` per second with gamma-distributed gaps of shape `burstiness` (1 is a
 Poisson process, below 1 burstier), as `vllm bench serve --request-rate --burstiness` draws them, at
 most `max_concurrency` in flight. The warm-up's requests carry the first `warmup` prompts; measured
-request i carries prompt warmup + i (cycling over the prompts after the warm-up's when a level has more
-requests than prompts, which the caller allows only when the user asks for repeats), and the arrival
-times come from the seed, so every strategy gets the same requests in the same order and the levels pair.
+request i carries prompt warmup + first + i, `first` the level's own offset (at --endpoint servers, past
+every earlier level's prompts; cycling over the prompts after the warm-up's when there are too few, which
+the caller allows only when the user asks for repeats), and the arrival times come from the seed, so
+every strategy gets the same requests in the same order and the levels pair.
 
 A level is bounded twice: `requests` measured requests, and no new request after `seconds`. Warm-up
 requests go first, at the same load, and are not recorded; the server's speculative counters are read
-after them, so the level's acceptance is its measured requests' alone.
+after them and right after the last measured request, so the level's acceptance is its measured
+requests' alone (or, where either scrape fails, absent and said to be).
 """
 
 from __future__ import annotations
@@ -34,11 +36,12 @@ class Workload:
     """The prompts in their order and how each is answered."""
 
     prompts: list[Prompt]
-    max_tokens: int
+    max_tokens: int  # an answer's length at most, every prompt's own included
     temperature: float
     seed: int
-    ignore_eos: bool = False  # every answer max_tokens long (vLLM's and SGLang's extension of the API)
+    ignore_eos: bool = False  # every answer max_tokens long (vLLM's extension of the API)
     endpoint_type: str = "completions"  # or "chat": the server applies its own chat template to the text
+    vllm: bool = True  # the servers are vLLM: requests carry its own fields (return_token_ids, ignore_eos)
 
 
 @dataclass
@@ -47,6 +50,7 @@ class LevelLog:
     duration_s: float  # from the first measured request sent to the last one answered
     stopped_by_time: bool  # the time bound ended the level before every request was sent
     speculation: Speculation | None = None  # the server's speculative counters (server_metrics.py)
+    counters_missing: str | None = None  # why the level has no counters: its /metrics failed before or after it
 
 
 def arrival_times(rate: float, burstiness: float, count: int, seed: int) -> np.ndarray:
@@ -96,11 +100,12 @@ async def open_loop(send: Callable, arrivals: np.ndarray, max_concurrency: int |
 async def drive(base_url: str, level: Level, workload: Workload, requests: int, warmup: int, seconds: float,
                 max_concurrency: int | None = None, burstiness: float = 1.0, model: str | None = None,
                 on_answer: Callable[[], None] | None = None, headers: dict[str, str] | None = None,
-                request_timeout: float | None = None) -> LevelLog:
+                request_timeout: float | None = None, first_prompt: int = 0) -> LevelLog:
     """Warm the server up, then measure one level: every request's record, the level's duration;
-    `on_answer` is called as each measured request ends. A request not answered within `request_timeout`
-    seconds fails; without one it may take as long as the level and ten minutes more (the time bound stops
-    new requests, not ones in flight)."""
+    `on_answer` is called as each measured request ends. Measured request i carries prompt `first_prompt` + i
+    after the warm-up's. A request not answered within `request_timeout` seconds fails; without one it may
+    take as long as the level and ten minutes more (the time bound stops new requests, not ones in flight).
+    A server that names no model at /v1/models raises ModelsFailed before anything is sent."""
     timeout_s = request_timeout or seconds + 600
     # the prompts after the warm-up's; all of them where a caller allowing repeats has no more (tune's few)
     measured = workload.prompts[warmup:] or workload.prompts
@@ -109,10 +114,11 @@ async def drive(base_url: str, level: Level, workload: Workload, requests: int, 
         origin, measuring = 0.0, False
 
         async def send(index: int) -> RequestRecord:
-            prompt = measured[index % len(measured)] if measuring else workload.prompts[index % len(workload.prompts)]
+            prompt = measured[(first_prompt + index) % len(measured)] if measuring else \
+                workload.prompts[index % len(workload.prompts)]
             record = RequestRecord(index, prompt.id, sent=time.perf_counter() - origin)
-            path, body = request_body(workload.endpoint_type, model, prompt, workload.max_tokens,
-                                      workload.temperature, workload.seed + index, workload.ignore_eos)
+            path, body = request_body(workload.endpoint_type, model, prompt, prompt.max_tokens or workload.max_tokens,
+                                      workload.temperature, workload.seed + index, workload.ignore_eos, workload.vllm)
             await stream_completion(client, base_url, path, body, record, timeout_s)
             if measuring and on_answer:
                 on_answer()
@@ -127,11 +133,22 @@ async def drive(base_url: str, level: Level, workload: Workload, requests: int, 
         if warmup:
             origin = time.perf_counter()
             await shape(warmup, origin + seconds)
-        before = await server_metrics.scrape(base_url, headers or {})
+        before, missing = await counters(base_url, headers or {}, "before")
         origin, measuring = time.perf_counter(), True
         records = await shape(requests, origin + seconds)
-        after = await server_metrics.scrape(base_url, headers or {})
+        after, missing_after = await counters(base_url, headers or {}, "after")
+        missing = missing or missing_after
         ends = [r.sent + (r.e2e or 0.0) for r in records]
         duration = max(ends, default=0.0) - min((r.sent for r in records), default=0.0)
-        speculation = server_metrics.speculation(before, after, sum(r.output_tokens for r in records))
-        return LevelLog(records, duration, len(records) < requests, speculation)
+        speculation = None if missing else \
+            server_metrics.speculation(before, after, sum(r.output_tokens for r in records))
+        return LevelLog(records, duration, len(records) < requests, speculation, missing)
+
+
+async def counters(base_url: str, headers: dict[str, str], when: str) -> tuple[dict, str | None]:
+    """The server's counters scraped `when` ("before" or "after") the level, and why there are none where the
+    scrape failed."""
+    try:
+        return await server_metrics.scrape(base_url, headers), None
+    except server_metrics.ScrapeFailed as exc:
+        return {}, f"its /metrics failed {when} the level ({exc})"

@@ -20,7 +20,8 @@ from specbench.engines.vllm import VLLM
 from specbench.methods.names import BASELINE
 from specbench.methods.registry import SERVED
 from specbench.plan.run_config import RunConfig, RunPlan
-from specbench.serving.endpoint import request_headers
+from specbench.plan.sharegpt import dataset_path
+from specbench.serving.endpoint import chosen_key, request_headers, shown_url
 
 SLO_KEYS = ("ttft", "tpot", "e2e")  # milliseconds each
 MIN_LEVEL_REQUESTS = 8  # measured requests of a level without --requests, at least four per client above two
@@ -65,12 +66,17 @@ class ServeLoad:
     request_timeout: float | None = None  # seconds a request may take, its stream included; None: the level's
     slo: dict[str, float] = field(default_factory=dict)  # ttft, tpot, e2e -> milliseconds
     slo_share: float = 0.99  # capacity: the share of a level's requests that must meet every SLO at once
+    percentiles: list[float] = field(default_factory=list)  # latency percentiles beside p50/p90/p99 (summary, CSV)
     endpoints: dict[str, str] = field(default_factory=dict)  # name -> base URL of a running server
     tokenizer: str | None = None  # --endpoint: the served model's tokenizer (a directory or a cached hub id)
     endpoint_type: str = "completions"  # one of ENDPOINT_TYPES
     repeat_prompts: bool = False  # a level's measured requests may repeat prompts (never the warm-up's)
     input_len: int | None = None  # synthetic prompts of this many random tokens instead of the suite's
+    dataset: str | None = None  # "sharegpt" or a file in ShareGPT's layout: its prompts instead of the suite's
+    multi_turn: bool = False  # --dataset: every user turn with the conversation before it, not the first alone
     output_len: int | None = None  # every answer exactly this long (ignore_eos) instead of up to max_new_tokens
+    range_ratio: float = 0.0  # input and output lengths drawn uniformly within (1 +- ratio) x their lengths
+    prefix_len: int | None = None  # --input-len: a random prefix of this many tokens that every prompt shares
     # every request's headers (the API key's among them): credentials, never written to the run directory
     headers: dict[str, str] = field(default_factory=dict)
 
@@ -87,17 +93,29 @@ class ServeLoad:
 
     @property
     def prompts_needed(self) -> int:
-        """Distinct prompts for the warm-up and the largest level, each request its own."""
-        return self.warmup + max(self.requests_at(level) for level in self.levels)
+        """Distinct prompts for the warm-up and the levels, each request its own: the largest level's where a
+        server specbench starts empties its prefix cache before each level, every level's at --endpoint
+        servers, whose caches are their own (each level then sends prompts no earlier level sent)."""
+        sizes = [self.requests_at(level) for level in self.levels]
+        return self.warmup + (sum(sizes) if self.endpoints else max(sizes))
+
+    def first_prompt(self, level: Level) -> int:
+        """The level's first measured prompt after the warm-up's: after every earlier level's at --endpoint
+        servers, else the first."""
+        if not self.endpoints:
+            return 0
+        return sum(self.requests_at(earlier) for earlier in self.levels[:self.levels.index(level)])
 
     def check_prompts(self, available: int) -> None:
         """Enough prompts for every level's requests to be distinct (or, with repeats, beside the warm-up's)."""
         if available >= self.prompts_needed or (self.repeat_prompts and available > self.warmup):
             return
         largest = max(self.levels, key=self.requests_at)
+        levels = f"{'+'.join(str(self.requests_at(lv)) for lv in self.levels)} for the levels, each its own" \
+            if self.endpoints else f"{self.requests_at(largest)} at {largest.label}"
         raise SpecbenchError(f"{available} prompts for {self.prompts_needed} distinct requests ({self.warmup} warm-up, "
-                             f"{self.requests_at(largest)} at {largest.label}): give a larger --suite or --limit, "
-                             "--input-len N (synthetic prompts), fewer --requests, or --repeat-prompts")
+                             f"{levels}): give a larger --suite or --limit, --input-len N (synthetic prompts), fewer "
+                             "--requests, or --repeat-prompts")
 
     def validate(self, engine_args: dict[str, Any]) -> None:
         """The load checked, with the `engine_args` of the run it serves."""
@@ -107,16 +125,31 @@ class ServeLoad:
         if self.concurrency:
             check_sizes(self.concurrency, "--concurrency")
         parse_rates(",".join(map(str, self.request_rates)) if self.request_rates else None)
+        parse_percentiles(",".join(map(str, self.percentiles)) if self.percentiles else None)
         check_ranges({"--input-len": self.input_len, "--output-len": self.output_len,
                       "--max-concurrency": self.max_concurrency, "--burstiness": self.burstiness,
                       "--requests": self.requests, "--warmup": self.warmup, "--level-seconds": self.level_seconds,
-                      "--request-timeout": self.request_timeout, "--slo-share": self.slo_share})
+                      "--request-timeout": self.request_timeout, "--slo-share": self.slo_share,
+                      "--range-ratio": self.range_ratio, "--prefix-len": self.prefix_len})
+        if self.range_ratio and self.input_len is None and self.output_len is None:
+            raise SpecbenchError("--range-ratio spreads --input-len and --output-len: give either")
+        if self.prefix_len is not None and self.input_len is None:
+            raise SpecbenchError("--prefix-len is the shared start of synthetic prompts: give --input-len too")
+        if "api_key" in engine_args:
+            raise SpecbenchError("--engine-args api_key: the servers specbench starts listen on 127.0.0.1 alone and "
+                                 "take no key (one given here would be saved with the run); drop it")
         if self.endpoints and engine_args:
             raise SpecbenchError("--engine-args configure the servers specbench starts; --endpoint servers are "
                                  "already running")
         if self.tokenizer is not None and not self.endpoints:
             raise SpecbenchError("--tokenizer names an --endpoint server's tokenizer; the servers specbench starts "
                                  "use --model's")
+        if self.dataset is not None and self.input_len is not None:
+            raise SpecbenchError("--dataset and --input-len each choose the prompts: give one")
+        if self.multi_turn and self.dataset is None:
+            raise SpecbenchError("--multi-turn replays a --dataset's conversations: give --dataset sharegpt or a file")
+        if self.dataset is not None:
+            dataset_path(self.dataset)
         if self.endpoint_type not in ENDPOINT_TYPES:
             raise SpecbenchError(f"--endpoint-type {self.endpoint_type}: expected one of {', '.join(ENDPOINT_TYPES)}")
 
@@ -157,11 +190,13 @@ def serve_config(run: dict[str, Any], api_key: str | None = None, **load: Any) -
 
     Its defaults, the command's and the library's: closed loops of DEFAULT_CONCURRENCY clients without a load;
     `ar` alone at --endpoint servers, else SERVE_STRATEGIES on vLLM; without a --limit (and without --input-len),
-    as many of the suite's prompts as the levels' distinct requests need."""
+    as many of the suite's (or the --dataset's) prompts as the levels' distinct requests need."""
     endpoints = load.get("endpoints")
     if endpoints and any(run.get(name) for name in ("strategies", "drafters", "knobs")):
         raise SpecbenchError("--endpoint measures servers as they run: --strategy, --drafter and --set configure the "
                              "servers specbench starts; drop them")
+    if load.get("dataset") is not None and any(run.get(name) for name in ("suite", "categories")):
+        raise SpecbenchError("--dataset replaces the suite's prompts: drop --suite and --categories")
     if load.get("output_len") is not None and run.get("max_new_tokens") is not None:
         raise SpecbenchError("--output-len fixes every answer's length; drop --max-new-tokens")
     if load.get("concurrency") is None and load.get("request_rates") is None:
@@ -181,12 +216,13 @@ def serve_config(run: dict[str, Any], api_key: str | None = None, **load: Any) -
 
 
 def endpoint_headers(endpoints: dict[str, str], api_key: str | None, headers: dict[str, str]) -> dict[str, str]:
-    """The headers of every request to the --endpoint servers (none for the servers specbench starts)."""
+    """The headers of every request to the --endpoint servers (none for the servers specbench starts): `headers`
+    and the key `chosen_key` picks."""
     if not endpoints:
         if headers:
             raise SpecbenchError("--header is sent to --endpoint servers; the servers specbench starts need none")
         return {}
-    return request_headers(api_key, headers)
+    return request_headers(chosen_key(endpoints, api_key)[0], headers)
 
 
 def parse_slo(text: str | None) -> dict[str, float]:
@@ -209,28 +245,49 @@ def parse_slo(text: str | None) -> dict[str, float]:
 
 
 def parse_endpoints(values: list[str] | None) -> dict[str, str]:
-    """`NAME=URL` (repeatable) -> {name: base URL}; the URL must be http(s) with a host."""
+    """`NAME=URL` (repeatable) -> {name: base URL}; the URL must be http(s) with a host, and without credentials
+    or a query, which would be saved with the run and printed (they are refused without being shown)."""
     endpoints: dict[str, str] = {}
     for value in values or []:
         name, sep, url = value.partition("=")
         name, url = name.strip(), url.strip().rstrip("/")
         parsed = urlparse(url)
+        shown = f"{name}={shown_url(url)}" if sep else shown_url(value) if "://" in value else value
         if not sep or not name or name in endpoints:
-            raise SpecbenchError(f"--endpoint {value}: expected NAME=URL, each name once, e.g. ar=http://127.0.0.1:8000")
+            raise SpecbenchError(f"--endpoint {shown}: expected NAME=URL, each name once, e.g. ar=http://127.0.0.1:8000")
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
-            raise SpecbenchError(f"--endpoint {value}: {url!r} is not an http(s) URL such as http://127.0.0.1:8000")
+            raise SpecbenchError(f"--endpoint {shown}: is not an http(s) URL such as http://127.0.0.1:8000")
+        if parsed.username is not None or parsed.password is not None or parsed.query or parsed.fragment:
+            raise SpecbenchError(f"--endpoint {shown}: credentials or a query inside the URL (not shown) would be "
+                                 "saved with the run; give the key with --api-key or a header with --header")
         endpoints[name] = url.removesuffix("/v1")
     return endpoints
+
+
+def numbers(text: str, error: str) -> list[float]:
+    """A comma list of numbers; `error`, a SpecbenchError, where a part is not one."""
+    try:
+        return [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise SpecbenchError(error) from None
+
+
+def parse_percentiles(text: str | None) -> list[float]:
+    """`--percentiles 95,99.9` -> [95.0, 99.9], each above 0 and below 100."""
+    if text is None:
+        return []
+    error = f"--percentiles {text}: expected a comma list of percentiles above 0 and below 100, e.g. 95,99.9"
+    values = numbers(text, error)
+    if not values or not all(0 < p < 100 for p in values):
+        raise SpecbenchError(error)
+    return sorted(set(values))
 
 
 def parse_rates(text: str | None) -> list[float]:
     """`--request-rate 0.5,1,2` -> [0.5, 1.0, 2.0], increasing."""
     if text is None:
         return []
-    try:
-        rates = [float(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise SpecbenchError(f"--request-rate {text}: expected a comma list of numbers such as 0.5,1,2") from None
+    rates = numbers(text, f"--request-rate {text}: expected a comma list of numbers such as 0.5,1,2")
     if not all(0 < rate < math.inf for rate in rates):
         raise SpecbenchError(f"--request-rate {text}: every rate must be a number of requests per second above 0")
     if not rates or rates != sorted(set(rates)):

@@ -32,6 +32,7 @@ from specbench.serving.watchdog import group_alive
 
 HOST = "127.0.0.1"
 STOP_GRACE_S = 30.0
+API_KEY_ENV = "VLLM_API_KEY"
 
 
 def free_port() -> int:
@@ -57,6 +58,17 @@ def cli_arguments(engine_args: dict[str, Any]) -> list[str]:
 def serve_command(engine_args: dict[str, Any], port: int) -> list[str]:
     return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *cli_arguments(engine_args),
             "--host", HOST, "--port", str(port)]
+
+
+def key_by_environment(engine_args: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
+    """The engine arguments without `api_key`, which goes into `env` instead: never on the command line that
+    `ps` shows. A VLLM_API_KEY inherited in `env` is dropped: it would make the server refuse specbench, which
+    sends its own servers no key."""
+    env.pop(API_KEY_ENV, None)
+    arguments = dict(engine_args)
+    if arguments.get("api_key"):
+        env[API_KEY_ENV] = str(arguments.pop("api_key"))
+    return arguments
 
 
 def last_error(log: Path) -> str:
@@ -91,8 +103,9 @@ class Server:
         deployed = deployment(os.environ).env if cpu_build() else {}
         env = {**os.environ, **deployed, "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "INFO"),
                "VLLM_SERVER_DEV_MODE": "1"}
+        arguments = key_by_environment(self.engine_args, env)
         with open(self.log, "ab") as log:
-            self.process = subprocess.Popen(serve_command(self.engine_args, self.port), stdout=log,
+            self.process = subprocess.Popen(serve_command(arguments, self.port), stdout=log,
                                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                             start_new_session=True, env=env)
         # its stdin's write end stays here alone (Popen closes inherited descriptors), so it reads end of file

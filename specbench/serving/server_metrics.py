@@ -9,7 +9,8 @@ nothing (ngram without a match) reads much higher than `run`'s tau, which counts
 level also gets tokens_per_step = output tokens / forwards, each forward committing one token and the
 drafts it accepted (forwards = tokens - accepted), as `run` counts them. SGLang exports
 gauges of the mean accepted length instead (`sglang:spec_accept_length`), read as they stand after the
-level. A server with neither has no speculative figures.
+level. A server with neither has no speculative figures; a /metrics that fails before or after a level
+leaves that level without them, and says so, rather than differencing counters of other requests.
 """
 
 from __future__ import annotations
@@ -51,16 +52,23 @@ def parse(text: str) -> dict[str, Any]:
     return found
 
 
+class ScrapeFailed(Exception):
+    """/metrics did not answer (an error status other than 404, a lost connection, a timeout): the counters of
+    the level it bounds are unknown."""
+
+
 async def scrape(base_url: str, headers: dict[str, str]) -> dict[str, Any]:
-    """parse() of the server's /metrics; empty when it has none."""
+    """parse() of the server's /metrics; empty where it has none (404); ScrapeFailed where it failed."""
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30), headers=headers) as client:
         try:
-            async with client.get(f"{base_url}/metrics") as response:
-                if response.status != 200:
+            async with client.get(f"{base_url}/metrics", allow_redirects=False) as response:
+                if response.status == 404:
                     return {}
+                if response.status != 200:
+                    raise ScrapeFailed(f"HTTP {response.status}")
                 return parse(await response.text())
-        except (aiohttp.ClientError, TimeoutError):
-            return {}
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise ScrapeFailed(type(exc).__name__) from None
 
 
 def speculation(before: dict[str, Any], after: dict[str, Any], output_tokens: int) -> Speculation | None:

@@ -4,36 +4,40 @@ the SLO and the per-load vLLM setting.
 
 Servers are stopped whatever happens (success, a bad level, Ctrl-C, SIGTERM turned into one by the CLI).
 A server that does not start ends its strategy with the server's own last error; the others still run.
-A server that dies during a level leaves the level incomplete (its failed requests counted as errors),
-and `--resume` measures it again.
+Every failure is a state: a level where a request failed (any HTTP error, an error object or a malformed
+line in the stream, a lost connection, a timeout) or whose server died is written incomplete, with a note
+quoting the first failure, and `--resume` measures it again; a level whose server names no model at its
+start or keeps its prefix cache is not measured, with a note; a refusal of the credentials stops the run in
+one line. A run that ends with any level incomplete says which.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
-from specbench.core.errors import Interrupted, SpecbenchError
+from specbench.core.errors import Interrupted, SpecbenchError, Stopped
 from specbench.core.files import read_json, write_atomic, write_json
 from specbench.core.records.serve_records import LevelFile, LevelKey, ServeLevel, ServeResult, ServeVerdict
 from specbench.methods.names import BASELINE
 from specbench.plan.run_config import RunPlan
 from specbench.serving import schedule
-from specbench.serving.endpoint import answers, check_tokenizer, endpoint_tokenizer, listed_models
+from specbench.serving.client import ModelsFailed
+from specbench.serving.endpoint import AUTH_STATUSES, answers, check_tokenizer, endpoint_tokenizer, is_vllm
 from specbench.serving.greedy_check import greedy_agreement
 from specbench.serving.level_stats import against_baseline, level_summary
 from specbench.serving.load import LevelLog, Workload, drive
-from specbench.serving.prompts import suite_prompts, synthetic_prompts
-from specbench.serving.serve_config import Level, ServeConfig
+from specbench.serving.prompts import dataset_prompts, suite_prompts, synthetic_prompts, with_answer_lengths
+from specbench.serving.serve_config import Level, ServeConfig, ServeLoad
 from specbench.serving.serve_dir import ServeRun
 from specbench.serving.server import Server
 
+RESET_TRIES = 10  # a second apart
 DRAFT_TOKENS_AT_MOST = 16  # a verify step's draft tokens beyond the answer, at most (the knobs' ranges end below)
 Progress = Callable[[str, Level, int, int], None]  # strategy, level, requests answered, requests of the level
 
@@ -45,18 +49,26 @@ def strategy_names(config: ServeConfig) -> list[str]:
     return [s.name for s in config.plan.strategies]
 
 
-def workload(config: ServeConfig, tokenizer=None) -> Workload:
-    """The prompts (the suite's under the chat template of `tokenizer`, the target's unless given, or synthetic
-    ones of --input-len tokens) and how each is answered (--output-len: exactly that long)."""
+def workload(config: ServeConfig, tokenizer=None, vllm: bool = True) -> Workload:
+    """The prompts (the suite's or the --dataset's under the chat template of `tokenizer`, the target's unless
+    given, or synthetic ones of --input-len tokens) and how each is answered (--output-len: exactly that long,
+    where the servers are `vllm`)."""
     if tokenizer is None:
         tokenizer = model_tokenizer(config)
     run = config.run
     if config.input_len is not None:
-        prompts = synthetic_prompts(tokenizer, config.prompts_needed, config.input_len, run.seed)
+        prompts = synthetic_prompts(tokenizer, config.prompts_needed, config.input_len, run.seed, config.range_ratio,
+                                    config.prefix_len)
+    elif config.dataset is not None:
+        prompts = dataset_prompts(tokenizer, config.dataset, run.limit or config.prompts_needed, config.multi_turn)
     else:
         prompts = suite_prompts(tokenizer, config.plan.suite.items)
-    return Workload(prompts, config.output_len or run.max_new_tokens, run.temperature, run.seed,
-                    ignore_eos=config.output_len is not None, endpoint_type=config.endpoint_type)
+    max_tokens = config.output_len or run.max_new_tokens
+    if config.output_len is not None and config.range_ratio:
+        prompts = with_answer_lengths(prompts, config.output_len, config.range_ratio, run.seed)
+        max_tokens = max(p.max_tokens for p in prompts)
+    return Workload(prompts, max_tokens, run.temperature, run.seed, ignore_eos=config.output_len is not None,
+                    endpoint_type=config.endpoint_type, vllm=vllm)
 
 
 def model_tokenizer(config: ServeConfig):
@@ -67,21 +79,49 @@ def model_tokenizer(config: ServeConfig):
 
 
 def checked_tokenizer(config: ServeConfig) -> tuple[Any, list[str]]:
-    """The endpoints' tokenizer, checked against every endpoint that can tokenize, and a note for each that cannot."""
+    """The endpoints' tokenizer, checked against every endpoint that can tell, and a note for each that cannot."""
     model_dir = config.plan.model if config.run.model else None
     tokenizer = endpoint_tokenizer(config.tokenizer, model_dir, config.endpoints, config.headers)
-    return tokenizer, [f"{name}: {url} has no /tokenize: the prompts' tokenizer was not checked against it"
-                       for name, url in config.endpoints.items()
+    return tokenizer, [f"{name}: {url} has no /tokenize and counts no prompt tokens: the prompts' tokenizer was not "
+                       "checked against it" for name, url in config.endpoints.items()
                        if not check_tokenizer(name, url, tokenizer, config.headers)]
+
+
+def endpoint_notes(config: ServeConfig, vllm: dict[str, bool]) -> list[str]:
+    """What the run directory says of the endpoints: those not vLLM, and how their levels are kept clean."""
+    notes = []
+    others = [name for name, is_vllm in vllm.items() if not is_vllm]
+    if others:
+        notes.append(f"{', '.join(others)}: not vLLM (/v1/models): every request carries the standard fields alone "
+                     "(no return_token_ids: answers compared as text"
+                     f"{'; no ignore_eos: --output-len caps answers' if config.output_len else ''})")
+    if len(config.levels) > 1:
+        repeats = " (--repeat-prompts: once they run out, a level repeats earlier ones)" if config.repeat_prompts \
+            else ""
+        notes.append("each level sends prompts no earlier level sent: an endpoint's prefix cache is its own and is "
+                     f"not emptied between levels{repeats}")
+    return notes
+
+
+def emptied(server: Server) -> bool:
+    """Whether the server emptied its prefix cache; vLLM refuses while requests still hold blocks, so it is asked
+    again for a few seconds."""
+    for _ in range(RESET_TRIES):
+        if server.reset_prefix_cache():
+            return True
+        time.sleep(1.0)
+    return False
 
 
 def measure_level(run: ServeRun, strategy: str, url: str, level: Level, work: Workload, config: ServeConfig,
                   server: Server | None, progress: Progress | None) -> bool:
-    """Measure one level and write it; False when its server died during it (or, an endpoint, stopped answering).
-    A level whose server failed a request (5xx, an error in the stream) or lost or timed out a connection is
-    written incomplete, with a note: resume measures it again."""
+    """Measure one level and write it, a note for whatever went wrong; False where the strategy's later levels
+    cannot be measured (its server died or stopped answering, named no model, or kept its prefix cache).
+    Any failed request leaves the level written incomplete: resume measures it again. A refusal of the
+    credentials (401, 403) stops the run, the level written first."""
     requests = config.requests_at(level)
     answered = 0
+    again = "--resume measures it again"
 
     def tick() -> None:
         nonlocal answered
@@ -91,28 +131,48 @@ def measure_level(run: ServeRun, strategy: str, url: str, level: Level, work: Wo
 
     if progress:
         progress(strategy, level, 0, requests)
-    if server is not None and not server.reset_prefix_cache():
-        run.note(f"{strategy}: the server did not empty its prefix cache before {level.label}")
-    log = measure(url, level, work, config, requests, tick)
+    if server is not None and not emptied(server):
+        run.note(f"{strategy}: the server did not empty its prefix cache before {level.label}: the level is not "
+                 f"measured; {again}")
+        return False
+    try:
+        log = measure(url, level, work, config, requests, tick)
+    except ModelsFailed as exc:
+        if exc.status in AUTH_STATUSES:
+            raise Stopped(run.path, f"{strategy}: {url} refused specbench's credentials (HTTP {exc.status} at "
+                                    f"/v1/models) before {level.label}") from None
+        run.note(f"{strategy}: {url} named no model at /v1/models before {level.label} ({exc}): the level is not "
+                 f"measured; {again}")
+        return False
     died = not server.serving() if server is not None else not answers(url, config.headers)
-    faults = [r for r in log.records if r.server_fault]
-    if faults and not died:
-        run.note(f"{strategy}: {len(faults)} of {len(log.records)} requests at {level.label} failed on the server "
-                 f"or the connection (first: {faults[0].error}); the level is incomplete: --resume measures it again")
-    run.write_level(strategy, level, log.records, complete=not died and not faults, duration_s=log.duration_s,
-                    stopped_by_time=log.stopped_by_time, speculation=log.speculation, server=url)
+    failed = [r for r in log.records if r.error]
+    if died:
+        run.note(f"{strategy}: the server died during {level.label} (log: {server.log})" if server is not None else
+                 f"{strategy}: {url} stopped answering during {level.label}")
+        run.note(f"{strategy}: {len(failed)} of {len(log.records)} requests at {level.label} failed; the level is "
+                 f"incomplete: {again}")
+    elif failed:
+        run.note(f"{strategy}: {len(failed)} of {len(log.records)} requests at {level.label} failed (first: "
+                 f"{failed[0].error}); the level is incomplete: {again}")
+    if log.counters_missing:
+        run.note(f"{strategy}: {level.label} has no speculative counters: {log.counters_missing}")
+    run.write_level(strategy, level, log.records, complete=not died and not failed, duration_s=log.duration_s,
+                    stopped_by_time=log.stopped_by_time, speculation=log.speculation, server=url,
+                    counters_missing=log.counters_missing)
+    refused = next((r for r in failed if r.http_status in AUTH_STATUSES), None)
+    if refused is not None:
+        raise Stopped(run.path, f"{strategy}: {url} refused specbench's credentials (HTTP {refused.http_status}) "
+                                f"during {level.label}")
     return not died
 
 
 def measure(url: str, level: Level, work: Workload, config: ServeConfig, requests: int,
             on_answer: Callable[[], None] | None = None) -> LevelLog:
-    """One level on the server at `url`: its request log and the server's speculative figures over it."""
-    try:
-        return asyncio.run(drive(url, level, work, requests, config.warmup, config.level_seconds,
-                                 config.max_concurrency, config.burstiness, on_answer=on_answer,
-                                 headers=config.headers, request_timeout=config.request_timeout))
-    except aiohttp.ClientError:  # gone before the level began: /v1/models did not answer
-        return LevelLog([], 0.0, stopped_by_time=False)
+    """One level on the server at `url`: its request log and the server's speculative figures over it;
+    ModelsFailed where the server names no model at the level's start."""
+    return asyncio.run(drive(url, level, work, requests, config.warmup, config.level_seconds, config.max_concurrency,
+                             config.burstiness, on_answer=on_answer, headers=config.headers,
+                             request_timeout=config.request_timeout, first_prompt=config.first_prompt(level)))
 
 
 def kv_tokens(config: ServeConfig, work: Workload) -> int:
@@ -135,12 +195,11 @@ def plan(config: ServeConfig) -> ServePlan:
     cannot run, an endpoint that does not answer or refuses the credentials, and a tokenizer that is not the
     endpoint's are refused here."""
     if config.endpoints:
-        for name, url in config.endpoints.items():
-            listed_models(name, url, config.headers)
+        vllm = {name: is_vllm(name, url, config.headers) for name, url in config.endpoints.items()}
         tokenizer, notes = checked_tokenizer(config)
-        work = workload(config, tokenizer)
+        work = workload(config, tokenizer, all(vllm.values()))
         config.check_prompts(len(work.prompts))
-        return ServePlan(work, {}, notes)
+        return ServePlan(work, {}, notes + endpoint_notes(config, vllm))
     from specbench.serving.vllm_args import server_arguments
 
     work = workload(config)
@@ -173,6 +232,10 @@ def serve_sweep(run: ServeRun, prepared: ServePlan, progress: Progress | None = 
             measure_strategy(run, strategy, prepared.arguments.get(strategy), prepared.work, progress)
     except KeyboardInterrupt:
         raise Interrupted(run.path, "every level finished so far is kept") from None
+    except Stopped as stop:
+        run.note(f"{stop}: the run stopped")
+        write_summary(run, summarise(run, prepared.arguments))
+        raise
     result = summarise(run, prepared.arguments)
     write_summary(run, result)
     return result
@@ -205,8 +268,6 @@ def measure_strategy(run: ServeRun, strategy: str, engine_args: dict[str, Any] |
         url = config.endpoints[strategy]
         for level in todo:
             if not measure_level(run, strategy, url, level, work, config, None, progress):
-                run.note(f"{strategy}: {url} stopped answering during {level.label}; the level is incomplete: "
-                         "--resume measures it again")
                 return
         return
     server = Server(strategy, engine_args, run.log_file(strategy), config.start_timeout)
@@ -218,8 +279,6 @@ def measure_strategy(run: ServeRun, strategy: str, engine_args: dict[str, Any] |
     try:
         for level in todo:
             if not measure_level(run, strategy, server.url, level, work, config, server, progress):
-                run.note(f"{strategy}: the server died during {level.label} (log: {server.log}); its requests are "
-                         "counted as errors and the level is incomplete: --resume measures it again")
                 return
     finally:
         server.stop()
@@ -237,17 +296,18 @@ def summarise(run: ServeRun, arguments: dict[str, dict[str, Any]] | None = None)
     """Every measured level against `ar`'s at the same level; crossovers, capacities and (from the servers'
     `arguments`) the schedules."""
     config, saved = run.load, run.meta["config"]["run"]
-    levels, complete = [], True
+    levels, incomplete = [], []
     measured = {(s, lv.key): run.level_data(s, lv) for s in run.strategies for lv in config.levels}
     for level in config.levels:
         base = measured[(BASELINE, level.key)] if BASELINE in run.strategies else None
         for strategy in run.strategies:
             data = measured[(strategy, level.key)]
-            complete = complete and data is not None and data.complete
+            if data is None or not data.complete:
+                incomplete.append(f"{strategy} {level.key}")
             if data is not None:
-                levels.append(level_entry(data, level, base, config.slo, saved["seed"],
-                                          saved["temperature"] == 0))
-    result = ServeResult(run.path, levels, notes=list(run.meta["notes"]), complete=complete, slo=config.slo)
+                levels.append(level_entry(data, level, base, config, saved["seed"], saved["temperature"] == 0))
+    result = ServeResult(run.path, levels, notes=list(run.meta["notes"]), complete=not incomplete, slo=config.slo,
+                         incomplete=incomplete)
     for strategy in run.strategies:
         if strategy == BASELINE:
             continue
@@ -273,17 +333,18 @@ def summarise(run: ServeRun, arguments: dict[str, dict[str, Any]] | None = None)
     return result
 
 
-def level_entry(data: LevelFile, level: Level, base: LevelFile | None, slo: dict[str, float], seed: int,
+def level_entry(data: LevelFile, level: Level, base: LevelFile | None, load: ServeLoad, seed: int,
                 greedy: bool) -> ServeLevel:
-    """One strategy's level in the summary: its figures and, beside `ar`'s level, the comparison with it and
-    (greedy) the lossless check."""
+    """One strategy's level in the summary: its figures (the `load`'s SLO and percentiles) and, beside `ar`'s
+    level, the comparison with it and (greedy) the lossless check."""
     key = LevelKey(strategy=data.strategy, level=level.key, concurrency=level.concurrency,
                    request_rate=level.request_rate, complete=data.complete, stopped_by_time=data.stopped_by_time)
-    figures = level_summary(data.records, data.duration_s, slo)
+    more = tuple(load.percentiles)
+    figures = level_summary(data.records, data.duration_s, load.slo, more=more)
     entry = ServeLevel(**vars(key), **vars(figures), speculation=data.speculation)
     if base is None or data.strategy == BASELINE:
         return entry
-    base_figures = level_summary(base.records, base.duration_s, slo)
+    base_figures = level_summary(base.records, base.duration_s, load.slo, more=more)
     versus = against_baseline(data.records, base.records, figures, base_figures, seed)
     lossless = greedy_agreement(data.records, base.records) if greedy else None
     return replace(entry, baseline_errors=base_figures.errors, lossless=lossless, **vars(versus))

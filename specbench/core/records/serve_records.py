@@ -28,10 +28,8 @@ class RequestRecord(Record):
     output_tokens: int = 0
     token_ids: list[int] | None = None
     text: str = ""
-    error: str | None = None
-    # the server failed (5xx, an error in the stream) or the connection was lost or timed out: the level is
-    # measured again on resume; a refusal (4xx) is the request's own and would fail again
-    server_fault: bool = False
+    error: str | None = None  # any failure leaves the level incomplete: resume measures it again
+    http_status: int | None = None  # the status of an answer that was not 200 (401 and 403 stop the run)
 
     @property
     def itl_per_token(self) -> list[float]:
@@ -53,6 +51,7 @@ class Percentiles(Record):
     p90: float | None
     p99: float | None
     n: int
+    more: dict[str, float | None] = field(default_factory=dict)  # --percentiles asked beyond those: "p95" -> ms
 
 
 @dataclass(kw_only=True)
@@ -95,6 +94,7 @@ class LevelFile(Record):
     stopped_by_time: bool
     speculation: Speculation | None
     server: str | None = None  # the server's URL
+    counters_missing: str | None = None  # why `speculation` is None where a /metrics scrape around it failed
     records: list[RequestRecord]
 
     RECORDS = {"speculation": Speculation, "records": [RequestRecord]}
@@ -204,13 +204,14 @@ class ServeResult:
     complete: bool = True
     slo: dict[str, float] = field(default_factory=dict)  # milliseconds
     schedules: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    incomplete: list[str] = field(default_factory=list)  # "strategy level" of each level not measured completely
 
     def as_json(self) -> dict[str, Any]:
         strategies = {name: verdict.as_dict() | ({"vllm_speculative_config": self.schedules[name]}
                                                  if name in self.schedules else {})
                       for name, verdict in self.strategies.items()}
         return {"run_dir": str(self.path), "levels": [e.as_dict() for e in self.levels], "strategies": strategies,
-                "notes": self.notes, "complete": self.complete, "slo": self.slo}
+                "notes": self.notes, "complete": self.complete, "incomplete": self.incomplete, "slo": self.slo}
 
     @classmethod
     def from_json(cls, data: dict[str, Any], where: str) -> ServeResult:
@@ -219,4 +220,4 @@ class ServeResult:
                      if "vllm_speculative_config" in figures}
         return cls(Path(data["run_dir"]), read([ServeLevel], data["levels"], where),
                    {name: ServeVerdict.from_dict(v, where) for name, v in data["strategies"].items()},
-                   data["notes"], data["complete"], data["slo"], schedules)
+                   data["notes"], data["complete"], data["slo"], schedules, data.get("incomplete", []))
