@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import random
 
+import pytest
 import torch
 
 from specbench.decoding.decode import generate
 from specbench.decoding.sampling import Sampling
 from specbench.decoding.tree import DraftTree
 from specbench.methods.combine import CombinedDrafter, member_path, merge_trees
+from specbench.methods.combine_options import MODES, CombineOptions
 from specbench.methods.controllers import FixedController
 from specbench.methods.draft_model import DraftModelDrafter, DraftOptions
 from specbench.methods.names import StrategyName, parse_strategy
@@ -47,13 +49,14 @@ def test_order_of_members_does_not_matter():
     assert parse_strategy("draft+ngram") == parse_strategy("ngram+draft") == StrategyName(("ngram", "draft"))
 
 
-def combined(draft_lm) -> CombinedDrafter:
+def combined(draft_lm, **combine) -> CombinedDrafter:
     return CombinedDrafter(
         [NgramDrafter(NgramOptions(max_ngram=2, num_pred_tokens=4)), DraftModelDrafter(draft_lm, DraftOptions(k=3))],
-        [lambda: FixedController(4), lambda: FixedController(3)])
+        [lambda: FixedController(4), lambda: FixedController(3)], CombineOptions(**combine))
 
 
-def test_combination_greedy_identity():
+@pytest.mark.parametrize("mode", MODES)
+def test_combination_greedy_identity(mode):
     rng = random.Random(11)
     for shape in TINY_SHAPES:
         target = tiny_target(shape, seed=4, eos=rng.randrange(TINY_SHAPES[shape][2]))
@@ -62,18 +65,18 @@ def test_combination_greedy_identity():
             prompt = random_prompt(rng, TINY_SHAPES[shape][2])
             n = rng.randint(1, 20)
             expected = generate(target.model, prompt, n, eos_ids=target.eos_ids).tokens
-            got = generate(target.model, prompt, n, eos_ids=target.eos_ids, drafter=combined(draft_lm),
+            got = generate(target.model, prompt, n, eos_ids=target.eos_ids, drafter=combined(draft_lm, mode=mode),
                            controller=FixedController(16))
             assert got.tokens == expected
 
 
-def test_combination_accepts_at_least_its_best_member():
+def test_the_union_accepts_at_least_its_best_member():
     target = tiny_target("qwen3-gqa", seed=2)
     prompt = [3, 4, 5, 3, 4, 5, 3, 4]
     draft_lm = target.model  # a perfect drafter: every token accepted
     solo = generate(target.model, prompt, 24, drafter=DraftModelDrafter(draft_lm, DraftOptions(k=3)),
                     controller=FixedController(3))
-    both = generate(target.model, prompt, 24, drafter=combined(draft_lm), controller=FixedController(16))
+    both = generate(target.model, prompt, 24, drafter=combined(draft_lm, mode="union"), controller=FixedController(16))
     assert both.tokens == solo.tokens
     assert both.steps <= solo.steps
 
