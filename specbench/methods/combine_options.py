@@ -51,6 +51,9 @@ class CombineOptions:
     explore: int = knob(8, "route mode: a member left out still drafts every n-th step", "steps", low=1)
 
     def __post_init__(self) -> None:
+        if isinstance(self.budget, int) and self.budget < 0:
+            raise SpecbenchError(f"{COMBINE}.budget must be at least 1 node (or 0: the largest member's own tree), "
+                                 f"got {self.budget}")
         check_ranges(self, f"{COMBINE}.")
         for name, value, known in (("mode", self.mode, MODES), ("router", self.router, ROUTERS)):
             if value not in known:

@@ -44,8 +44,9 @@ def check_knobs_apply(knobs: dict[str, dict[str, Any]], specs: list[StrategyName
             raise SpecbenchError(f"knobs for unknown strategy {name!r}; known: {', '.join(DRAFTER_NAMES)}")
         if values and name not in run:
             given = ", ".join(f"{name}.{knob}" for knob in values)
-            raise SpecbenchError(f"knob {given} is for {name}, which this run does not include "
-                                 f"({', '.join(s.name for s in specs)}); add {name} to --strategy or drop the knob")
+            what, add = ("a combination", "a combination such as eagle+suffix") if name == COMBINE else (name, name)
+            raise SpecbenchError(f"knob {given} is for {what}, which this run does not include "
+                                 f"({', '.join(s.name for s in specs)}); add {add} to --strategy or drop the knob")
 
 
 def _coerce(value: Any, kind: type, where: str) -> Any:
