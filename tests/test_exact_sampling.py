@@ -4,8 +4,10 @@ target's to 1e-6.
 
 First on hand-built trees over a synthetic target (each kind of sibling draw, and merged tries of
 each kind of member pair), then through the real drafters, merge and engine for every strategy
-`--strategy all` runs. A verifier with the old rule (trials in node order, so the order depended on
-the drawn values) must fail the same tests.
+`--strategy all` runs, and for every pair of methods combined each way a combination decides (the
+budget cut, the cost and entropy routers; greedy identity over many steps as well). A verifier
+with the old rule (trials in node order, so the order depended on the drawn values) must fail the
+same tests.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import zlib
 import pytest
 import torch
 
-from specbench.decoding.decode import forward, prefill
+from specbench.decoding.decode import forward, generate, prefill
 from specbench.decoding.drafting import DraftContext
 from specbench.decoding.kv_cache import new_cache
 from specbench.decoding.sampling import Sampling
@@ -311,6 +313,18 @@ CASES = [pytest.param(text, decision, marks=pytest.mark.slow)
 def test_every_pair_samples_exactly_however_it_decides(text, decision):
     combine, state, committed = DECISIONS[decision]
     check_samples_exactly(text, combine=combine, prime=primed(state), committed_at_least=committed)
+
+
+@pytest.mark.parametrize("decision", list(DECISIONS))
+@pytest.mark.parametrize("text", PAIRS)
+@torch.no_grad()
+def test_every_pair_is_the_targets_greedy_output_however_it_decides(text, decision):
+    """Many steps, so that the calibration, the running acceptance and the entropy router's state move."""
+    target = SmallTarget()
+    prompt = [1, 2, 3, 1, 2]
+    drafter, controller = strategy(text, target, combine=DECISIONS[decision][0])
+    expected = generate(target.model, prompt, 24).tokens
+    assert generate(target.model, prompt, 24, drafter=drafter, controller=controller).tokens == expected
 
 
 @torch.no_grad()
