@@ -240,14 +240,22 @@ class CombinedDrafter(Drafter):
         return merged
 
     def observe(self, outcome: StepOutcome) -> None:
-        accepted = set(outcome.path)
         for i, (member, ctrl, tree, where, drafted) in enumerate(zip(self.members, self.controllers, *self._last)):
             path = member_path(outcome.path, where)
             member.observe(StepOutcome(tree, path, outcome.bonus, outcome.committed,
                                        self._hidden_for(i, outcome.hidden), outcome.logits))
+            if drafted:
+                ctrl.update(max(tree.depths(), default=0), len(path))
+        self._learn(outcome)
+
+    def _learn(self, outcome: StepOutcome) -> None:
+        """What the combination decides by, from the step's outcome: the calibration, each drafting member's
+        running accepted tokens, the entropy router's state."""
+        accepted = set(outcome.path)
+        for i, (tree, where, drafted) in enumerate(zip(*self._last)):
             if not drafted:
                 continue
-            ctrl.update(max(tree.depths(), default=0), len(path))
+            path = member_path(outcome.path, where)
             self.calibration.record(i, tree, [w >= 0 for w in where], {n for n, w in enumerate(where) if w in accepted})
             gain = self.gains[i]
             self.gains[i] = len(path) if gain is None else (1 - GAIN_RATE) * gain + GAIN_RATE * len(path)

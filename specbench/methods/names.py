@@ -16,7 +16,7 @@ BASELINE = "ar"
 # combined as methods/combine_options.py says); any other combination can be named explicitly. EAGLE with
 # suffix decoding or n-gram is the pair the field combines (SuffixDecoding, arXiv 2411.04975)
 COMBINATIONS = ("eagle+dflash", "mtp+dspark", "eagle+dspark", "dflash+dspark", "eagle+mtp",
-                "eagle+suffix", "eagle+ngram", "dspark+suffix")
+                "eagle+suffix", "ngram+eagle", "dspark+suffix")
 
 # `default`: the fastest method of each family on the embedded model (results/benchmarks/) and the
 # combination the product is known by; `all` is the full comparison
