@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import random
 
+import pytest
 import torch
 
 from specbench.decoding.decode import generate
+from specbench.decoding.drafting import DraftContext, StepOutcome
 from specbench.decoding.sampling import Sampling
 from specbench.decoding.tree import DraftTree
-from specbench.methods.combine import CombinedDrafter, member_path, merge_trees
+from specbench.methods.combine import Calibration, CombinedDrafter, budget_keep, member_path, merge_trees, subtree
+from specbench.methods.combine_options import MODES, CombineOptions
 from specbench.methods.controllers import FixedController
 from specbench.methods.draft_model import DraftModelDrafter, DraftOptions
 from specbench.methods.names import StrategyName, parse_strategy
@@ -47,13 +50,14 @@ def test_order_of_members_does_not_matter():
     assert parse_strategy("draft+ngram") == parse_strategy("ngram+draft") == StrategyName(("ngram", "draft"))
 
 
-def combined(draft_lm) -> CombinedDrafter:
+def combined(draft_lm, **combine) -> CombinedDrafter:
     return CombinedDrafter(
         [NgramDrafter(NgramOptions(max_ngram=2, num_pred_tokens=4)), DraftModelDrafter(draft_lm, DraftOptions(k=3))],
-        [lambda: FixedController(4), lambda: FixedController(3)])
+        [lambda: FixedController(4), lambda: FixedController(3)], CombineOptions(**combine))
 
 
-def test_combination_greedy_identity():
+@pytest.mark.parametrize("mode", MODES)
+def test_combination_greedy_identity(mode):
     rng = random.Random(11)
     for shape in TINY_SHAPES:
         target = tiny_target(shape, seed=4, eos=rng.randrange(TINY_SHAPES[shape][2]))
@@ -62,18 +66,18 @@ def test_combination_greedy_identity():
             prompt = random_prompt(rng, TINY_SHAPES[shape][2])
             n = rng.randint(1, 20)
             expected = generate(target.model, prompt, n, eos_ids=target.eos_ids).tokens
-            got = generate(target.model, prompt, n, eos_ids=target.eos_ids, drafter=combined(draft_lm),
+            got = generate(target.model, prompt, n, eos_ids=target.eos_ids, drafter=combined(draft_lm, mode=mode),
                            controller=FixedController(16))
             assert got.tokens == expected
 
 
-def test_combination_accepts_at_least_its_best_member():
+def test_the_union_accepts_at_least_its_best_member():
     target = tiny_target("qwen3-gqa", seed=2)
     prompt = [3, 4, 5, 3, 4, 5, 3, 4]
     draft_lm = target.model  # a perfect drafter: every token accepted
     solo = generate(target.model, prompt, 24, drafter=DraftModelDrafter(draft_lm, DraftOptions(k=3)),
                     controller=FixedController(3))
-    both = generate(target.model, prompt, 24, drafter=combined(draft_lm), controller=FixedController(16))
+    both = generate(target.model, prompt, 24, drafter=combined(draft_lm, mode="union"), controller=FixedController(16))
     assert both.tokens == solo.tokens
     assert both.steps <= solo.steps
 
@@ -83,3 +87,85 @@ def test_combination_sampling_is_exact():
     p, _ = chi_square_pvalue(target, CHI_SQUARE_PROMPT, Sampling(temperature=1.0), CHI_SQUARE_RUNS,
                              lambda: (combined(draft), FixedController(16)))
     assert p > 0.001
+
+
+# -- how a combination decides: the budget cut, the calibration, the routers -------------------------------------
+
+
+def test_the_budget_keeps_a_trie_of_the_likeliest_nodes():
+    tree = DraftTree()
+    a = tree.add(1, -1, "m")
+    tree.add(2, a, "m")  # likely, but below an unlikely parent: ranks as its parent
+    b = tree.add(3, -1, "m")
+    tree.add(4, b, "m")
+    assert budget_keep(tree, [0.2, 0.9, 0.6, 0.5], 2) == [False, False, True, True]
+    assert budget_keep(tree, [0.2, 0.9, 0.6, 0.5], 3) == [True, False, True, True]
+    kept, new = subtree(tree, [False, False, True, True])
+    assert (kept.tokens, kept.parents, new) == ([3, 4], [-1, 0], [-1, -1, 0, 1])
+    assert [t.node for t in kept.trials[0]] == [0] and [t.node for t in kept.trials[1]] == [1]
+
+
+def test_calibration_learns_what_the_target_accepted_per_member():
+    calibration = Calibration()
+    tree = DraftTree.chain([1, 2], "m")
+    tree.scores = [0.9, 0.8]
+    before = calibration.estimate(0, 1, 0.9)
+    for _ in range(20):
+        calibration.record(0, tree, [True, True], {0})  # the first node always accepted, the second never
+    assert calibration.estimate(0, 1, 0.9) > before > 0.5 > calibration.estimate(0, 2, 0.8)
+    assert calibration.estimate(1, 2, 0.8) == 0.8  # another member's nodes: still its own score
+    assert calibration.estimate(0, 3, None) == pytest.approx(0.6 ** 3)  # unscored: a prior decaying with depth
+
+
+def deterministic(tokens: list[int]) -> DraftTree:
+    return DraftTree.chain(tokens, "det")
+
+
+def drawn(tokens: list[int]) -> DraftTree:
+    return DraftTree.chain(tokens, "drawn", [torch.full((5,), 0.2)] * len(tokens))
+
+
+def test_the_budget_cuts_deterministic_trees_and_keeps_drawn_ones_whole():
+    drafter = combined(small_vocab_lm(1), mode="budget", budget=1)
+    cut = drafter._cut([deterministic([1, 2, 3]), drawn([4, 0])])
+    assert cut[0][0].tokens == [1] and cut[0][1] == [0, -1, -1]
+    assert cut[1][0].tokens == [4, 0] and cut[1][1] == [0, 1]
+
+
+def test_a_cut_that_looks_at_drawn_tokens_would_not_be_exact():
+    """Why the budget keeps drawn trees whole: dropping a deterministic candidate whenever another member
+    drew a given token changes the output distribution (the enumeration sees it)."""
+    from tests.helpers import step_distribution, target_joint
+
+    def make(rng):
+        q = torch.tensor([0.1, 0.3, 0.2, 0.2, 0.2])
+        token = rng.draw(q)
+        trees = [deterministic([1]) if token != 1 else DraftTree(), DraftTree.chain([token], "drawn", [q])]
+        return merge_trees(trees)[0]
+
+    sampling = Sampling(temperature=1.0)
+    assert (step_distribution(make, sampling) - target_joint(sampling)).abs().max() > 1e-3
+
+
+def test_the_cost_router_skips_a_model_member_that_does_not_pay():
+    drafter = combined(small_vocab_lm(1), mode="route", explore=99)
+    drafter.start(torch.tensor([1, 2, 1, 2, 1]), ())
+    ctx = DraftContext(torch.tensor([1, 2, 1, 2, 1]), 16, Sampling(), random.Random(0), FixedController(16))
+    drafter.steps, drafter.gains = 1, [None, 0.1]
+    ngram, draft = drafter._route(ctx)
+    assert len(ngram) == 2 and draft is None  # n-gram's match (about 1.1 tokens expected) beats 0.1 for 3 forwards
+    drafter.gains = [None, 3.0]  # the draft model's 3 accepted tokens pay for its 3 forwards
+    assert drafter._route(ctx)[1] is not None
+
+
+def test_the_entropy_router_switches_with_hysteresis():
+    drafter = combined(small_vocab_lm(1), mode="route", router="entropy", entropy_low=0.5, entropy_high=1.5)
+    drafter.start(torch.tensor([1, 2]), ())
+    drafter.propose(DraftContext(torch.tensor([1, 2]), 16, Sampling(), random.Random(0), FixedController(16)))
+    # entropies 1.61, 0.005 and 1.14 nats
+    flat, peaked, middle = torch.zeros(5), torch.tensor([9.0, 0, 0, 0, 0]), torch.tensor([2.0, 0, 0, 0, 0])
+    states = []
+    for logits in (middle, flat, middle, peaked, middle):
+        drafter.observe(StepOutcome(DraftTree(), [], 0, [0], (), logits))
+        states.append(drafter.uncertain)
+    assert states == [False, True, True, False, False]

@@ -4,8 +4,10 @@ target's to 1e-6.
 
 First on hand-built trees over a synthetic target (each kind of sibling draw, and merged tries of
 each kind of member pair), then through the real drafters, merge and engine for every strategy
-`--strategy all` runs. A verifier with the old rule (trials in node order, so the order depended on
-the drawn values) must fail the same tests.
+`--strategy all` runs, and for every pair of methods combined each way a combination decides (the
+budget cut, the cost and entropy routers; greedy identity over many steps as well). A verifier
+with the old rule (trials in node order, so the order depended on the drawn values) must fail the
+same tests.
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ import zlib
 import pytest
 import torch
 
-from specbench.decoding.decode import forward, prefill
+from specbench.decoding.decode import forward, generate, prefill
 from specbench.decoding.drafting import DraftContext
 from specbench.decoding.kv_cache import new_cache
 from specbench.decoding.sampling import Sampling
 from specbench.decoding.tree import DraftTree, Draw
 from specbench.decoding.verify import accept_sampling, proposal
 from specbench.methods.combine import CombinedDrafter, merge_trees
+from specbench.methods.combine_options import CombineOptions
 from specbench.methods.controllers import CONTROLLERS, FixedController
 from specbench.methods.dflash import DFlashDrafter, DFlashOptions
 from specbench.methods.draft_model import DraftModelDrafter, DraftOptions
@@ -252,7 +255,7 @@ def member(name: str, target: SmallTarget, draft_vocab: int = 0, drafting: torch
 
 
 def strategy(text: str, target: SmallTarget, draft_vocab: int = 0,
-             drafting: torch.dtype = torch.float64) -> tuple[object, object]:
+             combine: CombineOptions | None = None, drafting: torch.dtype = torch.float64) -> tuple[object, object]:
     """The drafter and controller of a strategy as build_strategy makes them, on untrained drafters."""
     drafters, factories = [], []
     for name in parse_strategy(text).members:
@@ -262,7 +265,7 @@ def strategy(text: str, target: SmallTarget, draft_vocab: int = 0,
         factories.append(lambda factory=factory, budget=budget, options=options: factory(budget, options))
     if len(drafters) == 1:
         return drafters[0], factories[0]()
-    return CombinedDrafter(drafters, factories), FixedController(16)
+    return CombinedDrafter(drafters, factories, combine), FixedController(16)
 
 
 @pytest.mark.parametrize("text", DRAFTER_NAMES + COMBINATIONS)
@@ -283,18 +286,72 @@ def test_drafting_in_bfloat16_samples_exactly(text):
     check_samples_exactly(text, drafting=torch.bfloat16)
 
 
+# every pair of methods, combined each way that decides something: the budget cut to 2 nodes (ranked by the
+# calibration's prior), the cost router with the model members' running acceptance low (only the model-free
+# members draft) or high (the best-paying model member drafts too), the entropy router in each state. Past the
+# first step of a sequence (which every member drafts), so that the routing is what runs. Each with the
+# tokens some outcome commits at least (where only the model-free members draft, a pair may draft nothing).
+PAIRS = [f"{a}+{b}" for i, a in enumerate(DRAFTER_NAMES) for b in DRAFTER_NAMES[i + 1:]]
+DECISIONS = {
+    "budget": (CombineOptions(mode="budget", budget=2), {}, 2),
+    "cost-skip": (CombineOptions(mode="route", budget=2, explore=99), {"gain": 0.0}, 1),
+    "cost-draft": (CombineOptions(mode="route", budget=2, explore=99), {"gain": 5.0}, 2),
+    "entropy-confident": (CombineOptions(mode="route", router="entropy", explore=99), {"uncertain": False}, 2),
+    "entropy-uncertain": (CombineOptions(mode="route", router="entropy", explore=99), {"uncertain": True}, 2),
+}
+
+
+def primed(state: dict):
+    def prime(drafter) -> None:
+        drafter.steps = 1
+        drafter.uncertain = state.get("uncertain", False)
+        drafter.gains = [state.get("gain") for _ in drafter.members]
+    return prime
+
+
+DRAWN = {"draft", "dflash", "dspark"}  # the members that draw their chains from the rng at temperature > 0
+# two drawn chains are both kept whole by the budget (the union, which the tests above enumerate): minutes
+# of enumeration for nothing decided, so run with -m slow
+CASES = [pytest.param(text, decision, marks=pytest.mark.slow)
+         if decision == "budget" and set(text.split("+")) <= DRAWN else (text, decision)
+         for text in PAIRS for decision in DECISIONS]
+
+
+@pytest.mark.parametrize(("text", "decision"), CASES)
+def test_every_pair_samples_exactly_however_it_decides(text, decision):
+    combine, state, committed = DECISIONS[decision]
+    check_samples_exactly(text, combine=combine, prime=primed(state), committed_at_least=committed)
+
+
+@pytest.mark.parametrize("decision", list(DECISIONS))
+@pytest.mark.parametrize("text", PAIRS)
 @torch.no_grad()
-def check_samples_exactly(text: str, draft_vocab: int = 0, drafting: torch.dtype = torch.float64) -> None:
+def test_every_pair_is_the_targets_greedy_output_however_it_decides(text, decision):
+    """Many steps, so that the calibration, the running acceptance and the entropy router's state move."""
+    target = SmallTarget()
+    prompt = [1, 2, 3, 1, 2]
+    drafter, controller = strategy(text, target, combine=DECISIONS[decision][0])
+    expected = generate(target.model, prompt, 24).tokens
+    assert generate(target.model, prompt, 24, drafter=drafter, controller=controller).tokens == expected
+
+
+@torch.no_grad()
+def check_samples_exactly(text: str, draft_vocab: int = 0, combine: CombineOptions | None = None,
+                          prime=lambda drafter: None, committed_at_least: int = 3,
+                          drafting: torch.dtype = torch.float64) -> None:
+    """`prime(drafter)` sets a combination's learnt state after start(), before the step drafts; some
+    outcome commits `committed_at_least` tokens (drafts were accepted, deep ones too by default)."""
     target = SmallTarget()
     model, sampling, prompt = target.model, Sampling(temperature=1.0), [1, 2, 3, 1, 2]
     committed = torch.tensor(prompt)
-    drafter, controller = strategy(text, target, draft_vocab, drafting)
+    drafter, controller = strategy(text, target, draft_vocab, combine, drafting)
     cache = new_cache(model)
     hidden = prefill(model, committed, cache, drafter.hidden_layers)
     logits_by_tree: dict[tuple, torch.Tensor] = {}
 
     def one_step(rng) -> tuple[int, ...]:
         drafter.start(committed, hidden)
+        prime(drafter)
         tree = drafter.propose(DraftContext(committed, controller.budget(), sampling, rng, controller))
         key = (tuple(tree.tokens), tuple(tree.parents))
         if key not in logits_by_tree:  # the target's verify forward, as the engine runs it
@@ -304,7 +361,7 @@ def check_samples_exactly(text: str, draft_vocab: int = 0, drafting: torch.dtype
         return tuple(tree.tokens[n] for n in path) + (bonus,)
 
     dist = enumerate_outcomes(one_step)
-    assert any(len(tokens) > 2 for tokens in dist)  # drafts were accepted, deep ones too
+    assert any(len(tokens) >= committed_at_least for tokens in dist)
 
     def next_probs(*tokens: int) -> torch.Tensor:
         return sampling.probs(model(input_ids=torch.tensor([prompt + list(tokens)])).logits[0, -1])

@@ -12,12 +12,14 @@ from typer.testing import CliRunner
 
 from specbench.cli import app
 from specbench.core.errors import SpecbenchError
+from specbench.methods.combine_options import MODES, ROUTERS, CombineOptions
+from specbench.methods.combine_options import SPACE as COMBINE_SPACE
 from specbench.methods.controllers import CONTROLLERS
 from specbench.methods.dspark import DSparkOptions
 from specbench.methods.names import parse_strategy
 from specbench.methods.registry import DRAFTER_NAMES, definition, definitions
 from specbench.methods.search_space import Choice, FloatRange, IntRange, Param, Ref, SearchSpace, When, knob_infos
-from specbench.tuning.study_space import StudySpace
+from specbench.tuning.study_space import StudySpace, study_space
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 SCHEDULER = {"window_size", "adjust_interval", "k_min", "k_max", "hysteresis", "grow_above", "shrink_below"}
@@ -130,3 +132,20 @@ def test_strategies_command_lists_knobs_spaces_and_controllers():
     assert {c["name"]: set(c["reads"]) for c in listing["controllers"]}["dspark"] == SCHEDULER
     text = CliRunner().invoke(app, ["strategies"])
     assert text.exit_code == 0 and "| window_size" in text.output and "## controllers" in text.output
+
+
+def test_a_combination_tunes_how_it_combines_and_every_point_is_valid():
+    spec = parse_strategy("eagle+suffix")
+    fixed = study_space(spec, None, {"combine": {"explore": 4}}, None, "specbench")
+    names = set(fixed.space.names)
+    assert {"combine.mode", "combine.budget", "combine.router", "combine.entropy_low", "combine.entropy_high"} <= names
+    assert "combine.explore" not in names  # the workload holds it
+    assert fixed.defaults()["combine.mode"] == CombineOptions().mode
+    points = sample(COMBINE_SPACE, 300)
+    for point in points:
+        if point.get("router") == "entropy":
+            assert point["entropy_low"] <= point["entropy_high"]  # the hysteresis never inverted
+        CombineOptions(**point)  # never infeasible
+    assert {p["mode"] for p in points} == set(MODES) and {p.get("router") for p in points} >= set(ROUTERS)
+    knobs, _ = fixed.run_settings({"combine.mode": "budget", "eagle.depth": 3})
+    assert knobs["combine"] == {"explore": 4, "mode": "budget"} and knobs["eagle"] == {"depth": 3}

@@ -75,10 +75,15 @@ def test_speculation_grows_the_likeliest_continuations_first_down_to_the_probabi
     t = trie([7, 1, 7, 1, 7, 2, 7, 1, 3], depth=4)
     node = dict(t.matches([7]))[1]  # "7": followed by 1 three times, by 2 once
     # 1 (3/4), then "7 1 7" (3/4 x 2/3); 1/4 each: 2, "7 1 3", "7 1 7 1", "7 1 7 2", "7 2 7", "7 2 7 1"
-    assert speculate(node, 8, 0.3) == (pytest.approx(1.25), [(1, -1), (7, 0)])
-    assert speculate(node, 9, 0.2) == (pytest.approx(2.75),
-                                       [(1, -1), (7, 0), (2, -1), (3, 0), (1, 1), (2, 1), (7, 2), (1, 6)])
-    assert speculate(node, 3, 0.2) == (pytest.approx(1.5), [(1, -1), (7, 0), (2, -1)])
+    def shape(limit: int, floor: float) -> tuple[float, list[tuple[int, int]]]:
+        score, nodes = speculate(node, limit, floor)
+        assert score == pytest.approx(sum(p for _, _, p in nodes))  # each node's probability, summed
+        return score, [(token, parent) for token, parent, _ in nodes]
+
+    assert shape(8, 0.3) == (pytest.approx(1.25), [(1, -1), (7, 0)])
+    assert shape(9, 0.2) == (pytest.approx(2.75), [(1, -1), (7, 0), (2, -1), (3, 0), (1, 1), (2, 1), (7, 2), (1, 6)])
+    assert shape(3, 0.2) == (pytest.approx(1.5), [(1, -1), (7, 0), (2, -1)])
+    assert [p for _, _, p in speculate(node, 2, 0.3)[1]] == pytest.approx([0.75, 0.5])  # the tree's scores
 
 
 def test_the_longest_match_decides_between_continuations():

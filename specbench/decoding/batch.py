@@ -174,7 +174,8 @@ def generate_batch(target, prompts: Sequence[list[int]], max_new_tokens: int | S
         staying, step_tokens = [], 0
         for row, (seq, (tree, budget), (path, bonus)) in enumerate(zip(active, drafts, paths)):
             before = len(seq.result.tokens)
-            if settle(seq, tree, budget, path, bonus, tuple(h[row, :len(path) + 1] for h in hidden), eos_ids):
+            if settle(seq, tree, budget, path, bonus, tuple(h[row, :len(path) + 1] for h in hidden),
+                      logits[row, len(path)], eos_ids):
                 seq.result.wall_s = clock() - started
                 seq.result.drafter_state_bytes = seq.drafter.state_bytes() if seq.drafter else 0
             else:

@@ -128,9 +128,10 @@ def commit(tree: DraftTree, path: list[int], bonus: int, room: int,
 
 
 def settle(seq: Decoding, tree: DraftTree, budget: int, path: list[int], bonus: int,
-           hidden: tuple[torch.Tensor, ...], eos_ids: frozenset[int]) -> bool:
+           hidden: tuple[torch.Tensor, ...], logits: torch.Tensor, eos_ids: frozenset[int]) -> bool:
     """After verification: commit the step's tokens, record the step, let the drafter and the controller
-    learn from it (`hidden`: per layer, the target's hidden states of the root and the accepted nodes).
+    learn from it (`hidden`: per layer, the target's hidden states of the root and the accepted nodes;
+    `logits`: the target's at the row the bonus was drawn from).
     Returns whether the sequence is finished."""
     gen = seq.result
     new, eos = commit(tree, path, bonus, seq.limit - len(gen.tokens), eos_ids)
@@ -138,7 +139,7 @@ def settle(seq: Decoding, tree: DraftTree, budget: int, path: list[int], bonus: 
     seq.committed = torch.cat([seq.committed, torch.tensor(new, dtype=torch.long, device=seq.committed.device)])
     gen.record(tree, len(path), budget)
     if seq.drafter:
-        seq.drafter.observe(StepOutcome(tree, path, bonus, new, hidden))
+        seq.drafter.observe(StepOutcome(tree, path, bonus, new, hidden, logits))
         seq.controller.update(max(tree.depths(), default=0), len(path))
     if eos:
         gen.stop_reason = "eos"
@@ -176,7 +177,7 @@ def generate(target, prompt: list[int], max_new_tokens: int, sampling: Sampling 
         path, bonus = accept(tree, logits, sampling, seq.rng)
         kept = [0] + [node + 1 for node in path]
         keep_path(cache, cached, kept)
-        done = settle(seq, tree, budget, path, bonus, tuple(h[kept] for h in hidden), eos_ids)
+        done = settle(seq, tree, budget, path, bonus, tuple(h[kept] for h in hidden), logits[kept[-1]], eos_ids)
         t3 = clock()
         result.draft_s += t1 - t0
         result.verify_s += t2 - t1

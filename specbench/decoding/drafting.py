@@ -32,6 +32,7 @@ class StepOutcome:
     bonus: int  # the target's own token after the accepted path
     committed: list[int]  # tokens committed this step: accepted drafts then the bonus (cut at EOS / length)
     hidden: tuple[torch.Tensor, ...]  # per requested layer: (positions committed to the target cache this step, hidden)
+    logits: torch.Tensor | None = None  # the target's logits at the row the bonus was drawn from
 
 
 class Controller(Protocol):

@@ -40,6 +40,9 @@ class DraftTree:
     tokens: list[int] = field(default_factory=list)
     parents: list[int] = field(default_factory=list)
     trials: list[list[Trial]] = field(default_factory=lambda: [[]])  # per row: its children's trials, in order
+    # per node, its drafter's own estimate that the target accepts it (a path probability, a confidence, a
+    # match's statistics), which a combination calibrates and ranks by; empty where the drafter states none
+    scores: list[float] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.tokens)

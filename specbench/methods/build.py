@@ -12,6 +12,7 @@ from specbench.decoding.drafting import Controller, Drafter
 from specbench.methods import published
 from specbench.methods.base import drafting_defaults
 from specbench.methods.combine import CombinedDrafter
+from specbench.methods.combine_options import COMBINE
 from specbench.methods.controllers import CONTROLLERS, FixedController
 from specbench.methods.knobs import make_options
 from specbench.methods.names import BASELINE, StrategyName
@@ -25,7 +26,7 @@ class Strategy:
     drafter: Drafter | None
     new_controller: Callable[[], Controller] | None  # a fresh controller for every sequence
     # member (another engine: that engine) -> where its drafter came from and the knobs it runs with, as
-    # environment.json records them
+    # environment.json records them; a combination's `combine` entry: how it combines them
     drafter_sources: dict[str, dict[str, Any]] = field(default_factory=dict)
     tree: bool = False  # verifies token trees (a tree drafter or a combination's merged trie): batch size 1 only
     engine: str = SPECBENCH  # which engine decodes it (engines/): the others' strategies have no drafter here
@@ -97,5 +98,6 @@ def build_strategy(spec: StrategyName, target, knobs: dict[str, dict[str, Any]],
         factories.append(controller_factory(name, drafter, options, controller))
     if len(drafters) == 1:
         return Strategy(spec.name, drafters[0], factories[0], described, verifies_trees(spec))
-    combined = CombinedDrafter(drafters, factories)
+    combined = CombinedDrafter(drafters, factories, make_options(COMBINE, knobs.get(COMBINE, {})))
+    described[COMBINE] = {"knobs": dataclasses.asdict(combined.combine)}
     return Strategy(spec.name, combined, lambda: FixedController(COMBINED_MAX_DEPTH), described, tree=True)

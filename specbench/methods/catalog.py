@@ -1,5 +1,5 @@
-"""`specbench strategies`: every strategy with its knobs (default, unit, valid and searched range, meaning)
-and every controller, from what the method modules declare."""
+"""`specbench strategies`: every strategy with its knobs (default, unit, valid and searched range, meaning),
+every controller and the knobs of how a combination combines, from what the method modules declare."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from rich.console import Group
 from rich.text import Text
 
 from specbench.core.markdown import markdown_table
+from specbench.methods.combine_options import COMBINE, CombineOptions
+from specbench.methods.combine_options import SPACE as COMBINE_SPACE
 from specbench.methods.controllers import CONTROLLERS
 from specbench.methods.names import BASELINE, COMBINATIONS
 from specbench.methods.registry import MODULES, definitions
@@ -35,17 +37,22 @@ def catalog() -> dict[str, Any]:
         knobs = [{"name": "controller", "default": method.default_controller, "unit": "",
                   "valid": " | ".join(CONTROLLERS), "search": search.get("controller"), "architecture": False,
                   "description": "how much to draft each step (see controllers)"}]
-        for knob, info in knob_infos(defaults).items():
-            knobs.append({"name": knob, "default": getattr(defaults, knob), "unit": info.unit,
-                          "valid": info.valid_text(), "search": search.get(knob), "architecture": info.architecture,
-                          "description": info.description})
+        knobs += _knobs(defaults, search)
         strategies.append({"name": name, "default_controller": method.default_controller, "knobs": knobs,
                            "description": _summary(name)})
     controllers = [{"name": name, "description": c.description, "reads": list(c.knob_names)}
                    for name, c in CONTROLLERS.items()]
     return {"strategies": strategies, "controllers": controllers, "combinations": list(COMBINATIONS),
             "combination_space": "a combination `a+b` searches its members' spaces, prefixed by member "
-                                 "(eagle.depth); each member keeps its default controller"}
+                                 "(eagle.depth), each member keeping its default controller, and how it combines "
+                                 f"them ({COMBINE}.*)",
+            "combine_knobs": _knobs(CombineOptions(), COMBINE_SPACE.describe())}
+
+
+def _knobs(defaults: Any, search: dict[str, str]) -> list[dict[str, Any]]:
+    return [{"name": knob, "default": getattr(defaults, knob), "unit": info.unit, "valid": info.valid_text(),
+             "search": search.get(knob), "architecture": info.architecture, "description": info.description}
+            for knob, info in knob_infos(defaults).items()]
 
 
 HEADERS = ["knob", "default", "valid", "unit", "searched", "meaning"]
@@ -66,14 +73,17 @@ def catalog_markdown(listing: dict[str, Any]) -> str:
                                                        [[c["name"], c["description"], ", ".join(c["reads"]) or "-"]
                                                         for c in listing["controllers"]]))
     parts.append("## combinations\n\n" + listing["combination_space"] + "; `all` adds "
-                 + ", ".join(listing["combinations"]))
+                 + ", ".join(listing["combinations"]) + f"\n\n### {COMBINE}\n\n"
+                 + markdown_table(HEADERS, _rows({"knobs": listing["combine_knobs"]})))
     return "\n\n".join(parts) + "\n"
 
 
 def catalog_rich(listing: dict[str, Any]) -> Group:
     """One block per strategy, a knob per line with its meaning below: readable at 80 columns."""
     items: list[Any] = []
-    for s in listing["strategies"]:
+    combine = {"name": COMBINE, "description": "how a combination combines its members",
+               "knobs": listing["combine_knobs"]}
+    for s in listing["strategies"] + [combine]:
         items.append(Text(f"{s['name']}: {s['description']}", style="bold"))
         for name, default, valid, unit, searched, meaning in _rows(s):
             line = Text("  ")

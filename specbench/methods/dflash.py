@@ -374,16 +374,15 @@ class DFlashDrafter(Drafter):
         start = len(ctx.tokens) - 1  # the last committed token's position
         positions = torch.arange(start, start + size, device=ctx.tokens.device)[None]
         hidden = self.model(self.model.block_inputs(ctx.tokens[None, -1:], size), positions, self.context)
-        tokens, qs = self._chain(hidden[0, first:first + depth], ctx)
-        return DraftTree.chain(tokens, self.name, qs)
+        return self._chain(hidden[0, first:first + depth], ctx)
 
-    def _chain(self, hidden: torch.Tensor, ctx: DraftContext) -> tuple[list[int], list[torch.Tensor | None]]:
+    def _chain(self, hidden: torch.Tensor, ctx: DraftContext) -> DraftTree:
         """Every position drafted independently from the block's logits, cut where the controller says stop."""
         logits = self.model.vocab.expand(self.model.logits(hidden))
         tokens, qs = pick(logits, ctx)
         depth = next((k + 1 for k in range(len(logits)) if not ctx.controller.keep_drafting(k + 1, logits[k])),
                      len(logits))
-        return tokens[:depth].tolist(), qs[:depth]
+        return DraftTree.chain(tokens[:depth].tolist(), self.name, qs[:depth])
 
 
 def _serving(o: DFlashOptions, controller: str, drafter: str | None) -> Serving:

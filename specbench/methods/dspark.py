@@ -40,6 +40,7 @@ from torch import nn
 from specbench.core.errors import SpecbenchError
 from specbench.decoding.drafting import DraftContext
 from specbench.decoding.linear import Linear
+from specbench.decoding.tree import DraftTree
 from specbench.methods.base import Method
 from specbench.methods.dflash import BlockConfig, DFlashDrafter, DFlashModel, pick
 from specbench.methods.draft_vocab import draft_vocab_knob
@@ -131,11 +132,12 @@ class DSparkDrafter(DFlashDrafter):
     name = "dspark"
     model_cls = DSparkModel
 
-    def _chain(self, hidden: torch.Tensor, ctx: DraftContext) -> tuple[list[int], list[torch.Tensor | None]]:
+    def _chain(self, hidden: torch.Tensor, ctx: DraftContext) -> DraftTree:
         """Draft position by position: Markov correction from the previous token, then the confidence cut."""
         base = self.model.logits(hidden)
         tokens: list[int] = []
         qs: list[torch.Tensor | None] = []
+        scores: list[float] = []  # the confidence head's estimate of each draft's acceptance (1 without one)
         prev = ctx.tokens[-1]
         alive = 1.0  # the estimated probability that every draft so far is accepted
         state = None
@@ -151,9 +153,12 @@ class DSparkDrafter(DFlashDrafter):
             prev = token[0]
             tokens.append(int(prev))
             qs.extend(q)
+            scores.append(alive)
             if not ctx.controller.keep_drafting(k + 1, logits):
                 break
-        return tokens, qs
+        tree = DraftTree.chain(tokens, self.name, qs)
+        tree.scores = scores
+        return tree
 
 
 def _serving(o: DSparkOptions, controller: str, drafter: str | None) -> Serving:

@@ -202,6 +202,7 @@ def eagle_tree(root_logits: torch.Tensor, expand: Callable[[int, torch.Tensor, t
     tree = DraftTree()
     for token, parent in zip(torch.cat(tokens)[order].tolist(), torch.cat(parents)[order].tolist()):
         tree.add(token, where[parent] if parent >= 0 else -1, name)
+    tree.scores = torch.cat(scores)[order].exp().tolist()  # path probabilities under the drafter
     return tree
 
 

@@ -1,6 +1,7 @@
 """Strategy knobs: `--set NAME.KNOB=VALUE` and TOML `[knobs.NAME]` values turned into each method's
 knob dataclass, with one clear line for a knob that does not exist, a value of the wrong type, or
-a knob for a strategy the run does not include.
+a knob for a strategy the run does not include. `combine.*` (methods/combine_options.py) are the
+knobs of how a combination combines, for runs that include one.
 
 `parse_sets` and `check_knobs_apply` are torch-free; `make_options` imports the method's module.
 """
@@ -12,6 +13,7 @@ import typing
 from typing import TYPE_CHECKING, Any
 
 from specbench.core.errors import SpecbenchError
+from specbench.methods.combine_options import COMBINE, CombineOptions
 from specbench.methods.registry import DRAFTER_NAMES, definition
 
 if TYPE_CHECKING:
@@ -26,7 +28,7 @@ def parse_sets(items: list[str]) -> dict[str, dict[str, str]]:
         strategy, dot, knob = key.strip().partition(".")
         if not sep or not dot or not knob:
             raise SpecbenchError(f"--set {item}: expected STRATEGY.KNOB=VALUE, e.g. draft.k=4")
-        if strategy not in DRAFTER_NAMES:
+        if strategy not in DRAFTER_NAMES + (COMBINE,):
             raise SpecbenchError(f"--set {item}: unknown strategy {strategy!r}")
         out.setdefault(strategy, {})[knob] = value.strip()
     return out
@@ -35,13 +37,16 @@ def parse_sets(items: list[str]) -> dict[str, dict[str, str]]:
 def check_knobs_apply(knobs: dict[str, dict[str, Any]], specs: list[StrategyName]) -> None:
     """Knobs only for strategies the run includes (alone or in a combination): others would go unused."""
     run = {member for spec in specs for member in spec.members}
+    if any(len(spec.members) > 1 for spec in specs):
+        run.add(COMBINE)
     for name, values in knobs.items():
-        if name not in DRAFTER_NAMES:
+        if name not in DRAFTER_NAMES + (COMBINE,):
             raise SpecbenchError(f"knobs for unknown strategy {name!r}; known: {', '.join(DRAFTER_NAMES)}")
         if values and name not in run:
             given = ", ".join(f"{name}.{knob}" for knob in values)
-            raise SpecbenchError(f"knob {given} is for {name}, which this run does not include "
-                                 f"({', '.join(s.name for s in specs)}); add {name} to --strategy or drop the knob")
+            what, add = ("a combination", "a combination such as eagle+suffix") if name == COMBINE else (name, name)
+            raise SpecbenchError(f"knob {given} is for {what}, which this run does not include "
+                                 f"({', '.join(s.name for s in specs)}); add {add} to --strategy or drop the knob")
 
 
 def _coerce(value: Any, kind: type, where: str) -> Any:
@@ -66,7 +71,7 @@ def _coerce(value: Any, kind: type, where: str) -> Any:
 
 def make_options(name: str, values: dict[str, Any]) -> Any:
     """Build a strategy's knob dataclass from config/CLI values; unknown knobs list the valid ones."""
-    cls = definition(name).options
+    cls = CombineOptions if name == COMBINE else definition(name).options
     fields = {f.name: f for f in dataclasses.fields(cls)}
     hints = typing.get_type_hints(cls)
     kwargs = {}
@@ -80,6 +85,6 @@ def make_options(name: str, values: dict[str, Any]) -> Any:
 def validate_knobs(knobs: dict[str, dict[str, Any]]) -> None:
     """Check every knob of every strategy before anything is loaded."""
     for name, values in knobs.items():
-        if name not in DRAFTER_NAMES:
+        if name not in DRAFTER_NAMES + (COMBINE,):
             raise SpecbenchError(f"knobs for unknown strategy {name!r}; known: {', '.join(DRAFTER_NAMES)}")
         make_options(name, values)

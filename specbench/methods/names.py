@@ -12,9 +12,11 @@ from specbench.methods.registry import DRAFTER_NAMES
 
 BASELINE = "ar"
 
-# the combinations `all` includes (each verified as SpecInfer's merged token tree, arXiv 2305.09781); any other
-# combination can be named explicitly
-COMBINATIONS = ("eagle+dflash", "mtp+dspark", "eagle+dspark", "dflash+dspark", "eagle+mtp")
+# the combinations `all` includes (their proposals merged into SpecInfer's token tree, arXiv 2305.09781, and
+# combined as methods/combine_options.py says); any other combination can be named explicitly. EAGLE with
+# suffix decoding or n-gram is the pair the field combines (SuffixDecoding, arXiv 2411.04975)
+COMBINATIONS = ("eagle+dflash", "mtp+dspark", "eagle+dspark", "dflash+dspark", "eagle+mtp",
+                "eagle+suffix", "ngram+eagle", "dspark+suffix")
 
 # `default`: the fastest method of each family on the embedded model (results/benchmarks/) and the
 # combination the product is known by; `all` is the full comparison

@@ -57,7 +57,10 @@ class NgramDrafter(Drafter):
                 # the latest occurrence that still has a full draft after it; else the earliest (longest)
                 full = starts[len(tokens) - starts >= ctx.budget]
                 start = int(full[-1]) if len(full) else int(starts[0])
-                return DraftTree.chain(tokens[start:start + ctx.budget].tolist(), self.name)
+                tree = DraftTree.chain(tokens[start:start + ctx.budget].tolist(), self.name)
+                # a longer match predicts better, a deeper token less well
+                tree.scores = [(n / (n + 1)) ** depth for depth in range(1, len(tree) + 1)]
+                return tree
         return DraftTree()
 
     def observe(self, outcome: StepOutcome) -> None:

@@ -117,10 +117,10 @@ class SuffixTrie:
             yield m, node
 
 
-def speculate(node: Node, limit: int, min_prob: float) -> tuple[float, list[tuple[int, int]]]:
+def speculate(node: Node, limit: int, min_prob: float) -> tuple[float, list[tuple[int, int, float]]]:
     """The `limit` likeliest continuations from `node` (each at least `min_prob`), best first: their
-    summed probability and (token, parent index) of each, a parent before its children."""
-    nodes: list[tuple[int, int]] = []
+    summed probability and (token, parent index, probability) of each, a parent before its children."""
+    nodes: list[tuple[int, int, float]] = []
     score, tick = 0.0, 0
     heap: list[tuple[float, int, int, int, Node]] = []  # (-probability, tie-break, token, parent, trie node)
 
@@ -135,7 +135,7 @@ def speculate(node: Node, limit: int, min_prob: float) -> tuple[float, list[tupl
     push(-1, node, 1.0)
     while heap and len(nodes) < limit:
         negative, _, token, parent, child = heapq.heappop(heap)
-        nodes.append((token, parent))
+        nodes.append((token, parent, -negative))
         score -= negative
         push(len(nodes) - 1, child, -negative)
     return score, nodes
@@ -181,7 +181,7 @@ class SuffixDrafter(Drafter):
     def propose(self, ctx: DraftContext) -> DraftTree:
         o = self.options
         pattern = ctx.tokens[-o.max_tree_depth:].tolist()
-        best: tuple[float, list[tuple[int, int]]] = (0.0, [])
+        best: tuple[float, list[tuple[int, int, float]]] = (0.0, [])
         for trie in (self.own, self.history.trie):
             for m, node in trie.matches(pattern):
                 limit = min(ctx.budget, o.num_speculative_tokens, int(m * o.max_spec_factor + 1e-6))
@@ -189,8 +189,9 @@ class SuffixDrafter(Drafter):
                 if candidate[0] > best[0]:
                     best = candidate
         tree = DraftTree()
-        for token, parent in best[1]:
+        for token, parent, probability in best[1]:
             tree.add(token, parent, self.name)
+            tree.scores.append(probability)
         return tree
 
     def observe(self, outcome: StepOutcome) -> None:

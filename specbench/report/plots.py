@@ -32,9 +32,9 @@ NVML_METRICS = {
     "dram_bw_util_pct": "DRAM bandwidth utilisation (GPM), %",
     "mem_util_pct": "memory-controller busy time, %",
 }
-# 13 distinct colours (tab10, then three dark ones of tab20b) and 13 markers: one pair per strategy
-COLOURS = [*plt.get_cmap("tab10").colors, "#393b79", "#8c6d31", "#7b4173"]
-MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "h", "<", ">", "p", "d"]
+# 16 distinct colours (tab10, then six dark ones of tab20b) and 16 markers: one pair per strategy
+COLOURS = [*plt.get_cmap("tab10").colors, "#393b79", "#8c6d31", "#7b4173", "#637939", "#843c39", "#3182bd"]
+MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "h", "<", ">", "p", "d", "H", "8", "x"]
 KNOWN = [BASELINE] + [spec.name for spec in all_strategies()]
 SHARES = (("prefill", "#9e9e9e"), ("draft", "#ff7f0e"), ("verify", "#1f77b4"), ("other", "#d62728"))
 

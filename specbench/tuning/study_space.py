@@ -4,7 +4,8 @@ One method: its own space, with the loaded drafter's limits filled in and the kn
 the workload holds fixed taken out. A combination: each member's space prefixed by the member
 (`eagle.depth`); members keep their own controllers there (a run config has one controller override
 for all of them), so each member's controller choice is fixed at its default and the parameters it
-conditions follow from that.
+conditions follow from that; and how it combines them (`combine.mode`, its budget, its router's
+thresholds and hysteresis: methods/combine_options.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import Any
 from specbench.core.errors import SpecbenchError
 from specbench.engines.engine_registry import backend
 from specbench.methods.build import Strategy
+from specbench.methods.combine_options import COMBINE, CombineOptions
+from specbench.methods.combine_options import SPACE as COMBINE_SPACE
 from specbench.methods.names import StrategyName
 from specbench.methods.registry import definition
 from specbench.methods.search_space import SearchSpace
@@ -50,6 +53,9 @@ class StudySpace:
             values.update(self.fixed_knobs.get(name, {}))
             values[CONTROLLER] = self.fixed_controller or method.default_controller
             source.update({prefix + k: v for k, v in values.items()})
+        if not self.single:
+            combine = {**dataclasses.asdict(CombineOptions()), **self.fixed_knobs.get(COMBINE, {})}
+            source.update({f"{COMBINE}.{k}": v for k, v in combine.items()})
         return self.space.point(source)
 
     def run_settings(self, params: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], str | None]:
@@ -116,6 +122,11 @@ def study_space(spec: StrategyName, built: Strategy | None, fixed_knobs: dict[st
             member = member.fix(CONTROLLER, fixed_controller or method.default_controller)
         member = engine_knobs_only(member, name, engine)
         space += member if len(spec.members) == 1 else member.prefixed(f"{name}.")
+    if len(spec.members) > 1:
+        combine = COMBINE_SPACE
+        for knob, value in fixed_knobs.get(COMBINE, {}).items():
+            combine = combine.fix(knob, value)
+        space += combine.prefixed(f"{COMBINE}.")
     if not space:
         raise SpecbenchError(f"strategy {spec.name}: nothing left to search, the configuration fixes every knob")
     return StudySpace(spec, space, fixed_knobs, fixed_controller,
