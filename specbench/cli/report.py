@@ -21,9 +21,18 @@ def report(
     wide: Annotated[bool, typer.Option(help="Every column: time shares, memory, cost model, projection, NVML.")] = False,
     out_file: Annotated[Optional[Path], typer.Option("--out", help="Write to this file instead of stdout.", show_default="stdout")] = None,
     plots: Annotated[bool, typer.Option(help="Also write PNG plots into each run directory.")] = False,
+    html: Annotated[Optional[Path], typer.Option(help="Also write one self-contained HTML page of the runs, serve runs and tune studies' JSON records given.", metavar="FILE")] = None,
 ) -> None:
-    """Merge runs into comparison tables (and plots)."""
+    """Merge runs into comparison tables (and plots, and an HTML page)."""
     with user_errors():
+        if html is not None:
+            import specbench
+
+            specbench.report_page(run_dirs, html)  # its warnings are the tables' below
+            err.print(f"page: {html}", highlight=False)
+            run_dirs = [path for path in run_dirs if not path.is_file()]  # the studies are the page's only
+            if not run_dirs:
+                return
         if out_file is not None:
             check_output_file(out_file, "--out")
 
