@@ -119,6 +119,8 @@ def report_page(paths: list[str | Path], html: str | Path) -> Page:
     returns what the page shows."""
     from specbench.core.paths import check_output_file
 
+    if not Path(html).expanduser().parent.is_dir():
+        raise SpecbenchError(f"--html {html}: its folder {Path(html).parent} does not exist")
     check_output_file(html, "--html")
     from specbench.report.html_page import Page, write_page
 
