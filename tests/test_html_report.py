@@ -225,3 +225,21 @@ def test_not_a_run_or_an_older_schema_is_one_line(tmp_path, damage, needle):
     result = invoke("report", path, "--html", tmp_path / "page.html")
     assert result.exit_code == 2 and needle in result.output and len(result.output.strip().splitlines()) == 1
     assert not (tmp_path / "page.html").exists()
+
+
+def test_run_and_tune_write_their_page_beside_the_results(tmp_path, monkeypatch):
+    import specbench
+    from specbench.report.run_dir import read_run
+    from specbench.tuning.trials import TuneReport
+
+    run = write_run(tmp_path, "a")
+    monkeypatch.setattr(specbench, "run", lambda *args, **settings: read_run(run))
+    result = invoke("run", "--html", "--limit", "1")
+    assert result.exit_code == 0, result.output
+    assert f"page: {run / 'report.html'}" in result.output and "id=\"forest\"" in (run / "report.html").read_text()
+
+    record = study(tmp_path).record
+    record.toml = str(tmp_path / "tuned" / "dspark-study.toml")
+    monkeypatch.setattr(specbench, "tune", lambda *args, **settings: TuneReport([record], []))
+    assert invoke("tune", "--html", "--strategy", "dspark").exit_code == 0
+    assert "trials in order" in (tmp_path / "tuned" / "dspark-study.html").read_text()

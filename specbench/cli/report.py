@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from specbench.cli.app import app, err, print_report, table_format, user_errors
+from specbench.cli.app import app, err, print_report, table_format, user_errors, write_page
 from specbench.core.paths import check_output_file
 
 
@@ -26,10 +26,7 @@ def report(
     """Merge runs into comparison tables (and plots, and an HTML page)."""
     with user_errors():
         if html is not None:
-            import specbench
-
-            specbench.report_page(run_dirs, html)  # its warnings are the tables' below
-            err.print(f"page: {html}", highlight=False)
+            write_page(run_dirs, html)  # its warnings are the tables' below
             run_dirs = [path for path in run_dirs if not path.is_file()]  # the studies are the page's only
             if not run_dirs:
                 return

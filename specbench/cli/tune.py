@@ -10,7 +10,7 @@ import typer
 from optuna.trial import FrozenTrial
 
 from specbench.cli import options
-from specbench.cli.app import app, err, given, interruptible, out, progress_bar, split_list, user_errors
+from specbench.cli.app import app, err, given, interruptible, out, progress_bar, split_list, user_errors, write_page
 from specbench.core.strict_json import dumps
 from specbench.engines.engine_registry import parse_engine_args
 from specbench.methods.names import DEFAULT_STRATEGIES
@@ -52,6 +52,7 @@ def tune(
     out_dir: options.ResultsDir = None,
     config: options.ConfigFile = None,
     as_json: options.Json = False,
+    html: options.Html = False,
 ) -> None:
     """Search strategy knobs with Optuna: fastest settings for this model, hardware and workload.
 
@@ -70,6 +71,9 @@ def tune(
         report = run_studies(strategy or (), config, dict(
             flags, trials=trials, workers=workers, objectives=objectives, holdout=holdout, heartbeat_s=heartbeat,
             slo=parse_slo(slo)))
+        records = [Path(record.toml).with_suffix(".json") for record in report.studies if record.toml]
+        if html and records:  # beside the first study's record: <out>/tuned/<study>.html
+            write_page(records, records[0].with_suffix(".html"))
 
     from specbench.report.tune_report import render_markdown, render_rich
 
