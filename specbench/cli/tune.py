@@ -71,9 +71,8 @@ def tune(
         report = run_studies(strategy or (), config, dict(
             flags, trials=trials, workers=workers, objectives=objectives, holdout=holdout, heartbeat_s=heartbeat,
             slo=parse_slo(slo)))
-        records = [Path(record.toml).with_suffix(".json") for record in report.studies if record.toml]
-        if html and records:  # beside the first study's record: <out>/tuned/<study>.html
-            write_page(records, records[0].with_suffix(".html"))
+        if html:
+            write_studies_page(report)
 
     from specbench.report.tune_report import render_markdown, render_rich
 
@@ -83,6 +82,13 @@ def tune(
         out.print(render_rich(report))
     else:
         sys.stdout.write(render_markdown(report))
+
+
+def write_studies_page(report: TuneReport) -> None:
+    """The page of the studies with a best configuration, beside the first one's record: <out>/tuned/<study>.html."""
+    records = [Path(record.toml).with_suffix(".json") for record in report.studies if record.toml]
+    if records:
+        write_page(records, records[0].with_suffix(".html"))
 
 
 def run_studies(strategy: str | tuple, config: Path | None, settings: dict[str, Any]) -> TuneReport:
