@@ -113,10 +113,10 @@ def recommend(results: str | Path = "results", **workload: Any) -> Recommendatio
     return recommend_for(make_workload(**workload), Path(results))
 
 
-def report_page(paths: list[str | Path], html: str | Path) -> Page:
+def report_page(paths: list[str | Path], html: str | Path, recommendation: Recommendation | None = None) -> Page:
     """`specbench report --html`: one self-contained HTML page, written atomically to `html`, of the run
-    directories, serve run directories and tune studies' JSON records (<out>/tuned/<study>.json) in `paths`;
-    returns what the page shows."""
+    directories, serve run directories and tune studies' JSON records (<out>/tuned/<study>.json) in `paths`,
+    and of a `recommendation` (`recommend --html`); returns what the page shows."""
     from specbench.core.paths import check_output_file
 
     if not Path(html).expanduser().parent.is_dir():
@@ -124,7 +124,7 @@ def report_page(paths: list[str | Path], html: str | Path) -> Page:
     check_output_file(html, "--html")
     from specbench.report.html_page import Page, write_page
 
-    page = Page()
+    page = Page(recommendation=recommendation)
     runs = []
     for path in map(Path, paths):
         if path.is_file() and path.suffix == ".json":
@@ -139,7 +139,7 @@ def report_page(paths: list[str | Path], html: str | Path) -> Page:
         from specbench.report.comparison import load_runs
 
         page.runs, page.notes = load_runs(runs)
-    if not (page.runs or page.serves or page.studies):
+    if not (page.runs or page.serves or page.studies or recommendation):
         raise SpecbenchError("nothing to report: give run directories, serve run directories or studies' JSON files")
     write_page(page, html)
     return page

@@ -243,3 +243,18 @@ def test_run_and_tune_write_their_page_beside_the_results(tmp_path, monkeypatch)
     monkeypatch.setattr(specbench, "tune", lambda *args, **settings: TuneReport([record], []))
     assert invoke("tune", "--html", "--strategy", "dspark").exit_code == 0
     assert "trials in order" in (tmp_path / "tuned" / "dspark-study.html").read_text()
+
+
+def test_recommend_writes_its_decision_and_the_runs_it_rests_on(browser, tmp_path):
+    write_planted_run(tmp_path, "cpu-run", {"ngram": 1.2, "dflash": 1.6}, categories=("code",))
+    result = invoke("recommend", "--results", tmp_path, "--gpu", "cpu", "--html", tmp_path / "page.html")
+    assert result.exit_code == 0, result.output
+    opened = open_page(browser, tmp_path / "page.html")
+    assert opened.value("document.body.dataset.drawn") == "yes" and opened.errors == [] and opened.refused == []
+    text = opened.value("document.getElementById('recommendation').innerText")
+    assert "recommend: dflash (measured)" in text and "the decision" in text and "ngram" in text
+    evidence = opened.value("document.getElementById('recommendation-figure-0').data.map(t => [t.y[0], t.x[0]])")
+    assert dict(evidence) == pytest.approx({"dflash (measured)": 1.6, "ngram (measured)": 1.2, "ar (measured)": 1.0},
+                                           rel=0.05)
+    sections = opened.value("[...document.querySelectorAll('section')].map(s => s.id)")
+    assert sections == ["recommendation", *RUN_VIEWS]  # the run it rests on, beside it

@@ -171,11 +171,11 @@ def print_report(runs, fmt: str = "table", wide: bool = False, by: str = "strate
         console.print(note, style="dim", highlight=False, markup=False)
 
 
-def write_page(paths: list[Path], target: Path) -> None:
+def write_page(paths: list[Path], target: Path, recommendation: Any = None) -> None:
     """`--html`: the page of the results (specbench.report_page) at `target`, and where it is on stderr."""
     import specbench
 
-    specbench.report_page(paths, target)
+    specbench.report_page(paths, target, recommendation)
     err.print(f"page: {target}", highlight=False, soft_wrap=True)
 
 

@@ -18,13 +18,18 @@ import html
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specbench.core.files import write_atomic
 from specbench.core.records import RunResult
 from specbench.core.records.serve_records import ServeResult
 from specbench.core.version import __version__
+from specbench.report.html_recommendation import recommendation
 from specbench.report.html_sweeps import StudyView, serve_sweep, tune_study
 from specbench.report.html_views import RUN_VIEWS, View
+
+if TYPE_CHECKING:
+    from specbench.recommender.recommendation import Recommendation
 
 STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 0 auto; max-width: 1200px; padding: 0 16px 48px; color: #222; }
@@ -72,17 +77,20 @@ for (const th of document.querySelectorAll("table.sortable th")) {
 
 @dataclass
 class Page:
-    """What a page shows: runs, serve runs and studies, and what a reader must know about them."""
+    """What a page shows: runs, serve runs, studies and a recommendation, and what a reader must know about them."""
 
     runs: list[RunResult] = field(default_factory=list)
     serves: list[ServeResult] = field(default_factory=list)
     studies: list[StudyView] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what a reader must know: what was left out and why
+    recommendation: Recommendation | None = None
 
     def views(self) -> list[View]:
-        """Every view, in the page's order: the runs' (where there are runs), the serve sweep's, the studies'."""
+        """Every view, in the page's order: the recommendation's, the runs' (where there are runs), the serve
+        sweep's, the studies'."""
         run_views = [view(self.runs) for view in RUN_VIEWS] if self.runs else []
-        return [*run_views, *([serve_sweep(self.serves)] if self.serves else []),
+        return [*([recommendation(self.recommendation)] if self.recommendation else []), *run_views,
+                *([serve_sweep(self.serves)] if self.serves else []),
                 *([tune_study(self.studies)] if self.studies else [])]
 
 
@@ -114,7 +122,8 @@ def _section(view: View) -> str:
 
 
 def _title(page: Page) -> str:
-    names = [r.label for r in page.runs] + [s.path.name for s in page.serves] + [s.record.study for s in page.studies]
+    names = ([f"recommend {page.recommendation.strategy}"] if page.recommendation else []) + [
+        r.label for r in page.runs] + [s.path.name for s in page.serves] + [s.record.study for s in page.studies]
     return "specbench report: " + (", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else ""))
 
 

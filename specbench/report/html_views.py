@@ -98,6 +98,18 @@ def noise_verdict(run: RunResult) -> str:
     return "noisy: " + "; ".join(run.noise.reasons) if run.noise.noisy else "quiet"
 
 
+def interval_point(name: str, value: float, low: float | None, high: float | None, strategy: str,
+                   symbol: str = "circle", note: str = "") -> go.Scatter:
+    """One row of a forest plot: a value and, where it has one, its interval."""
+    interval = low is not None and high is not None
+    return go.Scatter(x=[value], y=[name], mode="markers", name=name, showlegend=False,
+                      marker={"color": colour(strategy), "size": 10, "symbol": symbol},
+                      error_x={"type": "data", "symmetric": False, "array": [high - value],
+                               "arrayminus": [value - low]} if interval else None,
+                      hovertemplate=f"{html.escape(name)}: %{{x:.2f}}x" + (
+                          f" [{low:.2f}, {high:.2f}]" if interval else "") + f" {html.escape(note)}<extra></extra>")
+
+
 # -- the views -------------------------------------------------------------------------------------------------------
 
 
@@ -137,17 +149,10 @@ def forest(runs: Sequence[RunResult]) -> View:
     fig = go.Figure()
     for e in reversed(shown):
         s = e.summary
-        value = 1.0 if s.strategy == BASELINE else s.speedup
-        low, high = s.speedup_ci if s.strategy != BASELINE else (None, None)
-        interval = low is not None and high is not None
-        fig.add_trace(go.Scatter(
-            x=[value], y=[e.label], mode="markers", name=e.label, showlegend=False,
-            marker={"color": colour(s.strategy), "size": 10,
-                    "symbol": "diamond" if s.strategy == BASELINE else "circle"},
-            error_x={"type": "data", "symmetric": False, "array": [high - value], "arrayminus": [value - low]}
-            if interval else None,
-            hovertemplate=f"{e.label}: %{{x:.2f}}x" + (f" [{low:.2f}, {high:.2f}]" if interval else "")
-            + "<extra></extra>"))
+        baseline = s.strategy == BASELINE
+        low, high = s.speedup_ci if not baseline else (None, None)
+        fig.add_trace(interval_point(e.label, 1.0 if baseline else s.speedup, low, high, s.strategy,
+                                     "diamond" if baseline else "circle"))
     fig.add_vline(x=1.0, line_dash="dash", line_color="black")
     fig.update_xaxes(title="speedup over ar (tokens/s ratio, geometric mean over prompts)")
     fig.update_layout(title="Paired speedup over ar, 95% bootstrap interval (ar at 1)")
