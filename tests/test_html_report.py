@@ -149,9 +149,10 @@ def test_the_figures_on_the_page_are_the_records_own(browser, full_page):
             pytest.approx(s.acceptance_rate_by_position)]
         assert [r for n, axis, r in rates if n == f"after/{s.strategy}" and axis == "x2"] == [
             pytest.approx(s.conditional_acceptance_by_position)]
-    tpot = opened.value("document.getElementById('serve-figure-0').data.filter(t => t.xaxis == 'x2')"
-                        ".map(t => [t.name, [...t.y]])")
-    assert dict(tpot)["ngram"] == pytest.approx([e.tpot_ms.p50 for e in page.serves[0].levels[3:]])
+    serve = "document.getElementById('serve-figure-0').data.filter(t => t.xaxis == '%s').map(t => [t.name, [...t.y]])"
+    ngram = page.serves[0].levels[3:]
+    assert dict(opened.value(serve % "x2"))["ngram"] == pytest.approx([e.tpot_ms.p50 for e in ngram])
+    assert dict(opened.value(serve % "x3"))["ngram"] == pytest.approx([1.4, 1.1, 0.8])
     trials = opened.value("document.getElementById('tune-figure-0').data[0].y")
     assert trials == pytest.approx([1.2, 1.6, 1.4, 2.1])
     assert "ngram stops paying at concurrency 16" in opened.value("document.getElementById('serve').innerText")

@@ -48,10 +48,12 @@ def _p50(figures: Percentiles | None) -> str:
 def _serve_figure(levels: list[tuple[str, ServeLevel]], closed: bool) -> go.Figure:
     goodput = any(e.goodput_req_s is not None for _, e in levels)
     panels = (("TTFT p50 (ms)", lambda e: e.ttft_ms.p50), ("TPOT p50 (ms)", lambda e: e.tpot_ms.p50),
+              ("TPOT speedup over ar (below 1: stops paying)", lambda e: e.tpot_speedup),
               ("goodput at the SLO (requests/s)" if goodput else "output tokens/s",
                (lambda e: e.goodput_req_s) if goodput else (lambda e: e.output_tok_s)),
-              ("error rate", lambda e: e.errors / e.requests if e.requests else None))
-    fig = make_subplots(2, 2, subplot_titles=[title for title, _ in panels])
+              ("error rate", lambda e: e.errors / e.requests if e.requests else None),
+              ("requests measured (the percentiles' samples)", lambda e: e.requests))
+    fig = make_subplots(2, 3, subplot_titles=[title for title, _ in panels], horizontal_spacing=0.07)
     for name in dict.fromkeys(name for name, _ in levels):
         points = sorted((e for n, e in levels if n == name), key=_load)
         strategy = points[0].strategy
@@ -59,9 +61,10 @@ def _serve_figure(levels: list[tuple[str, ServeLevel]], closed: bool) -> go.Figu
         for i, (_, figure) in enumerate(panels):
             fig.add_trace(go.Scatter(x=[_load(e) for e in points], y=[figure(e) for e in points], name=name,
                                      mode="lines+markers", line=line, legendgroup=name, showlegend=i == 0),
-                          i // 2 + 1, i % 2 + 1)
+                          i // 3 + 1, i % 3 + 1)
+    fig.add_hline(y=1.0, line_dash="dot", line_color="black", row=1, col=3)
     fig.update_xaxes(title="concurrency (clients, closed loop)" if closed else "request rate (requests/s)",
-                     type="log")
+                     type="log", tickvals=sorted({_load(e) for _, e in levels}))
     return fig
 
 
@@ -95,7 +98,7 @@ def serve_sweep(serves: Sequence[ServeResult]) -> View:
         notes += r.notes
     headers = ["strategy", "level", "requests", "errors", "TTFT p50 ms (n)", "TPOT p50 ms (n)",
                "TPOT speedup [95% CI]", "complete"]
-    return View("serve", title, (sized(_serve_figure(levels, closed), 640),), html=table(headers, rows),
+    return View("serve", title, (sized(_serve_figure(levels, closed), 680),), html=table(headers, rows),
                 note="; ".join(notes))
 
 
