@@ -162,8 +162,8 @@ def forest(runs: Sequence[RunResult]) -> View:
 def acceptance(runs: Sequence[RunResult]) -> View:
     shown = [e for e in entries(runs) if e.summary.conditional_acceptance_by_position]
     if not shown:
-        return View("acceptance", "Acceptance by draft position", note="no strategy drafted: ar alone has no "
-                    "draft positions")
+        return View("acceptance", "Acceptance by draft position", note="no drafting strategy has a summary: the "
+                    "runs hold ar's rows only, or none")
     fig = make_subplots(1, 2, subplot_titles=("drafts accepting position k / drafts (vLLM's)",
                                               "P(k accepted | k-1 accepted) (the cost model's)"))
     for e in shown:
