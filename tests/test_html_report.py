@@ -22,11 +22,7 @@ from specbench.core.records.serve_records import ServeResult, ServeVerdict
 from specbench.report.comparison import load_runs
 from specbench.report.html_page import Page, render_page, write_page
 from specbench.report.html_sweeps import StudyView, TrialValue
-from tests.helpers import invoke
-from tests.helpers import write_run as write_planted_run
-from tests.test_recommend import _study
-from tests.test_report import write_run
-from tests.test_serve_units import record, served
+from tests.helpers import invoke, record, served, write_run, write_study
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--no-sandbox", "--disable-gpu", "--headless", "--disable-background-networking",
@@ -79,6 +75,18 @@ def open_page(browser, path: Path) -> Opened:
     return opened
 
 
+def run_dir(root: Path, name: str, speedups: dict | None = None, **options) -> Path:
+    """A complete run (tests/helpers.py `write_run`) with its summaries per category, as a run writes them."""
+    speedups = {"ngram": {"code": 1.2, "chat": 1.1}, "eagle": {"code": 1.6, "chat": 1.3}} if speedups is None \
+        else speedups
+    path = write_run(root, name, speedups, **options)
+    summary = json.loads((path / "summary.json").read_text())
+    rows = pd.read_json(path / "rows.jsonl", lines=True)
+    summary["by_category"] = [s.as_dict() for s in summarise_strategies(rows, by="category")]
+    (path / "summary.json").write_text(json.dumps(summary))
+    return path
+
+
 def serve_result(tmp_path: Path) -> ServeResult:
     answered = [record(i, 0.1, 0.1 + 0.01 * 15, 16) for i in range(8)]
     levels = [served("ar", f"c{c}", c, answered) for c in (1, 4, 16)]
@@ -89,7 +97,7 @@ def serve_result(tmp_path: Path) -> ServeResult:
 
 def study(tmp_path: Path) -> StudyView:
     """A tuned study's record and trials read back from a SQLite storage, as `report_page` reads them."""
-    _study(tmp_path, "dspark-study", "dspark", 1.8, importances={"dspark.block_size": 1.0})
+    write_study(tmp_path, "dspark-study", "dspark", 1.8, importances={"dspark.block_size": 1.0})
     storage = f"sqlite:///{tmp_path / 'studies.db'}"
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     tuned = optuna.create_study(study_name="dspark-study", storage=storage, direction="maximize")
@@ -104,9 +112,8 @@ def study(tmp_path: Path) -> StudyView:
 @pytest.fixture(scope="module")
 def full_page(tmp_path_factory) -> tuple[Path, Page]:
     root = tmp_path_factory.mktemp("page")
-    runs, notes = load_runs([write_run(root, "before"), write_run(root, "after")])
-    modelled = write_planted_run(root, "batched", {"ngram": 1.3}, modelled={1: {"ngram": 1.3}, 8: {"ngram": 1.05}})
-    runs[1].load = load_runs([modelled])[0][0].load  # the after run priced batch sizes too
+    runs, notes = load_runs([run_dir(root, "before"), run_dir(root, "after", seed=1,
+                                                                modelled={1: {"ngram": 1.2}, 8: {"ngram": 1.05}})])
     page = Page(runs, [serve_result(root)], [study(root)], notes)
     return write_page(page, root / "report.html"), page
 
@@ -160,18 +167,17 @@ def test_the_figures_on_the_page_are_the_records_own(browser, full_page):
 
 def test_sorting_the_headline_by_a_column(browser, full_page):
     opened = open_page(browser, full_page[0])
-    opened.page.click("#headline th:nth-child(6)")  # tau, ascending
-    taus = opened.value("[...document.querySelectorAll('#headline tbody tr')].map(r => +r.cells[5].dataset.value)")
-    assert taus == sorted(taus) and taus != [float(r.tau) for run in full_page[1].runs for r in run.summary]
-    opened.page.click("#headline th:nth-child(6)")
-    assert opened.value("[...document.querySelectorAll('#headline tbody tr')].map(r => +r.cells[5].dataset.value)") \
-        == sorted(taus, reverse=True)
+    speedups = "[...document.querySelectorAll('#headline tbody tr')].map(r => +r.cells[3].dataset.value)"
+    shown = opened.value(speedups)
+    assert shown == [1.0 if s.strategy == "ar" else s.speedup for run in full_page[1].runs for s in run.summary]
+    opened.page.click("#headline th:nth-child(4)")  # speedup, ascending
+    assert opened.value(speedups) == sorted(shown) != shown
+    opened.page.click("#headline th:nth-child(4)")
+    assert opened.value(speedups) == sorted(shown, reverse=True)
 
 
 def test_a_one_strategy_one_prompt_run_renders_its_empty_views_saying_why(browser, tmp_path):
-    run = write_run(tmp_path, "ar-only", strategies=("ar",), nvml=False)
-    rows = (run / "rows.jsonl").read_text().splitlines()[:1]
-    (run / "rows.jsonl").write_text(rows[0] + "\n")
+    run = write_run(tmp_path, "ar-only", {}, categories=("code",), prompts=1)
     (run / "run.json").write_text((run / "run.json").read_text().replace('"complete"', '"incomplete"'))
     (run / "summary.json").unlink()
     assert invoke("report", run, "--html", tmp_path / "page.html").exit_code == 0
@@ -186,11 +192,7 @@ def test_a_one_strategy_one_prompt_run_renders_its_empty_views_saying_why(browse
 
 def test_a_13_strategy_run_with_a_serve_sweep_and_a_study_is_a_page_to_mail(tmp_path):
     speedups = {f"s{i}": 1.0 + 0.1 * i for i in range(12)}
-    run = write_planted_run(tmp_path, "big", speedups, categories=("code", "chat", "math", "writing"), prompts=20)
-    summary = json.loads((run / "summary.json").read_text())
-    rows = pd.read_json(run / "rows.jsonl", lines=True)
-    summary["by_category"] = [s.as_dict() for s in summarise_strategies(rows, by="category")]
-    (run / "summary.json").write_text(json.dumps(summary))
+    run = run_dir(tmp_path, "big", speedups, categories=("code", "chat", "math", "writing"), prompts=20)
     runs, notes = load_runs([run])
     text = render_page(Page(runs, [serve_result(tmp_path)], [study(tmp_path)], notes))
     assert len(text.encode()) < 5_000_000
@@ -198,7 +200,7 @@ def test_a_13_strategy_run_with_a_serve_sweep_and_a_study_is_a_page_to_mail(tmp_
 
 
 def test_the_page_of_runs_of_different_models_leaves_the_comparison_out_and_says_why(tmp_path):
-    runs = [write_run(tmp_path, "a"), write_run(tmp_path, "b", model="other")]
+    runs = [run_dir(tmp_path, "a"), run_dir(tmp_path, "b", model="other")]
     result = invoke("report", *runs, "--html", tmp_path / "page.html", "--format", "csv")
     assert result.exit_code == 0, result.output
     text = (tmp_path / "page.html").read_text()
@@ -208,7 +210,7 @@ def test_the_page_of_runs_of_different_models_leaves_the_comparison_out_and_says
 @pytest.mark.parametrize("where, needle", [
     ("missing/page.html", "does not exist"), ("", "is a directory"), ("/proc/page.html", "does not take new files")])
 def test_a_page_that_cannot_be_written_is_one_line_and_nothing_left(tmp_path, where, needle):
-    run = write_run(tmp_path, "a")
+    run = run_dir(tmp_path, "a")
     result = invoke("report", run, "--html", tmp_path / where)  # an absolute `where` replaces tmp_path
     assert result.exit_code == 2 and needle in result.output and len(result.output.strip().splitlines()) == 1
     assert not list(tmp_path.rglob("*.html")) and not (tmp_path / "missing").exists()
@@ -233,7 +235,7 @@ def test_run_and_tune_write_their_page_beside_the_results(tmp_path, monkeypatch)
     from specbench.report.run_dir import read_run
     from specbench.tuning.trials import TuneReport
 
-    run = write_run(tmp_path, "a")
+    run = run_dir(tmp_path, "a")
     monkeypatch.setattr(specbench, "run", lambda *args, **settings: read_run(run))
     result = invoke("run", "--html", "--limit", "1")
     assert result.exit_code == 0, result.output
@@ -247,7 +249,7 @@ def test_run_and_tune_write_their_page_beside_the_results(tmp_path, monkeypatch)
 
 
 def test_recommend_writes_its_decision_and_the_runs_it_rests_on(browser, tmp_path):
-    write_planted_run(tmp_path, "cpu-run", {"ngram": 1.2, "dflash": 1.6}, categories=("code",))
+    write_run(tmp_path, "cpu-run", {"ngram": 1.2, "dflash": 1.6}, categories=("code",))
     result = invoke("recommend", "--results", tmp_path, "--gpu", "cpu", "--html", tmp_path / "page.html")
     assert result.exit_code == 0, result.output
     opened = open_page(browser, tmp_path / "page.html")
