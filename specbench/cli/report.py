@@ -15,7 +15,7 @@ from specbench.core.paths import check_output_file
 
 @app.command()
 def report(
-    run_dirs: Annotated[list[Path], typer.Argument(help="One or more run directories.", metavar="RUN_DIR")],
+    run_dirs: Annotated[list[Path], typer.Argument(help="Run directories and serve run directories; with --html also tune studies' JSON records.", metavar="RUN_DIR")],
     by: Annotated[str, typer.Option(help="strategy (a row per strategy) or category (a row per strategy and category).")] = "strategy",
     fmt: Annotated[str, typer.Option("--format", help="table, markdown, csv or json.")] = "table",
     wide: Annotated[bool, typer.Option(help="Every column: time shares, memory, cost model, projection, NVML.")] = False,
