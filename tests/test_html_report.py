@@ -219,10 +219,14 @@ def test_a_page_that_cannot_be_written_is_one_line_and_nothing_left(tmp_path, wh
 @pytest.mark.parametrize("damage, needle", [
     ("not-a-run", "not a specbench run directory"),
     ("old-schema", "'status' must be one of"),
+    ("study.json", "the entries of tuned study"),
 ])
-def test_not_a_run_or_an_older_schema_is_one_line(tmp_path, damage, needle):
+def test_not_a_run_an_older_schema_or_not_a_study_is_one_line(tmp_path, damage, needle):
     path = tmp_path / damage
-    path.mkdir()
+    if damage == "study.json":
+        path.write_text(json.dumps({"study": "s"}))
+    else:
+        path.mkdir()
     if damage == "old-schema":
         (path / "run.json").write_text(json.dumps({"model": "m", "strategies": ["ar"]}))
     result = invoke("report", path, "--html", tmp_path / "page.html")
