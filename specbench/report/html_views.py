@@ -22,7 +22,7 @@ from specbench.analysis.stats import PositionCounts
 from specbench.core.engine_names import label
 from specbench.core.records import RunResult, StrategySummary
 from specbench.methods.names import BASELINE
-from specbench.report.comparison import SETTINGS, settings
+from specbench.report.comparison import SETTINGS, footer, settings
 from specbench.report.plots import SHARES, style
 
 TEMPLATE = "plotly_white"
@@ -92,10 +92,12 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[tuple[str, float | str
     return f'<table class="sortable"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
-def noise_verdict(run: RunResult) -> str:
+def noise_verdict(run: RunResult, reasons: bool = True) -> str:
     if run.noise is None:
         return "not checked"
-    return "noisy: " + "; ".join(run.noise.reasons) if run.noise.noisy else "quiet"
+    if not run.noise.noisy:
+        return "quiet"
+    return "noisy: " + "; ".join(run.noise.reasons) if reasons else "noisy"
 
 
 def interval_point(name: str, value: float, low: float | None, high: float | None, strategy: str,
@@ -125,7 +127,8 @@ def headline(runs: Sequence[RunResult]) -> View:
         s = e.summary
         baseline = s.strategy == BASELINE
         low, high = s.speedup_ci
-        speedup = "1.00x" if baseline else ("-" if s.speedup is None else f"{s.speedup:.2f}x" + (
+        noisy = "~" if e.run.noise and e.run.noise.noisy else ""
+        speedup = "1.00x" if baseline else ("-" if s.speedup is None else f"{noisy}{s.speedup:.2f}x" + (
             f" [{low:.2f}, {high:.2f}]" if low is not None and high is not None else ""))
         p1 = (s.acceptance_rate_by_position or [None])[0]
         rows.append(([(e.run.label, e.run.label)] if several else []) + [
@@ -134,12 +137,13 @@ def headline(runs: Sequence[RunResult]) -> View:
             (number(s.tau), s.tau), ("-" if p1 is None else f"{100 * p1:.0f}%", p1),
             ("-" if s.draft_efficiency is None else f"{100 * s.draft_efficiency:.0f}%", s.draft_efficiency),
             ("-" if baseline else "n/a" if s.mismatches is None else str(s.mismatches), s.mismatches),
-            (noise_verdict(e.run), noise_verdict(e.run))])
+            (noise_verdict(e.run, reasons=False), noise_verdict(e.run, reasons=False))])
     legend = ("speedup: tokens/s over ar's on the same prompt, geometric mean over prompts, 95% bootstrap interval; "
               "tau: tokens per target forward, the bonus token included; acceptance p1: drafts whose first token "
               "was accepted / drafts; draft efficiency: accepted / drafted tokens; mismatches: prompts whose greedy "
               "output differs from ar's (n/a when sampling). Click a column's header to sort by it.")
-    return View("headline", "Headline", html=table(headers, rows), note=legend)
+    notes = [f"{line}." for line in footer(runs)]  # noise, too few prompts, skipped prompts
+    return View("headline", "Headline", html=table(headers, rows), note=" ".join([legend, *notes]))
 
 
 def forest(runs: Sequence[RunResult]) -> View:
