@@ -7,6 +7,7 @@ The library behind each command, one call each, returning the record the command
     report = specbench.tune(strategies="dspark", trials=20)          # a TuneReport of Optuna studies
     levels = specbench.serve(strategies="ngram", concurrency=[1, 4])  # a ServeResult, measured on vLLM servers
     choice = specbench.recommend(gpu="rtx4090", task="code")         # a Recommendation
+    page = specbench.report_page(["results/runs/RUN"], "report.html")  # one self-contained HTML page
 
 Importing specbench loads no model library: each call imports what it runs.
 """
@@ -27,11 +28,13 @@ if TYPE_CHECKING:
     from specbench.core.records import RunResult
     from specbench.core.records.serve_records import ServeResult
     from specbench.recommender import Recommendation
+    from specbench.report.html_page import Page
+    from specbench.report.html_sweeps import StudyView
     from specbench.serving.sweep import Progress as ServeProgress
     from specbench.tuning.trials import Progress as TuneProgress
     from specbench.tuning.trials import TuneReport
 
-__all__ = ["__version__", "recommend", "run", "serve", "tune"]
+__all__ = ["__version__", "recommend", "report_page", "run", "serve", "tune"]
 
 
 def run(config: str | Path | None = None, resume: str | Path | None = None, progress: RunProgress | None = None,
@@ -108,6 +111,60 @@ def recommend(results: str | Path = "results", **workload: Any) -> Recommendatio
     from specbench.recommender import recommend as recommend_for
 
     return recommend_for(make_workload(**workload), Path(results))
+
+
+def report_page(paths: list[str | Path], html: str | Path, recommendation: Recommendation | None = None) -> Page:
+    """`specbench report --html`: one self-contained HTML page, written atomically to `html`, of the run
+    directories, serve run directories and tune studies' JSON records (<out>/tuned/<study>.json) in `paths`,
+    and of a `recommendation` (`recommend --html`); returns what the page shows."""
+    from specbench.core.paths import check_output_file
+
+    if not Path(html).expanduser().parent.is_dir():
+        raise SpecbenchError(f"--html {html}: its folder {Path(html).parent} does not exist")
+    check_output_file(html, "--html")
+    from specbench.report.html_page import Page, write_page
+
+    page = Page(recommendation=recommendation)
+    runs = []
+    for path in map(Path, paths):
+        if path.is_file() and path.suffix == ".json":
+            page.studies.append(_study_view(path))
+        elif (path / "serve.json").is_file():
+            from specbench.serving.sweep import read_result
+
+            page.serves.append(read_result(path))
+        else:
+            runs.append(path)
+    if runs:
+        from specbench.report.comparison import load_runs
+
+        page.runs, page.notes = load_runs(runs)
+    if not (page.runs or page.serves or page.studies or recommendation):
+        raise SpecbenchError("nothing to report: give run directories, serve run directories or studies' JSON files")
+    write_page(page, html)
+    return page
+
+
+def _study_view(path: Path) -> StudyView:
+    """A study's JSON record, and its trials where its storage is a local SQLite file (a server's URL is kept
+    without its password, and contacting a server is not a report's business)."""
+    from specbench.core.files import read_json_object
+    from specbench.core.records import ServedStudy, TunedStudy
+    from specbench.report.html_sweeps import StudyView, TrialValue
+
+    data = read_json_object(path, "tuned study")
+    if "objective" in data:
+        record = ServedStudy.from_dict(data, f"the entries of study {path}")
+        return StudyView(record, [TrialValue(t.number, t.value) for t in record.measured if t.value is not None])
+    record = TunedStudy.from_dict(data, f"the entries of tuned study {path}")
+    database = Path(record.storage.removeprefix("sqlite:///"))
+    if not record.storage.startswith("sqlite:///") or not database.is_file():
+        return StudyView(record)
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    trials = optuna.load_study(study_name=record.study, storage=record.storage).get_trials(deepcopy=False)
+    return StudyView(record, [TrialValue(t.number, t.values[0]) for t in trials if t.values])
 
 
 def _settings(settings: dict[str, Any], where: str) -> dict[str, Any]:

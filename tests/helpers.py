@@ -12,7 +12,7 @@ import random
 import sys
 import zlib
 from collections import defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable
@@ -30,6 +30,7 @@ from typer.testing import CliRunner
 from specbench.analysis.stats import paired_speedups, summarise_strategies
 from specbench.cli import app
 from specbench.core.errors import SpecbenchError
+from specbench.core.records.serve_records import LevelKey, RequestRecord, ServeLevel
 from specbench.decoding.decode import generate
 from specbench.decoding.drafting import DraftContext, StepOutcome
 from specbench.decoding.sampling import Sampling
@@ -40,6 +41,7 @@ from specbench.methods.controllers import FixedController
 from specbench.methods.drafter_config import read_drafter_config
 from specbench.methods.trainable import DistillBatch
 from specbench.plan.run_config import RunConfig
+from specbench.serving.level_stats import level_summary
 from specbench.training.distill import DistillSequence, make_batch
 from specbench.training.trainer import train
 
@@ -801,3 +803,41 @@ def run_script(name: str, *args, monkeypatch: pytest.MonkeyPatch) -> None:
         patch.setattr(sys, "argv", [f"{name}.py", *map(str, args)])
         spec.loader.exec_module(script)
         script.main()
+
+
+# -- serve levels and tuned studies, as their records are written ------------------------------------------------------
+
+
+def record(index: int, ttft: float, e2e: float, tokens: int, itl: list[float] | None = None, ids=None,
+           error: str | None = None) -> RequestRecord:
+    return RequestRecord(index, f"p{index}", sent=0.0, ttft=ttft, e2e=e2e, output_tokens=tokens, itl=itl or [],
+                         token_ids=ids, error=error)
+
+
+def served(strategy: str, key: str, concurrency: int | None, records: list[RequestRecord], duration_s: float = 1.0,
+           slo: dict[str, float] | None = None, **figures) -> ServeLevel:
+    """A summary's level entry of `records`, with `figures` in place of what they give."""
+    level = LevelKey(strategy=strategy, level=key, concurrency=concurrency, request_rate=None, complete=True,
+                     stopped_by_time=False)
+    entry = ServeLevel(**vars(level), **vars(level_summary(records, duration_s, slo or {})), speculation=None)
+    return replace(entry, **figures)
+
+
+def write_study(root, name, strategy, speedup, **meta):
+    """A tuned study's record under root/tuned (and its run config), as `specbench tune` writes them."""
+    tuned = root / "tuned"
+    tuned.mkdir(exist_ok=True)
+    (tuned / f"{name}.toml").write_text(f'strategy = ["{strategy}"]\nmax_new_tokens = 64\n'
+                                        f'[knobs.{strategy}]\nblock_size = 5\n')
+    data = {"study": name, "storage": "sqlite:///studies.db", "strategy": strategy, "model": "default", "gpu": None,
+            "projected": False, "label": "measured here", "objectives": ["speedup"], "suite": "mini",
+            "prompts": {"tuning": 6, "holdout": 2}, "trials": {"counted": 3}, "target_trials": 3,
+            "created": "2025-01-01T00:00:00+00:00", "plots": [],
+            "best_params": {f"{strategy}.block_size": 5}, "best_value": speedup + 0.3,
+            "toml": f"results/tuned/{name}.toml",
+            "tuning": {"speedup": speedup + 0.3, "speedup_ci": [speedup, speedup + 0.6], "prompts": 6},
+            "holdout": {"tuned": {"speedup": speedup, "speedup_ci": [speedup - 0.1, speedup + 0.1], "prompts": 2},
+                        "defaults": {"speedup": 1.5, "speedup_ci": [1.4, 1.6], "prompts": 2}, "failures": []},
+            "categories": [], "temperature": 0.0, "max_new_tokens": 64, "batch_size": 1, "memory_bytes": 1e8, **meta}
+    (tuned / f"{name}.json").write_text(json.dumps(data))
+    return tuned / f"{name}.toml"

@@ -16,7 +16,7 @@ from specbench.methods.registry import DRAFTER_NAMES, definition
 from specbench.recommender import PRIOR, evaluate, learn, make_workload, prior_markdown, recommend
 from specbench.recommender.evidence import load_evidence
 from specbench.recommender.prior import members, short_draft_knobs
-from tests.helpers import write_run
+from tests.helpers import write_run, write_study
 
 runner = CliRunner()
 A100 = "NVIDIA A100-SXM4-80GB"  # NVML's name: the a100-80g profile, PCIe 4
@@ -193,40 +193,21 @@ def test_a_load_axis_offers_modelled_evidence_at_other_batch_sizes(tmp_path):
     assert (rec.strategy, rec.source) == ("ngram", "measured")  # measured at 8 ranks before modelled at 8
 
 
-def _study(root, name, strategy, speedup, **meta):
-    tuned = root / "tuned"
-    tuned.mkdir(exist_ok=True)
-    (tuned / f"{name}.toml").write_text(f'strategy = ["{strategy}"]\nmax_new_tokens = 64\n'
-                                        f'[knobs.{strategy}]\nblock_size = 5\n')
-    data = {"study": name, "storage": "sqlite:///studies.db", "strategy": strategy, "model": "default", "gpu": None,
-            "projected": False, "label": "measured here", "objectives": ["speedup"], "suite": "mini",
-            "prompts": {"tuning": 6, "holdout": 2}, "trials": {"counted": 3}, "target_trials": 3,
-            "created": "2025-01-01T00:00:00+00:00", "plots": [],
-            "best_params": {f"{strategy}.block_size": 5}, "best_value": speedup + 0.3,
-            "toml": f"results/tuned/{name}.toml",
-            "tuning": {"speedup": speedup + 0.3, "speedup_ci": [speedup, speedup + 0.6], "prompts": 6},
-            "holdout": {"tuned": {"speedup": speedup, "speedup_ci": [speedup - 0.1, speedup + 0.1], "prompts": 2},
-                        "defaults": {"speedup": 1.5, "speedup_ci": [1.4, 1.6], "prompts": 2}, "failures": []},
-            "categories": [], "temperature": 0.0, "max_new_tokens": 64, "batch_size": 1, "memory_bytes": 1e8, **meta}
-    (tuned / f"{name}.json").write_text(json.dumps(data))
-    return tuned / f"{name}.toml"
-
-
 def test_a_tuned_study_brings_its_configuration_and_held_out_speedup(tmp_path, monkeypatch):
     monkeypatch.setattr("specbench.recommender.workload.detect_local_gpu", lambda: None)
     write_run(tmp_path, "a", {"dspark": 1.8, "dflash": 1.6})
-    toml = _study(tmp_path, "dspark-cpu", "dspark", 2.2)
+    toml = write_study(tmp_path, "dspark-cpu", "dspark", 2.2)
     rec = recommend(make_workload(), tmp_path)  # detected, not named: a study tuned without --gpu speaks for it
     assert (rec.strategy, rec.source, rec.speedup) == ("dspark", "measured", 2.2)
     assert rec.ci == pytest.approx((2.1, 2.3))
     assert rec.config.toml == str(toml) and rec.config.command() == f"specbench run --config {toml}"
     assert rec.config.knobs == {"dspark": {"block_size": 5}}
 
-    _study(tmp_path, "dflash-h200", "dflash", 3.0, gpu="h200", projected=True)
+    write_study(tmp_path, "dflash-h200", "dflash", 3.0, gpu="h200", projected=True)
     rec = recommend(make_workload("h200"), tmp_path)
     assert (rec.strategy, rec.source) == ("dflash", "projected")
 
-    _study(tmp_path, "eagle-h200", "eagle", 4.0, gpu="h200", projected=True, best_params=None, toml=None,
+    write_study(tmp_path, "eagle-h200", "eagle", 4.0, gpu="h200", projected=True, best_params=None, toml=None,
            note="no configuration fits h200's memory")
     rec = recommend(make_workload("h200"), tmp_path)
     assert rec.strategy == "dflash" and any("eagle-h200.json: no configuration fits" in n for n in rec.unmatched)

@@ -14,10 +14,8 @@ from typer.testing import CliRunner
 from specbench.cli import app
 from specbench.core.records.serve_records import (
     Agreement,
-    LevelKey,
     Percentiles,
     RequestRecord,
-    ServeLevel,
     ServeResult,
     ServeVerdict,
     Speculation,
@@ -28,23 +26,9 @@ from specbench.serving.load import arrival_times
 from specbench.serving.schedule import PAYS, STOPS, capacity, crossover, paying_until, speedup_verdict, vllm_schedule
 from specbench.serving.server import cli_arguments, last_error
 from specbench.serving.server_metrics import parse, speculation
+from tests.helpers import record, served
 
 runner = CliRunner()
-
-
-def record(index: int, ttft: float, e2e: float, tokens: int, itl: list[float] | None = None, ids=None,
-           error: str | None = None) -> RequestRecord:
-    return RequestRecord(index, f"p{index}", sent=0.0, ttft=ttft, e2e=e2e, output_tokens=tokens, itl=itl or [],
-                         token_ids=ids, error=error)
-
-
-def served(strategy: str, key: str, concurrency: int | None, records: list[RequestRecord], duration_s: float = 1.0,
-           slo: dict[str, float] | None = None, **figures) -> ServeLevel:
-    """A summary's level entry of `records`, with `figures` in place of what they give."""
-    level = LevelKey(strategy=strategy, level=key, concurrency=concurrency, request_rate=None, complete=True,
-                     stopped_by_time=False)
-    entry = ServeLevel(**vars(level), **vars(level_summary(records, duration_s, slo or {})), speculation=None)
-    return replace(entry, **figures)
 
 
 def test_percentiles_and_goodput_of_a_known_log():

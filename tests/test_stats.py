@@ -108,3 +108,12 @@ def test_summaries_by_category():
     assert [(s.category, s.strategy) for s in by] == [("c", "ar"), ("c", "s"), ("d", "ar"), ("d", "s")]
     assert by[1].speedup == pytest.approx(math.sqrt(2 * 4 / 3))
     assert by[3].speedup == pytest.approx(math.sqrt(1 * 2 / 3))
+
+
+def test_accepted_tokens_per_step_are_the_differences_of_the_positions_reached():
+    from specbench.analysis.stats import PositionCounts
+
+    # 10 steps: 6 accepted position 1, 3 of them position 2, 1 of those position 3
+    counts = PositionCounts(np.array([6, 3, 1]), drafts=8, steps=10)
+    assert counts.accepted_per_step() == pytest.approx([0.4, 0.3, 0.2, 0.1])
+    assert PositionCounts(np.array([]), drafts=0, steps=0).accepted_per_step() == []

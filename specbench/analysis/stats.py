@@ -146,6 +146,14 @@ class PositionCounts:
         reached = np.concatenate([[self.steps], self.accepted[:-1]])
         return [float(a / r) for a, r in zip(self.accepted, reached) if r > 0]
 
+    def accepted_per_step(self) -> list[float]:
+        """[j]: the share of steps that accepted exactly j draft tokens (the bonus token not counted); a step that
+        accepted position k accepted every position before it."""
+        if not self.steps:
+            return []
+        reached = np.concatenate([[self.steps], self.accepted])
+        return [float(n / self.steps) for n in reached - np.append(self.accepted, 0)]
+
 
 def position_sums(column: pd.Series) -> np.ndarray:
     """Element-wise sums of per-row count lists of different lengths."""

@@ -171,6 +171,14 @@ def print_report(runs, fmt: str = "table", wide: bool = False, by: str = "strate
         console.print(note, style="dim", highlight=False, markup=False)
 
 
+def write_page(paths: list[Path], target: Path, recommendation: Any = None) -> None:
+    """`--html`: the page of the results (specbench.report_page) at `target`, and where it is on stderr."""
+    import specbench
+
+    specbench.report_page(paths, target, recommendation)
+    err.print(f"page: {target}", highlight=False, soft_wrap=True)
+
+
 def print_table(rendered) -> None:
     """A rich table on the console, or Markdown text as it is (table_format decides which)."""
     if isinstance(rendered, str):

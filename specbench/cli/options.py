@@ -42,3 +42,4 @@ Knobs = Annotated[Optional[list[str]], typer.Option("--set", help="A strategy's 
 ResultsDir = Annotated[Optional[str], typer.Option("--out", help="Results directory: runs/, costs/, tuned/ and tuning/ go there.", show_default=default("out"))]
 Wide = Annotated[bool, typer.Option(help="Every column: time shares, memory, cost model, projection, NVML.")]
 Json = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text.")]
+Html = Annotated[bool, typer.Option("--html", help="Also write one self-contained HTML page of the results beside them (report.html).")]

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from specbench.cli import options
-from specbench.cli.app import app, err, out, print_table, user_errors
+from specbench.cli.app import app, err, out, print_table, user_errors, write_page
 from specbench.engines.engine_registry import ENGINE_NAMES
 
 if TYPE_CHECKING:
@@ -35,6 +35,7 @@ def recommend(
     profiles: options.Profiles = None,
     learn: Annotated[bool, typer.Option("--learn", help="Also fit a decision tree to every readable result and compare it with the prior (writes RESULTS/decision_tree/).")] = False,
     explain: Annotated[bool, typer.Option("--explain", help="Show the path through the evidence and the prior.")] = False,
+    html: Annotated[Optional[Path], typer.Option(help="Also write one self-contained HTML page of the recommendation and the runs and studies it rests on.", metavar="FILE")] = None,
     as_json: options.Json = False,
 ) -> None:
     """Pick a strategy and its settings for a workload on a GPU."""
@@ -68,6 +69,8 @@ def recommend(
         evidence = load_evidence(results_dir)
         rec = choose(workload, results_dir, evidence)
         report = fit_tree(evidence, load_profiles(profiles), results_dir / "decision_tree") if learn else None
+        if html is not None:
+            write_page([Path(path) for path in rec.rests_on], html, rec)
     if as_json:
         data = rec.as_json() | ({"learned": report.as_json()} if report else {})
         sys.stdout.write(dumps(data, indent=2) + "\n")

@@ -21,6 +21,7 @@ from specbench.cli.app import (
     split_list,
     table_format,
     user_errors,
+    write_page,
 )
 from specbench.cli.options import default
 from specbench.core.errors import SpecbenchError
@@ -68,6 +69,7 @@ def run(
     cost_model: Annotated[Optional[bool], typer.Option("--cost-model/--no-cost-model", help="Time the forwards the cost model predicts from (first run only; stored in results/costs/).", show_default=default("cost_model"))] = None,
     wide: options.Wide = False,
     as_json: options.Json = False,
+    html: options.Html = False,
 ) -> None:
     """Run strategies against plain autoregressive decoding on a prompt suite."""
     with user_errors():
@@ -84,6 +86,8 @@ def run(
 
         result = measure(config, resume, flags)
         print_lines(start_and_notes(result))
+        if html:
+            write_page([result.path], result.path / "report.html")
         if as_json:
             from specbench.core.strict_json import dumps
 

@@ -10,7 +10,18 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from specbench.cli import options
-from specbench.cli.app import app, err, out, print_error, progress_bar, resumable, size_list, split_list, user_errors
+from specbench.cli.app import (
+    app,
+    err,
+    out,
+    print_error,
+    progress_bar,
+    resumable,
+    size_list,
+    split_list,
+    user_errors,
+    write_page,
+)
 from specbench.cli.options import default
 from specbench.core.errors import SpecbenchError, Stopped
 from specbench.engines.engine_registry import parse_engine_args
@@ -81,6 +92,7 @@ def serve(
     out_dir: options.ResultsDir = None,
     resume: Annotated[Optional[Path], typer.Option(help="Measure the levels an interrupted serve run has not finished.", show_default="none")] = None,
     as_json: options.Json = False,
+    html: options.Html = False,
 ) -> None:
     """Measure strategies on real vLLM servers (or running endpoints) at a sweep of loads."""
     with user_errors():
@@ -98,7 +110,9 @@ def serve(
             raise SpecbenchError(f"--resume continues a serve run with its saved configuration; drop "
                                  f"{', '.join('--' + name.replace('_', '-') for name in sorted(given))}")
         result = measure(resume, api_key, parse_headers(header), {} if resume is not None else settings_of(given))
-    print_result(result, as_json)
+        print_result(result, as_json)
+        if html:
+            write_page([result.path], result.path / "report.html")
     if not result.complete:
         raise typer.Exit(INCOMPLETE)
 

@@ -10,7 +10,7 @@ import typer
 from optuna.trial import FrozenTrial
 
 from specbench.cli import options
-from specbench.cli.app import app, err, given, interruptible, out, progress_bar, split_list, user_errors
+from specbench.cli.app import app, err, given, interruptible, out, progress_bar, split_list, user_errors, write_page
 from specbench.core.strict_json import dumps
 from specbench.engines.engine_registry import parse_engine_args
 from specbench.methods.names import DEFAULT_STRATEGIES
@@ -52,6 +52,7 @@ def tune(
     out_dir: options.ResultsDir = None,
     config: options.ConfigFile = None,
     as_json: options.Json = False,
+    html: options.Html = False,
 ) -> None:
     """Search strategy knobs with Optuna: fastest settings for this model, hardware and workload.
 
@@ -70,6 +71,8 @@ def tune(
         report = run_studies(strategy or (), config, dict(
             flags, trials=trials, workers=workers, objectives=objectives, holdout=holdout, heartbeat_s=heartbeat,
             slo=parse_slo(slo)))
+        if html:
+            write_studies_page(report)
 
     from specbench.report.tune_report import render_markdown, render_rich
 
@@ -79,6 +82,13 @@ def tune(
         out.print(render_rich(report))
     else:
         sys.stdout.write(render_markdown(report))
+
+
+def write_studies_page(report: TuneReport) -> None:
+    """The page of the studies with a best configuration, beside the first one's record: <out>/tuned/<study>.html."""
+    records = [Path(record.toml).with_suffix(".json") for record in report.studies if record.toml]
+    if records:
+        write_page(records, records[0].with_suffix(".html"))
 
 
 def run_studies(strategy: str | tuple, config: Path | None, settings: dict[str, Any]) -> TuneReport:

@@ -51,13 +51,19 @@ def summary_lines(rec: Recommendation) -> list[str]:
     return lines
 
 
-def alternatives_table(rec: Recommendation, markdown: bool) -> Table | str:
-    """The recommendation, its two alternatives and the candidates the evidence leaves out: a rich table on a
-    terminal, Markdown when piped."""
+ALTERNATIVE_HEADERS = ("strategy", "source", "speedup [95% CI]", "why not")
+
+
+def alternatives_rows(rec: Recommendation) -> list[tuple[str, str, str, str]]:
+    """The recommendation, its two alternatives and the candidates the evidence leaves out."""
     rows = [(label(rec.strategy, rec.config.engine), rec.source, speedup_text(rec.speedup, rec.ci), "recommended")]
     rows += [(label(a.strategy, a.engine), a.source, speedup_text(a.speedup, a.ci), a.reason) for a in rec.alternatives]
-    rows += [(u.strategy, "unmeasured", "no figure", u.expected) for u in rec.unmeasured]
-    headers = ("strategy", "source", "speedup [95% CI]", "why not")
+    return rows + [(u.strategy, "unmeasured", "no figure", u.expected) for u in rec.unmeasured]
+
+
+def alternatives_table(rec: Recommendation, markdown: bool) -> Table | str:
+    """The alternatives: a rich table on a terminal, Markdown when piped."""
+    rows, headers = alternatives_rows(rec), ALTERNATIVE_HEADERS
     if markdown:
         return markdown_table(headers, rows) + "\n"
     table = Table(*headers)
