@@ -20,6 +20,9 @@ from specbench.methods.published.formats import open_source
 from tests.helpers import tiny_lm, write_tiny_model_dir
 from tests.published_layouts import deepspec_checkpoint, dflash_checkpoint, eagle3_checkpoint, propose
 
+# two implementations' drafts are compared exactly
+pytestmark = pytest.mark.usefixtures("float32_drafting")
+
 MASK = 7
 PROMPTS = [[5, 6, 7, 8, 9], [1, 2], [40, 41, 3, 3, 90, 12, 6, 60, 2]]
 

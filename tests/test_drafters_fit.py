@@ -71,13 +71,19 @@ def test_a_fresh_drafter_lives_where_its_target_does(strategy):
     assert floating and all(t.dtype == torch.float64 and t.device == target.device for t in floating)
 
 
-def test_training_hands_the_drafter_as_it_stands_to_its_evaluation(tmp_path):
-    """Every `evaluate_every` steps and at the end the trainer saves the drafter where it can be loaded and
-    decoded (held-out acceptance); the last one is the finished drafter itself."""
+def small_dflash():
+    """A tiny target, an untrained DFlash drafter for it and its options, and two sequences to train on."""
     target = tiny_target("qwen3-gqa", seed=1)
     options = make_options("dflash", {"block_size": 3})
     model = definition("dflash").trainable(target, options)
-    sequences = distill_sequences(target, tuple(model.hidden_layers), 2, prompt_len=4, answer_len=8)
+    return target, options, model, distill_sequences(target, tuple(model.hidden_layers), 2, prompt_len=4,
+                                                     answer_len=8)
+
+
+def test_training_hands_the_drafter_as_it_stands_to_its_evaluation(tmp_path):
+    """Every `evaluate_every` steps and at the end the trainer saves the drafter where it can be loaded and
+    decoded (held-out acceptance); the last one is the finished drafter itself."""
+    target, options, model, sequences = small_dflash()
     seen = []
 
     def evaluate(step, drafter_dir):
@@ -94,10 +100,7 @@ def test_training_hands_the_drafter_as_it_stands_to_its_evaluation(tmp_path):
 def test_training_ends_at_a_plateau_of_held_out_acceptance(tmp_path):
     """An evaluation that answers False ends the training there: the drafter is saved with the steps it had,
     and is not evaluated again; the plateau rule reads the held-out taus."""
-    target = tiny_target("qwen3-gqa", seed=1)
-    options = make_options("dflash", {"block_size": 3})
-    model = definition("dflash").trainable(target, options)
-    sequences = distill_sequences(target, tuple(model.hidden_layers), 2, prompt_len=4, answer_len=8)
+    target, _, model, sequences = small_dflash()
     seen = []
 
     def evaluate(step, drafter_dir):

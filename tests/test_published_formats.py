@@ -115,7 +115,8 @@ def test_run_with_published_drafters_end_to_end(cli_target, checkpoints, tmp_pat
     drafters = json.loads((Path(report["run_dir"]) / "environment.json").read_text())["drafters"]
     assert drafters["eagle"]["eagle"]["format"] == "eagle3" and drafters["eagle"]["eagle"]["knobs"]["depth"] == 3
     assert drafters["dspark"]["dspark"]["knobs"]["confidence_rule"] == "token"
-    assert set(drafters["eagle+dflash"]) == {"eagle", "dflash"}
+    assert set(drafters["eagle+dflash"]) == {"eagle", "dflash", "combine"}  # and how it combined
+    assert drafters["eagle+dflash"]["combine"]["knobs"]["mode"] == "route"
 
 
 def test_run_with_the_targets_own_mtp_modules(tiny_model_dir, tmp_path):

@@ -105,16 +105,21 @@ def serve(
                      repeat_prompts=repeat_prompts or None, input_len=input_len, output_len=output_len,
                      dataset=dataset, multi_turn=multi_turn or None, range_ratio=range_ratio, prefix_len=prefix_len,
                      percentiles=percentiles)
-        given = {name: value for name, value in flags.items() if value is not None}
-        if resume is not None and given:
-            raise SpecbenchError(f"--resume continues a serve run with its saved configuration; drop "
-                                 f"{', '.join('--' + name.replace('_', '-') for name in sorted(given))}")
-        result = measure(resume, api_key, parse_headers(header), {} if resume is not None else settings_of(given))
+        result = measure(resume, api_key, parse_headers(header), settings_given(flags, resume))
         print_result(result, as_json)
         if html:
             write_page([result.path], result.path / "report.html")
     if not result.complete:
         raise typer.Exit(INCOMPLETE)
+
+
+def settings_given(flags: dict[str, Any], resume: Path | None) -> dict[str, Any]:
+    """The serve settings of the flags given; none with --resume, which takes the run's saved ones."""
+    given = {name: value for name, value in flags.items() if value is not None}
+    if resume is not None and given:
+        raise SpecbenchError(f"--resume continues a serve run with its saved configuration; drop "
+                             f"{', '.join('--' + name.replace('_', '-') for name in sorted(given))}")
+    return {} if resume is not None else settings_of(given)
 
 
 def measure(resume: Path | None, api_key: str | None, headers: dict[str, str], settings: dict[str, Any]) -> ServeResult:

@@ -103,15 +103,16 @@ def block_mask(config, lengths: torch.Tensor, cached: int, block_lengths: torch.
     return per_layer_type(config, build)
 
 
-def forward_block(target, blocks: list[torch.Tensor], lengths: torch.Tensor, cache,
-                  layers: tuple[int, ...]) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+def forward_block(target, blocks: list[torch.Tensor], lengths: torch.Tensor, cache, layers: tuple[int, ...],
+                  logits_to_keep: int = 0) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
     """Run the target over one block of tokens per row (right-padded), appended after each row's
-    committed KV. Returns logits (rows, width, V) and the requested hidden states (rows, width, H)."""
+    committed KV. Returns logits (rows, width, V; the last `logits_to_keep` positions only, 0: all) and
+    the requested hidden states (rows, width, H)."""
     tokens = pad_sequence(blocks, batch_first=True)
     block_lengths = torch.tensor([len(b) for b in blocks], device=tokens.device)
     positions = lengths[:, None] + torch.arange(tokens.shape[1], device=tokens.device)
     mask = block_mask(target.config, lengths, cache_length(cache), block_lengths, tokens.shape[1], target.dtype)
-    out = run_model(target, cache, tokens, positions, mask, bool(layers))
+    out = run_model(target, cache, tokens, positions, mask, bool(layers), logits_to_keep)
     return out.logits, tuple(out.hidden_states[i] for i in layers) if layers else ()
 
 
@@ -151,7 +152,8 @@ def generate_batch(target, prompts: Sequence[list[int]], max_new_tokens: int | S
     heads = [seq.committed[:-1] for seq in active]
     hidden: tuple[torch.Tensor, ...] = tuple(torch.empty(len(active), 0, 0, device=device) for _ in layers)
     if any(len(h) for h in heads):
-        _, hidden = forward_block(target, heads, lengths, cache, layers)
+        # the prompts' logits are not needed: a batch of long prompts would hold rows x length x vocabulary
+        _, hidden = forward_block(target, heads, lengths, cache, layers, logits_to_keep=1)
         lengths += torch.tensor([len(h) for h in heads], device=device)
     for row, seq in enumerate(active):
         if seq.drafter:

@@ -185,10 +185,12 @@ class FlatLM:
         return linear(out.transpose(1, 2).reshape(batch, new, -1), *w["o"])
 
     def forward(self, input_ids: torch.Tensor, cache: StaticKV, position_ids: torch.Tensor | None = None,
-                attention_mask: torch.Tensor | None = None, output_hidden_states: bool = False) -> FlatOutput:
+                attention_mask: torch.Tensor | None = None, output_hidden_states: bool = False,
+                logits_to_keep: int = 0) -> FlatOutput:
         """transformers' forward over (batch, new) tokens after the cache's live positions: the
-        logits, and with output_hidden_states transformers' hidden_states tuple (each layer's input,
-        then the final norm's output). A mask given is additive or bool, (batch, 1, new, cached + new)."""
+        logits (of the last `logits_to_keep` positions; 0: all), and with output_hidden_states
+        transformers' hidden_states tuple (each layer's input, then the final norm's output). A mask
+        given is additive or bool, (batch, 1, new, cached + new)."""
         cached, new = cache.length, input_ids.shape[1]
         if position_ids is None:
             position_ids = (cached + torch.arange(new, device=input_ids.device))[None]
@@ -209,4 +211,4 @@ class FlatLM:
         x = rms_norm(x, self.norm, self.eps)
         if output_hidden_states:
             hidden.append(x)
-        return FlatOutput(linear(x, self.head), tuple(hidden) if output_hidden_states else None)
+        return FlatOutput(linear(x[:, -logits_to_keep:], self.head), tuple(hidden) if output_hidden_states else None)

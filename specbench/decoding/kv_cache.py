@@ -88,13 +88,16 @@ def cache_keyword(model_class: type) -> str:
 
 def run_model(model: torch.nn.Module, cache: Cache, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None,
               attention_mask: torch.Tensor | dict[str, torch.Tensor] | None = None,
-              output_hidden_states: bool = False):
+              output_hidden_states: bool = False, logits_to_keep: int = 0):
     """One forward of `model` over input_ids (batch, new) after the cache's positions, extending the
-    cache: an object with `logits` and `hidden_states` (transformers' tuple, or None)."""
+    cache: an object with `logits` (of the last `logits_to_keep` positions; 0: all) and `hidden_states`
+    (transformers' tuple, or None)."""
     if isinstance(cache, StaticKV):
-        return flat_model(model).forward(input_ids, cache, position_ids, attention_mask, output_hidden_states)
+        return flat_model(model).forward(input_ids, cache, position_ids, attention_mask, output_hidden_states,
+                                         logits_to_keep)
     return model(input_ids=input_ids, use_cache=True, position_ids=position_ids, attention_mask=attention_mask,
-                 output_hidden_states=output_hidden_states, **{cache_keyword(type(model)): cache})
+                 output_hidden_states=output_hidden_states, logits_to_keep=logits_to_keep,
+                 **{cache_keyword(type(model)): cache})
 
 
 def cache_length(cache: Cache) -> int:
