@@ -103,7 +103,7 @@ class EagleModel(nn.Module):
 
     def step(self, feature: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
              past: KV | None = None) -> tuple[torch.Tensor, KV]:
-        return self.layer(feature, embed(self.target, tokens).to(feature.dtype), positions, mask, past)
+        return self.layer(feature, embed(self.target, tokens), positions, mask, past)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits over the draft vocabulary: draft id i is target id `draft_ids[i]`."""
