@@ -1,7 +1,8 @@
 """Is the machine quiet enough for a run's timings to mean something?
 
 What a benchmark tool such as pyperf checks, over the whole measured part of a run: the CPU time
-other processes took (all CPUs' busy time minus this process's own), time stolen by a hypervisor,
+other processes took (all CPUs' busy time minus this process's own and its children's, an engine's
+own server or worker process among them), time stolen by a hypervisor,
 a change of the CPU clock where it can be read, and the spread of `ar`'s repeated measurements of
 the same prompt. Ratios measured in one run survive a steady background load better than absolute
 times, but not a load that comes and goes, so a noisy run is flagged, not refused.
@@ -32,7 +33,7 @@ class Sample:
     wall: float
     busy: float  # CPU-seconds all CPUs spent busy (idle and iowait excluded), steal excluded
     steal: float
-    own: float  # CPU-seconds of this process
+    own: float  # CPU-seconds of this process and its children, living or ended
     clock_mhz: float | None
 
 
@@ -45,10 +46,24 @@ def others_share(first: Sample, last: Sample, cpus: int | None = None) -> float:
 def sample() -> Sample:
     cpu = psutil.cpu_times()
     busy = sum(getattr(cpu, name, 0.0) for name in ("user", "nice", "system", "irq", "softirq"))
-    own = psutil.Process().cpu_times()
     freq = psutil.cpu_freq()
-    return Sample(time.monotonic(), busy, getattr(cpu, "steal", 0.0), own.user + own.system,
+    return Sample(time.monotonic(), busy, getattr(cpu, "steal", 0.0), own_cpu_seconds(),
                   freq.current if freq and freq.current else None)
+
+
+def own_cpu_seconds() -> float:
+    """CPU-seconds of this process, of its living descendants (vLLM's engine core, a server it started)
+    and of the children it has waited for: none of them is another load."""
+    me = psutil.Process()
+    times = me.cpu_times()
+    total = times.user + times.system + times.children_user + times.children_system
+    for child in me.children(recursive=True):
+        try:
+            times = child.cpu_times()
+        except psutil.Error:  # ended between the listing and the read
+            continue
+        total += times.user + times.system
+    return total
 
 
 class Window:
