@@ -62,6 +62,16 @@ def test_apply_and_restore_leave_the_environment_as_it_was(monkeypatch):
     assert os.environ["LD_PRELOAD"] == "/opt/mine.so" and THREADS_BIND not in os.environ
 
 
+def test_what_vllm_adds_to_the_preloads_goes_when_its_engine_closes(monkeypatch):
+    """vLLM's CPU platform puts libgomp into this process's LD_PRELOAD; left there, the next engine's deployment
+    would find an OpenMP runtime already preloaded and leave Intel OpenMP out."""
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    before = apply({THREADS_BIND: "auto"})  # as with SPECBENCH_VLLM_PRELOAD=0
+    os.environ["LD_PRELOAD"] = "/torch/lib/libgomp.so.1"  # what vLLM does meanwhile
+    restore(before)
+    assert "LD_PRELOAD" not in os.environ
+
+
 @needs_both
 def test_a_process_started_with_the_deployment_has_both_libraries_loaded():
     sleeper = [sys.executable, "-c", "import sys; print('started', flush=True); sys.stdin.read()"]

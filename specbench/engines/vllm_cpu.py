@@ -93,8 +93,11 @@ def loaded(pids: list[int]) -> dict[str, bool]:
 
 
 def apply(env: Mapping[str, str]) -> dict[str, str | None]:
-    """Set `env` in this process's environment (which the processes it starts inherit); what it replaced."""
-    before = {key: os.environ.get(key) for key in env}
+    """Set `env` in this process's environment (which the processes it starts inherit); what it replaced, and
+    LD_PRELOAD as it was in any case: vLLM's CPU platform adds PyTorch's libgomp to this process's LD_PRELOAD
+    where it finds no Intel OpenMP there (vllm/platforms/cpu.py), which would otherwise stay for a later engine
+    and keep Intel OpenMP out of its deployment."""
+    before = {key: os.environ.get(key) for key in (*env, "LD_PRELOAD")}
     os.environ.update(env)
     return before
 
