@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,9 +22,11 @@ from specbench.analysis.stats import summarise_strategies
 from specbench.core.records import TunedStudy
 from specbench.core.records.serve_records import ServeResult, ServeVerdict
 from specbench.report.comparison import load_runs
+from specbench.report import html_page
 from specbench.report.html_page import Page, render_page, write_page
 from specbench.report.html_sweeps import StudyView, TrialValue
 from tests.helpers import invoke, record, served, write_run, write_study
+from tests.openai_server import OpenAIServer
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--no-sandbox", "--disable-gpu", "--headless", "--disable-background-networking",
@@ -190,6 +194,31 @@ def test_a_one_strategy_one_prompt_run_renders_its_empty_views_saying_why(browse
     assert "is incomplete" in opened.value("document.body.innerText")  # what the page tells of the run
 
 
+def test_a_serve_run_reads_back_from_its_directory_into_the_page(browser, tiny_model_dir, tmp_path, monkeypatch):
+    """What `serve --html` and `report SERVE_DIR --html` read is the directory a real sweep wrote: the page's TPOT
+    per level is its summary.json's."""
+    from transformers import AutoTokenizer
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with OpenAIServer(AutoTokenizer.from_pretrained(tiny_model_dir)) as server:
+        # a process of its own, as a user runs it: Playwright's sync API holds this thread's event loop
+        result = subprocess.run([sys.executable, "-m", "specbench", "serve", "--endpoint", f"ar={server.url}",
+                                 "--endpoint", f"ngram={server.url}", "--tokenizer", str(tiny_model_dir),
+                                 "--concurrency", "1,2", "--requests", "4", "--warmup", "1", "--output-len", "8",
+                                 "--out", str(tmp_path), "--html"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    run = next((tmp_path / "serve").glob("*"))
+    assert (run / "report.html").is_file()
+    assert invoke("report", run, "--html", tmp_path / "page.html").exit_code == 0
+    opened = open_page(browser, tmp_path / "page.html")
+    assert opened.value("document.body.dataset.drawn") == "yes" and opened.errors == [] and opened.refused == []
+    tpot = dict(opened.value("document.getElementById('serve-figure-0').data.filter(t => t.xaxis == 'x2')"
+                             ".map(t => [t.name, [...t.y]])"))
+    levels = json.loads((run / "summary.json").read_text())["levels"]
+    for strategy in ("ar", "ngram"):
+        assert tpot[strategy] == pytest.approx([e["tpot_ms"]["p50"] for e in levels if e["strategy"] == strategy])
+
+
 def test_a_13_strategy_run_with_a_serve_sweep_and_a_study_is_a_page_to_mail(tmp_path):
     speedups = {f"s{i}": 1.0 + 0.1 * i for i in range(12)}
     run = run_dir(tmp_path, "big", speedups, categories=("code", "chat", "math", "writing"), prompts=20)
@@ -197,6 +226,16 @@ def test_a_13_strategy_run_with_a_serve_sweep_and_a_study_is_a_page_to_mail(tmp_
     text = render_page(Page(runs, [serve_result(tmp_path)], [study(tmp_path)], notes))
     assert len(text.encode()) < 5_000_000
     assert text.count("plotly-gzip") == 2 and text.count("class=\"figure-data\"") == 7  # plotly.js inlined once
+
+
+def test_the_page_carries_the_cartesian_bundle_of_the_plotly_js_its_figures_are_made_for(tmp_path, monkeypatch):
+    from plotly.offline import get_plotlyjs, get_plotlyjs_version
+
+    assert f"(cartesian - minified) v{get_plotlyjs_version()}\n" in html_page.plotly_js()[:200]
+    other = tmp_path / "plotly-cartesian.min.js"
+    other.write_text("/**\n* plotly.js (cartesian - minified) v0.0.1\n*/\n")
+    monkeypatch.setattr(html_page, "CARTESIAN", other)
+    assert html_page.plotly_js() == get_plotlyjs()  # another version: plotly.py's own full bundle
 
 
 def test_the_page_of_runs_of_different_models_leaves_the_comparison_out_and_says_why(tmp_path):
