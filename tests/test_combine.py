@@ -154,8 +154,18 @@ def test_the_cost_router_skips_a_model_member_that_does_not_pay():
     drafter.steps, drafter.gains = 1, [None, 0.1]
     ngram, draft = drafter._route(ctx)
     assert len(ngram) == 2 and draft is None  # n-gram's match (about 1.1 tokens expected) beats 0.1 for 3 forwards
-    drafter.gains = [None, 3.0]  # the draft model's 3 accepted tokens pay for its 3 forwards
+    drafter.gains, drafter.sizes = [None, 3.0], [None, 3]  # the draft model's 3 accepted tokens pay for its 3 forwards
     assert drafter._route(ctx)[1] is not None
+
+
+def test_the_cost_router_counts_what_a_members_tree_costs_to_verify():
+    """3 accepted tokens do not pay for verifying 200 positions (0.03 of a forward each), n-gram's 2 do."""
+    ctx = DraftContext(torch.tensor([1, 2, 1, 2, 1]), 16, Sampling(), random.Random(0), FixedController(16))
+    for node_cost, drafts in ((0.03, False), (0.0, True)):
+        drafter = combined(small_vocab_lm(1), mode="route", explore=99, node_cost=node_cost)
+        drafter.start(torch.tensor([1, 2, 1, 2, 1]), ())
+        drafter.steps, drafter.gains, drafter.sizes = 1, [None, 3.0], [None, 200]
+        assert (drafter._route(ctx)[1] is not None) == drafts
 
 
 def test_the_entropy_router_switches_with_hysteresis():

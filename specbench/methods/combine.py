@@ -153,6 +153,7 @@ class CombinedDrafter(Drafter):
         self._layer_picks = [[self.hidden_layers.index(layer) for layer in m.hidden_layers] for m in members]
         self.calibration = Calibration()
         self.gains: list[float | None] = [None] * len(members)  # per member: running accepted tokens a step
+        self.sizes: list[int | None] = [None] * len(members)  # per member: the nodes of its last tree
         self.uncertain = False  # the entropy router's state
         self.steps = 0
         self._last: tuple[list[DraftTree], list[list[int]], list[bool]] = ([], [], [])
@@ -182,18 +183,23 @@ class CombinedDrafter(Drafter):
 
     def _pays(self, ctx: DraftContext, trees: list[DraftTree | None]) -> set[int]:
         """The cost router: the model members worth drafting, given the model-free members' proposals
-        (already in `trees`): the one whose (1 + expected accepted tokens) / (1 + draft cost) is best,
-        where it beats (1 + what the model-free proposals are expected to bring)."""
-        free = max((sum(self.calibration.tree_estimates(i, t)) for i, t in enumerate(trees) if t is not None),
-                   default=0.0)
+        (already in `trees`): the one whose (1 + expected accepted tokens) / (1 + draft cost + verify cost) is
+        best, where it beats (1 + what the model-free proposals are expected to bring) / (1 + their verify cost).
+        A position's verify cost counts: on a CPU a large tree (EAGLE's) costs more to verify than its extra
+        accepted tokens bring."""
+        node_cost = self.combine.node_cost
+        free, free_nodes = max(((sum(self.calibration.tree_estimates(i, t)), len(t))
+                                for i, t in enumerate(trees) if t is not None), default=(0.0, 0))
         value = {}
         for i in (i for i, t in enumerate(trees) if t is None):
             gain = self.gains[i]
             if gain is None:  # never measured: draft, to learn it
                 return {i for i, t in enumerate(trees) if t is None}
-            value[i] = (1 + max(gain, free)) / (1 + self.combine.draft_cost * self._forwards(i, ctx))
+            nodes = max(self.sizes[i] or 0, free_nodes)  # its tree and the model-free one, merged, at the least
+            value[i] = (1 + max(gain, free)) / (1 + self.combine.draft_cost * self._forwards(i, ctx)
+                                                + node_cost * nodes)
         best = max(value, key=value.get, default=None)
-        return {best} if best is not None and value[best] > 1 + free else set()
+        return {best} if best is not None and value[best] > (1 + free) / (1 + node_cost * free_nodes) else set()
 
     def _route(self, ctx: DraftContext) -> list[DraftTree | None]:
         """Route mode: each member's tree, None for one that does not draft this step."""
@@ -257,6 +263,7 @@ class CombinedDrafter(Drafter):
                 continue
             path = member_path(outcome.path, where)
             self.calibration.record(i, tree, [w >= 0 for w in where], {n for n, w in enumerate(where) if w in accepted})
+            self.sizes[i] = len(tree)
             gain = self.gains[i]
             self.gains[i] = len(path) if gain is None else (1 - GAIN_RATE) * gain + GAIN_RATE * len(path)
         if outcome.logits is not None and self.combine.router == "entropy":

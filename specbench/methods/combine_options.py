@@ -8,7 +8,8 @@ Torch-free, so that a bad mode, budget or threshold pair is refused before any m
 - route: before drafting, each member is asked whether it pays this step (`router`), then the
   budget cut as above. `cost`: a model-free member (n-gram, suffix) always drafts (no forward to pay
   for); a member with a network drafts only where (1 + its expected accepted tokens) / (1 + its
-  draft cost) beats (1 + what the model-free members' calibrated proposals are expected to bring),
+  draft cost + the cost of verifying its tree) beats (1 + what the model-free members' calibrated
+  proposals are expected to bring) / (1 + the cost of verifying them),
   and of several such members only the one that pays best. `entropy` (the seeds' rule): the target's
   entropy at the last committed position decides, with hysteresis: above `entropy_high` the later
   members draft (the uncertain state), below `entropy_low` the first one (the confident state), in
@@ -46,6 +47,10 @@ class CombineOptions:
     router: str = knob("cost", f"route mode's rule: {', '.join(ROUTERS)}")
     draft_cost: float = knob(0.1, "cost router: a drafter forward's time as a share of a target forward",
                              "", low=0.0)
+    # on two CPU cores a verify over 8 positions costs about 1.2 one-token forwards (results/benchmarks), 0.03 a
+    # position beyond the first; on a GPU, where a forward is bound by reading the weights, nearer 0
+    node_cost: float = knob(0.03, "cost router: a verified position's time as a share of a target forward",
+                            "", low=0.0)
     entropy_low: float = knob(1.0, "entropy router: below it (nats) the first member drafts", "nats", low=0.0)
     entropy_high: float = knob(3.0, "entropy router: above it (nats) the other members draft", "nats", low=0.0)
     explore: int = knob(8, "route mode: a member left out still drafts every n-th step", "steps", low=1)
@@ -78,6 +83,7 @@ SPACE = SearchSpace((
     Param("budget", Choice((0, 8, 16, 32, 64)), When("mode", ("budget", "route"))),
     Param("router", Choice(ROUTERS), When("mode", ("route",))),
     Param("draft_cost", FloatRange(0.02, 0.5, log=True), When("router", ("cost",))),
+    Param("node_cost", FloatRange(0.002, 0.2, log=True), When("router", ("cost",))),
     Param("entropy_low", FloatRange(0.2, 3.0), When("router", ("entropy",))),
     Param("entropy_high", FloatRange(Ref("entropy_low"), 6.0), When("router", ("entropy",))),
     Param("explore", IntRange(2, 32, log=True), When("mode", ("route",))),
