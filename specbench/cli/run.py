@@ -42,6 +42,8 @@ def run(
     drafter: options.Drafters = None,
     strategy: Annotated[Optional[list[str]], typer.Option("--strategy", "-s", help=f"Strategy: ngram, draft, eagle+dflash, ... (repeatable or comma list); `default` is {', '.join(DEFAULT_STRATEGIES)}; `all` every drafter and {len(COMBINATIONS)} combinations.", show_default=default("strategies"))] = None,
     suite: options.Suite = None,
+    dataset: options.Dataset = None,
+    multi_turn: options.MultiTurn = None,
     categories: options.Categories = None,
     limit: options.Limit = None,
     max_new_tokens: options.MaxNewTokens = None,
@@ -74,7 +76,7 @@ def run(
     """Run strategies against plain autoregressive decoding on a prompt suite."""
     with user_errors():
         flags = given(
-            model=model, drafters=[str(d) for d in drafter or []], strategies=strategy or None, suite=suite,
+            model=model, drafters=[str(d) for d in drafter or []], strategies=strategy or None, suite=suite, dataset=dataset, multi_turn=multi_turn,
             categories=split_list(categories), limit=limit, max_new_tokens=max_new_tokens, temperature=temperature,
             top_p=top_p, top_k=top_k, seed=seed, dtype=dtype, device=device, warmup=warmup, repeats=repeats,
             warmup_cap=warmup_cap, outlier_k=outlier_k,

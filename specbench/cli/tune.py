@@ -31,6 +31,8 @@ def tune(
     model: options.Model = None,
     drafter: options.Drafters = None,
     suite: options.Suite = None,
+    dataset: options.Dataset = None,
+    multi_turn: options.MultiTurn = None,
     categories: options.Categories = None,
     limit: options.Limit = None,
     max_new_tokens: options.MaxNewTokens = None,
@@ -63,7 +65,7 @@ def tune(
     """
     with user_errors():
         flags = given(
-            model=model, drafters=[str(d) for d in drafter or []], suite=suite, categories=split_list(categories),
+            model=model, drafters=[str(d) for d in drafter or []], suite=suite, dataset=dataset, multi_turn=multi_turn, categories=split_list(categories),
             limit=limit, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, dtype=dtype,
             device=device, gpu=gpu, out=out_dir, profiles=str(profiles) if profiles else None, engine=engine,
             engine_args=parse_engine_args(engine_args), timeout=timeout, study=study, storage=storage,

