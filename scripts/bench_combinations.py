@@ -140,7 +140,9 @@ def main() -> None:
     write_json(args.out / f"combinations-{name}.json", {"runs": runs, "against_best_member": rows,
                                                          "deciding": deciding})
     command = (f"python scripts/bench_combinations.py{f' --model {args.model}' if args.model else ''} "
-               f"--limit {args.limit} --max-new-tokens {args.max_new_tokens}")
+               f"--limit {args.limit} --max-new-tokens {args.max_new_tokens}"
+               + (f" --modes {args.modes}" if args.modes != ",".join(MODES) else "")
+               + (f" --decide-prompts {args.decide_prompts}" if args.decide_prompts != 8 else ""))
     table = [[r["mode"], r["combination"], r["category"], f"{r['speedup']:.2f}x",
               f"{r['best_member']} {r['best_speedup']:.2f}x ({r['best_ci'][0]:.2f}-{r['best_ci'][1]:.2f})",
               f"{r['ratio']:.2f}" + (" above" if r["above_best_interval"] else ""),

@@ -7,11 +7,20 @@ import random
 import pytest
 import torch
 
+from specbench.analysis.cost_table import CostTable
 from specbench.decoding.decode import generate
 from specbench.decoding.drafting import DraftContext, StepOutcome
 from specbench.decoding.sampling import Sampling
 from specbench.decoding.tree import DraftTree
-from specbench.methods.combine import Calibration, CombinedDrafter, budget_keep, member_path, merge_trees, subtree
+from specbench.methods.combine import (
+    Calibration,
+    CombinedDrafter,
+    budget_keep,
+    member_path,
+    merge_trees,
+    paying_size,
+    subtree,
+)
 from specbench.methods.combine_options import MODES, CombineOptions
 from specbench.methods.controllers import FixedController
 from specbench.methods.draft_model import DraftModelDrafter, DraftOptions
@@ -151,11 +160,59 @@ def test_the_cost_router_skips_a_model_member_that_does_not_pay():
     drafter = combined(small_vocab_lm(1), mode="route", explore=99)
     drafter.start(torch.tensor([1, 2, 1, 2, 1]), ())
     ctx = DraftContext(torch.tensor([1, 2, 1, 2, 1]), 16, Sampling(), random.Random(0), FixedController(16))
-    drafter.steps, drafter.gains = 1, [None, 0.1]
+    drafter.idle, drafter.gains, drafter.typical = [0, 0], [None, 0.1], [None, 0.1]
     ngram, draft = drafter._route(ctx)
     assert len(ngram) == 2 and draft is None  # n-gram's match (about 1.1 tokens expected) beats 0.1 for 3 forwards
     drafter.gains, drafter.sizes = [None, 3.0], [None, 3]  # the draft model's 3 accepted tokens pay for its 3 forwards
+    drafter.typical = drafter.gains
     assert drafter._route(ctx)[1] is not None
+
+
+def two_models(**combine) -> CombinedDrafter:
+    drafters = [DraftModelDrafter(small_vocab_lm(seed), DraftOptions(k=3)) for seed in (1, 2)]
+    return CombinedDrafter(drafters, [lambda: FixedController(3)] * 2, CombineOptions(mode="route", **combine))
+
+
+def test_of_model_members_alone_the_best_drafts_and_keeps_drafting_within_the_margin():
+    drafter = two_models(explore=99)
+    drafter.start(torch.tensor([1, 2, 1]), ())
+    ctx = DraftContext(torch.tensor([1, 2, 1]), 16, Sampling(), random.Random(0), FixedController(16))
+    drafter.idle, drafter.sizes = [0, 0], [3, 3]
+    drafter.gains = drafter.typical = [0.0, 0.0]  # neither pays, but each would draft every step alone
+    assert [t is not None for t in drafter._route(ctx)] == [True, False]
+    drafter.typical = [1.0, 1.05]  # typically 5% better: within the 10% margin, the first keeps drafting
+    assert [t is not None for t in drafter._route(ctx)] == [True, False]
+    drafter.gains = [0.0, 3.0]  # lately far better, but the choice among model members goes by the typical
+    assert [t is not None for t in drafter._route(ctx)] == [True, False]
+    drafter.typical = [1.0, 1.5]
+    assert [t is not None for t in drafter._route(ctx)] == [False, True]
+
+
+def test_a_running_gain_starts_as_the_mean_of_the_first_drafts_and_forgets_by_the_step():
+    drafter = two_models()
+    drafter.start(torch.tensor([1, 2, 1]), ())
+    drafter._last = ([DraftTree.chain([5, 6], "m"), DraftTree()], [[0, 1], []], [True, False])
+    for accepted in ([0, 1], [], [0]):  # 2, 0 and 1 tokens
+        drafter._learn(StepOutcome(DraftTree(), accepted, 0, [0], ()))
+    assert drafter.gains == drafter.typical == [pytest.approx(1.0), None]
+    drafter.counted[0], drafter.gap[0] = 100, 60  # a draft after 60 idle steps: what it brought then is stale
+    drafter._learn(StepOutcome(DraftTree(), [0, 1], 0, [0], ()))
+    assert drafter.typical[0] == pytest.approx(1 + (2 - 1) * (1 - 0.95 ** 60))
+    assert drafter.gains[0] == pytest.approx(1 + (2 - 1) * (1 - 0.8 ** 60))
+
+
+def test_a_member_that_keeps_not_paying_explores_less_and_less_often():
+    drafter = combined(small_vocab_lm(1), mode="route", explore=2)
+    drafter.start(torch.tensor([1, 2, 1, 2, 1]), ())
+    ctx = DraftContext(torch.tensor([1, 2, 1, 2, 1]), 16, Sampling(), random.Random(0), FixedController(16))
+    drafter.gains, drafter.sizes = [None, 0.0], [None, 3]  # the draft model never pays
+    drafter.typical = drafter.gains
+    assert [step for step in range(6) if drafter._route(ctx)[1] is not None] == [0, 2, 4]  # still learning it
+    drafter.counted[1], drafter.idle[1] = 8, 0  # settled
+    explored = [step for step in range(40) if drafter._route(ctx)[1] is not None]
+    assert explored == [1, 5, 13, 29]  # every exploration that does not win it back doubles the wait: 4, 8, 16
+    drafter.gains = drafter.typical = [None, 3.0]  # now it pays: chosen every step, its wait back to `explore`
+    assert all(drafter._route(ctx)[1] is not None for _ in range(3)) and drafter.wait[1] == 2
 
 
 def test_the_cost_router_counts_what_a_members_tree_costs_to_verify():
@@ -164,8 +221,61 @@ def test_the_cost_router_counts_what_a_members_tree_costs_to_verify():
     for node_cost, drafts in ((0.03, False), (0.0, True)):
         drafter = combined(small_vocab_lm(1), mode="route", explore=99, node_cost=node_cost)
         drafter.start(torch.tensor([1, 2, 1, 2, 1]), ())
-        drafter.steps, drafter.gains, drafter.sizes = 1, [None, 3.0], [None, 200]
+        drafter.idle, drafter.gains, drafter.sizes = [0, 0], [None, 3.0], [None, 200]
+        drafter.typical = drafter.gains
         assert (drafter._route(ctx)[1] is not None) == drafts
+
+
+def test_a_node_is_verified_only_where_it_pays_for_its_position():
+    """Expected tokens per step time: 2.3 / 1.06 beats 1.9 / 1.03 and 2.31 / 1.09; free positions take every node."""
+    def linear(per_position):
+        return lambda k: 1 + per_position * k
+
+    assert paying_size([0.9, 0.4, 0.01], linear(0.03)) == 2
+    assert paying_size([0.9, 0.4, 0.01], linear(0.0)) == 3
+    assert paying_size([0.01, 0.01], linear(0.03)) == 0
+    assert paying_size([], linear(0.03)) == 0
+
+
+def test_the_cost_router_cuts_a_tree_to_the_nodes_that_pay_on_the_measured_curve():
+    drafter = combined(small_vocab_lm(1), mode="route")
+    tree = deterministic(list(range(1, 9)))
+    tree.scores = [0.9 ** d for d in range(1, 9)]  # accepted less and less deep down
+    assert len(drafter._cut([tree])[0][0]) == 8  # 0.03 a position: every node pays
+    drafter.verify_curve = lambda positions: 1 + 0.5 * (positions - 1)  # a machine where positions are dear
+    kept = drafter._cut([tree])[0][0]
+    assert 0 < len(kept) < 8 and kept.tokens == tree.tokens[:len(kept)]
+    assert len(drafter._cut([tree], draft_cost=2.0)[0][0]) > len(kept)  # drafting spent: a longer verify pays
+    assert drafter.verify_cost(3) == 2.5
+
+
+def test_a_run_prices_its_combinations_from_the_cost_table(tiny_model_dir, tiny_draft_dir, tmp_path):
+    from specbench.bench.cost_timing import drafter_key
+    from specbench.bench.pipeline import member_strategies, price_combinations
+    from specbench.bench.prepare import prepare
+    from specbench.plan.run_config import RunConfig
+
+    def prepared(**knobs):
+        return prepare(RunConfig(model=str(tiny_model_dir), drafters=[str(tiny_draft_dir)], limit=2,
+                                 strategies=["ngram+draft"], out=str(tmp_path), knobs={"combine": knobs}).plan())
+
+    bench = prepared()
+    (member,) = member_strategies(bench.strategies)
+    budget = member.new_controller().budget()
+    table = CostTable({}, target=[{"batch": 1, "mask": mask, "context": c, "tokens": n, "median_s": 0.01 * (1 + n / 8)}
+                                  for mask in ("chain", "tree") for c in (64, 1024) for n in (1, 8, 16, 32, 49)],
+                      drafters={drafter_key(member): [{"budget": b, "median_s": 0.0045 * b} for b in (1, 8)]})
+    notes = price_combinations(bench, table)
+    combination = bench.strategies[-1].drafter
+    assert combination.verify_cost(7) == pytest.approx(16 / 9)  # 8 positions: 1 + 8/8 against 1 + 1/8
+    ctx = DraftContext(torch.tensor([1, 2]), 16, Sampling(), random.Random(0), FixedController(16))
+    combination.start(torch.tensor([1, 2]), ())
+    assert combination.draft_cost(1, ctx) == pytest.approx(0.4 * budget)  # 4.5 ms a draft forward, 11.25 a target's
+    assert combination.draft_cost(0, ctx) == 0.0  # n-gram drafts without a forward
+    assert "a verify of 8 positions 1.78" in notes[0] and f"draft {0.4 * budget:.2f} (budget {budget})" in notes[0]
+    bench = prepared(node_cost=0.1, draft_cost=0.2)
+    assert price_combinations(bench, table) == []
+    assert bench.strategies[-1].drafter.verify_cost(7) == pytest.approx(1.7)
 
 
 def test_the_entropy_router_switches_with_hysteresis():
@@ -179,3 +289,19 @@ def test_the_entropy_router_switches_with_hysteresis():
         drafter.observe(StepOutcome(DraftTree(), [], 0, [0], (), logits))
         states.append(drafter.uncertain)
     assert states == [False, True, True, False, False]
+
+
+def test_a_member_and_its_strategy_alone_share_one_timed_entry(tiny_model_dir, tiny_draft_dir, tmp_path):
+    from specbench.bench.cost_timing import drafting, drafter_key
+    from specbench.bench.pipeline import member_strategies
+    from specbench.bench.prepare import prepare
+    from specbench.plan.run_config import RunConfig
+
+    bench = prepare(RunConfig(model=str(tiny_model_dir), drafters=[str(tiny_draft_dir)], limit=2,
+                              strategies=["draft", "ngram+draft"], out=str(tmp_path)).plan())
+    both = bench.strategies + member_strategies(bench.strategies)
+    keys = [drafter_key(s) for s in drafting(both)]
+    assert len(keys) == len(set(keys)) == 2  # draft (alone and as a member) and the combination
+    table = CostTable({}, drafters={"k": [{"budget": 8, "median_s": 0.01}, {"budget": 8, "median_s": 0.02},
+                                          {"budget": 4, "median_s": 0.01}]})
+    assert table.drafter_s("k", 16) == pytest.approx(0.04)  # a budget timed twice reads its latest

@@ -273,7 +273,7 @@ def measure_costs(model, strategies: list[Strategy], context: Callable[[], list[
               for b in grid.batch_sizes for c in grid.context_lens}
     groups = {k: v for k, v in groups.items() if v}
     overhead = [(b, n) for b in grid.batch_sizes for n in grid.verify_lengths if not table.has_overhead(b, n)]
-    total = sum(map(len, groups.values())) + len(overhead) + sum(map(len, missing_budgets(table, strategies, grid)))
+    total = sum(map(len, groups.values())) + len(overhead) + sum(map(len, missing_budgets(table, drafting(strategies), grid)))
     done = 0
 
     def advance(what: str) -> None:
@@ -298,6 +298,12 @@ def measure_costs(model, strategies: list[Strategy], context: Callable[[], list[
     return table
 
 
+def drafting(strategies: list[Strategy]) -> list[Strategy]:
+    """The strategies with a drafter, one per drafter key (a combination's member and the member run alone
+    share their proposals' entry)."""
+    return list({drafter_key(s): s for s in strategies if s.drafter is not None}.values())
+
+
 def missing_budgets(table: CostTable, strategies: list[Strategy], grid: Grid) -> list[list[int]]:
     """Per strategy with a drafter, the grid's budgets the table has no proposal cost for."""
     return [[b for b in grid.budgets if b not in {r["budget"] for r in table.drafters.get(drafter_key(s), [])}]
@@ -309,11 +315,11 @@ def time_drafters(table: CostTable, model, strategies: list[Strategy], context: 
                   advance: Callable[[str], None] = lambda what: None) -> CostTable:
     """Time the proposals `table` lacks (each drafter at each of the grid's budgets) and store them;
     `context` is called once, and only when there is something to time."""
-    missing = missing_budgets(table, strategies, grid)
+    with_drafter = drafting(strategies)
+    missing = missing_budgets(table, with_drafter, grid)
     if not any(missing):
         return table
     context_ids = context()
-    with_drafter = [s for s in strategies if s.drafter is not None]
     for strategy, budgets in zip(with_drafter, missing):
         entries = table.drafters.setdefault(drafter_key(strategy), [])
         with recorded_load(entries):

@@ -26,6 +26,10 @@ from specbench.core.errors import Interrupted, SpecbenchError
 from specbench.core.records import Row, RunResult
 from specbench.decoding.target import context_limit, encode_turn
 from specbench.engines.protocol import KeepsLog, TimesTarget
+from specbench.decoding.drafting import Drafter
+from specbench.methods.build import Strategy
+from specbench.methods.combine import CombinedDrafter
+from specbench.methods.combine_options import COMBINE
 from specbench.methods.names import BASELINE
 from specbench.plan.run_config import RunPlan
 from specbench.report.run_dir import RunDir, group_of
@@ -35,6 +39,7 @@ Estimate = Callable[[dict[str, Any]], None]  # after the warm-up: the plan (seco
 
 BATCHED_VERIFY_LENGTHS = (1, 2, 4, 8, 12, 16)  # the chains' verify blocks: the engine pads them to the longest draft
 ENGINE_VERIFY_LENGTHS = (1, 2, 3, 4, 6, 8, 12, 16)  # another engine's chains (longer ones extrapolate)
+MAX_PRICED = 64  # verify lengths a combination's price is read for once; longer ones as they come
 
 
 def cost_inputs(bench: PreparedRun) -> CostInputs:
@@ -47,7 +52,8 @@ def cost_inputs(bench: PreparedRun) -> CostInputs:
     contexts = [c for c in contexts if c <= 4 * (longest + bench.config.max_new_tokens)] or contexts[:1]
     grid = Grid(context_lens=tuple(contexts), masks=(CHAIN, TREE))
     context = cache(partial(drafter_context, bench.target))  # generated once, if a proposal is timed
-    table: CostTable = measure_costs(bench.target.model, bench.strategies, context, bench.config.out, grid)
+    with_members = bench.strategies + member_strategies(bench.strategies)
+    table: CostTable = measure_costs(bench.target.model, with_members, context, bench.config.out, grid)
     batched = tuple(b for b in bench.batch_sizes if b > 1)
     if batched:  # the load axis's model at the run's batch sizes (chains only run batched)
         table = measure_costs(bench.target.model, bench.strategies, context, bench.config.out,
@@ -65,6 +71,56 @@ def cost_inputs(bench: PreparedRun) -> CostInputs:
             bench.notes.append(f"{engine.title}'s forwards are not timed apart: the cost model predicts no speedup "
                                "for its strategies")
     return CostInputs(tables, {s.name: drafter_key(s) for s in bench.strategies if s.drafter is not None})
+
+
+def routed(strategies: list[Strategy]) -> list[Strategy]:
+    """The combinations whose router weighs costs."""
+    return [s for s in strategies if isinstance(s.drafter, CombinedDrafter) and s.drafter.combine.routes]
+
+
+def member_strategies(strategies: list[Strategy]) -> list[Strategy]:
+    """The members with a network of the routed combinations, as strategies of their own: the cost table
+    times their proposals (a member run alone too shares its entry), so the router can price them."""
+    return [Strategy(member.name, member, new) for s in routed(strategies)
+            for member, new in zip(s.drafter.members, s.drafter.new_controllers) if member.model is not None]
+
+
+def price_combinations(bench: PreparedRun, table: CostTable) -> list[str]:
+    """The routed combinations priced by this machine's measured forwards, at the run's typical context (the
+    median prompt and half an answer): a verify of n positions from the target's verify curve, a forward of
+    each member's drafter from its timed proposals, both in target forwards of one, where `combine.node_cost`
+    and `combine.draft_cost` are not set; a note says what they read."""
+    combined = routed(bench.strategies)
+    knobs = bench.config.knobs.get(COMBINE, {})
+    if not combined or ("node_cost" in knobs and "draft_cost" in knobs):
+        return []
+    prompts = sorted(len(encode_turn(bench.target.tokenizer, item)) for item in bench.suite.items)
+    context = prompts[len(prompts) // 2] + bench.config.max_new_tokens // 2
+    one = table.target_s(1, context)
+    curve = {n: table.target_s(n, context, tree=True) / one for n in range(1, MAX_PRICED + 1)}
+
+    def verify(positions: int) -> float:
+        return curve.get(positions) or table.target_s(positions, context, tree=True) / one
+
+    def proposal(member: Drafter, new_controller) -> Callable[[int], float]:
+        key = drafter_key(Strategy(member.name, member, new_controller))
+        return cache(lambda budget: table.drafter_s(key, budget) / one)
+
+    priced = {}
+    for strategy in combined:
+        drafter = strategy.drafter
+        costs = [proposal(m, new) if m.model is not None else None
+                 for m, new in zip(drafter.members, drafter.new_controllers)]
+        drafter.price(None if "node_cost" in knobs else verify, None if "draft_cost" in knobs else costs)
+        priced.update({m.name: (new().budget(), cost) for m, new, cost in
+                       zip(drafter.members, drafter.new_controllers, costs) if cost is not None})
+    verifying = "" if "node_cost" in knobs else (f"a verify of 8 positions {curve[8]:.2f}, 16 {curve[16]:.2f}, "
+                                                 f"32 {curve[32]:.2f}")
+    drafting = "" if "draft_cost" in knobs else "a proposal " + ", ".join(
+        f"{name} {cost(budget):.2f} (budget {budget})" for name, (budget, cost) in sorted(priced.items()))
+    return [f"{', '.join(s.name for s in combined)} priced from this machine's forwards at context {context}, in "
+            f"target forwards: {'; '.join(p for p in (verifying, drafting) if p)} (combine.node_cost and "
+            "combine.draft_cost set them instead)"]
 
 
 def run_benchmark(plan: RunPlan, progress: Progress | None = None, resume: RunDir | None = None,
@@ -127,6 +183,8 @@ def measure_run(bench: PreparedRun, run: RunDir, progress: Progress | None = Non
     # the cost model prices proposals as the reference engine times them, whose strategies run only where it
     # is listed (else `ar` alone)
     costs = cost_inputs(bench) if config.cost_model and bench.plan.reference in bench.plan.engines else None
+    if costs is not None:
+        bench.notes += price_combinations(bench, costs.tables[bench.plan.reference])
     priced = time_proposals(bench.target, bench.strategies, config.out)  # the load axis's, timed before measuring
     noise.restart()
     complete = False

@@ -40,7 +40,11 @@ DEPTH_BINS = 8  # calibration bins: depths 1..7 apart, 8 and deeper together
 SCORE_BINS = 10  # and scores in tenths
 PRIOR_WEIGHT = 4.0  # a bin's observations count against this many pseudo-observations of the raw score
 UNSCORED_PRIOR = 0.6  # a node without a score is first taken as accepted with this probability per depth
-GAIN_RATE = 0.2  # weight of the latest step in a member's running accepted tokens
+# weight of a step in a member's running accepted tokens: lately (whether it pays against a model-free proposal,
+# which is the step's own), and typically (which of the model members drafts: what one draft brings is mostly noise)
+RECENT_RATE, TYPICAL_RATE = 0.2, 0.05
+MAX_WAIT = 256  # idle steps at most before a member left out by the router explores again
+SETTLED = 8  # a member's drafts before its explorations back off: one draft's accepted tokens are mostly noise
 
 
 def merge_trees(trees: list[DraftTree]) -> tuple[DraftTree, list[list[int]]]:
@@ -110,7 +114,13 @@ class Calibration:
         return member, min(depth, DEPTH_BINS), -1 if score is None else min(int(score * SCORE_BINS), SCORE_BINS - 1)
 
     def estimate(self, member: int, depth: int, score: float | None) -> float:
-        prior = UNSCORED_PRIOR ** depth if score is None else score
+        # an unscored node is first taken as its parent's depth is accepted, times UNSCORED_PRIOR: a prior that
+        # fell with depth alone (0.6^d) cut DFlash's chain below what it is accepted to, so those depths were
+        # never verified again and never learned
+        if score is None:
+            prior = UNSCORED_PRIOR * (self.estimate(member, depth - 1, None) if depth > 1 else 1.0)
+        else:
+            prior = score
         verified, accepted = self.counts.get(self.key(member, depth, score), (0, 0))
         return (accepted + PRIOR_WEIGHT * prior) / (verified + PRIOR_WEIGHT)
 
@@ -127,16 +137,35 @@ class Calibration:
                 counts[1] += node in accepted
 
 
-def budget_keep(tree: DraftTree, estimates: list[float], budget: int) -> list[bool]:
-    """The `budget` nodes of `tree` likeliest to be accepted, as a trie: a node ranks by the least estimate
-    on its path (never above its parent), ties to the earlier node, so its parent is taken before it."""
+def ranked(tree: DraftTree, estimates: list[float]) -> tuple[list[int], list[float]]:
+    """The nodes of `tree`, likeliest to be accepted first, with their ranks: a node ranks by the least estimate
+    on its path (never above its parent), ties to the earlier node, so every prefix of the order is a trie."""
     rank: list[float] = []
     for est, parent in zip(estimates, tree.parents):
         rank.append(min(est, rank[parent]) if parent >= 0 else est)
+    order = sorted(range(len(tree)), key=lambda n: (-rank[n], n))
+    return order, [rank[n] for n in order]
+
+
+def budget_keep(tree: DraftTree, estimates: list[float], budget: int) -> list[bool]:
+    """The `budget` nodes of `tree` likeliest to be accepted, as a trie."""
     keep = [False] * len(tree)
-    for node in sorted(range(len(tree)), key=lambda n: (-rank[n], n))[:budget]:
+    for node in ranked(tree, estimates)[0][:budget]:
         keep[node] = True
     return keep
+
+
+def paying_size(ranks: list[float], cost: Callable[[int], float]) -> int:
+    """How many of the ranked nodes to verify: the count k whose expected tokens (1 + the first k ranks) per
+    step time (`cost(k)`, in target forwards) is best, the fewest where several tie. Sequoia (arXiv 2402.12374)
+    sizes its tree by the hardware's verify time in the same way."""
+    best, best_k, expected = 1 / cost(0), 0, 1.0
+    for k, rank in enumerate(ranks, start=1):
+        expected += rank
+        value = expected / cost(k)
+        if value > best:
+            best, best_k = value, k
+    return best_k
 
 
 class CombinedDrafter(Drafter):
@@ -152,10 +181,23 @@ class CombinedDrafter(Drafter):
         self.hidden_layers = tuple(sorted({layer for m in members for layer in m.hidden_layers}))
         self._layer_picks = [[self.hidden_layers.index(layer) for layer in m.hidden_layers] for m in members]
         self.calibration = Calibration()
-        self.gains: list[float | None] = [None] * len(members)  # per member: running accepted tokens a step
+        # a verify forward of n positions in target forwards of one: the run's measured curve where it has one
+        # (price), else the linear `node_cost` per position
+        self.verify_curve: Callable[[int], float] | None = None
+        # per member: its proposal at a draft budget, in target forwards, measured (price), else `draft_cost`
+        self.proposal_costs: list[Callable[[int], float] | None] | None = None
+        # per member: accepted tokens a step it drafted, lately and typically (RECENT_RATE, TYPICAL_RATE)
+        self.gains: list[float | None] = [None] * len(members)
+        self.typical: list[float | None] = [None] * len(members)
+        self.counted = [0] * len(members)  # per member: the steps it drafted
         self.sizes: list[int | None] = [None] * len(members)  # per member: the nodes of its last tree
         self.uncertain = False  # the entropy router's state
-        self.steps = 0
+        self.held: int | None = None  # the cost router's: the model member it chose last
+        # per member: idle steps before it explores, and steps since it last drafted (the run's, as the
+        # calibration: the first step of the run asks every member)
+        self.wait = [self.combine.explore] * len(members)
+        self.idle = list(self.wait)
+        self.gap = [1] * len(members)  # per member: steps since it drafted before, at its latest draft
         self._last: tuple[list[DraftTree], list[list[int]], list[bool]] = ([], [], [])
 
     @property
@@ -167,7 +209,7 @@ class CombinedDrafter(Drafter):
 
     def start(self, prompt: torch.Tensor, hidden: tuple[torch.Tensor, ...]) -> None:
         self.controllers = [new() for new in self.new_controllers]
-        self.uncertain, self.steps = False, 0
+        self.uncertain = False
         for i, member in enumerate(self.members):
             member.start(prompt, self._hidden_for(i, hidden))
 
@@ -176,59 +218,109 @@ class CombinedDrafter(Drafter):
         return self.members[i].propose(DraftContext(ctx.tokens, min(ctrl.budget(), ctx.budget), ctx.sampling,
                                                     ctx.rng, ctrl))
 
-    def _forwards(self, i: int, ctx: DraftContext) -> int:
-        """Drafter forwards member i runs this step: one for a block drafter, one a position otherwise."""
+    def verify_cost(self, nodes: int) -> float:
+        """A verify forward over `nodes` drafted nodes (and the bonus position), in target forwards of one."""
+        if self.verify_curve is not None:
+            return self.verify_curve(nodes + 1)
+        return 1 + self.combine.node_cost * nodes
+
+    def price(self, verify_curve: Callable[[int], float] | None,
+              proposal_costs: list[Callable[[int], float] | None] | None) -> None:
+        """Weigh verifying and drafting by this machine's measured costs (bench/pipeline.py price_combinations):
+        `verify_curve(n)` a verify forward of n positions, `proposal_costs[i](budget)` member i's proposal (None
+        for a model-free member), both in target forwards of one; None keeps the `node_cost` or `draft_cost`
+        knob."""
+        self.verify_curve, self.proposal_costs = verify_curve, proposal_costs
+
+    def draft_cost(self, i: int, ctx: DraftContext) -> float:
+        """What member i's proposal this step costs, in target forwards (0 for a model-free member)."""
         member = self.members[i]
-        return 1 if member.parallel_draft else min(self.controllers[i].budget(), ctx.budget)
+        if member.model is None:
+            return 0.0
+        budget = min(self.controllers[i].budget(), ctx.budget)
+        if self.proposal_costs is not None and self.proposal_costs[i] is not None:
+            return self.proposal_costs[i](budget)
+        return self.combine.draft_cost * (1 if member.parallel_draft else budget)
+
+    def _draft_cost(self, drafted: list[bool], ctx: DraftContext) -> float:
+        """What the step's drafting cost, in target forwards."""
+        return sum(self.draft_cost(i, ctx) for i, done in enumerate(drafted) if done)
 
     def _pays(self, ctx: DraftContext, trees: list[DraftTree | None]) -> set[int]:
         """The cost router: the model members worth drafting, given the model-free members' proposals
-        (already in `trees`): the one whose (1 + expected accepted tokens) / (1 + draft cost + verify cost) is
-        best, where it beats (1 + what the model-free proposals are expected to bring) / (1 + their verify cost).
+        (already in `trees`): the one whose (1 + expected accepted tokens) / (draft cost + verify cost) is
+        best, where it beats (1 + what the model-free proposals are expected to bring) / (their verify cost);
+        without a model-free member, the best always (each would draft every step alone).
         A position's verify cost counts: on a CPU a large tree (EAGLE's) costs more to verify than its extra
         accepted tokens bring."""
-        node_cost = self.combine.node_cost
         free, free_nodes = max(((sum(self.calibration.tree_estimates(i, t)), len(t))
                                 for i, t in enumerate(trees) if t is not None), default=(0.0, 0))
-        value = {}
-        for i in (i for i, t in enumerate(trees) if t is None):
-            gain = self.gains[i]
-            if gain is None:  # never measured: draft, to learn it
-                return {i for i, t in enumerate(trees) if t is None}
+        model = [i for i, t in enumerate(trees) if t is None]
+        if any(self.gains[i] is None for i in model):  # one never measured: all draft, to learn it
+            return set(model)
+
+        values = {}
+        for i in model:
             nodes = max(self.sizes[i] or 0, free_nodes)  # its tree and the model-free one, merged, at the least
-            value[i] = (1 + max(gain, free)) / (1 + self.combine.draft_cost * self._forwards(i, ctx)
-                                                + node_cost * nodes)
-        best = max(value, key=value.get, default=None)
-        return {best} if best is not None and value[best] > (1 + free) / (1 + node_cost * free_nodes) else set()
+            cost = self.draft_cost(i, ctx) + self.verify_cost(nodes)
+            values[i] = (1 + max(self.typical[i], free)) / cost, (1 + max(self.gains[i], free)) / cost
+        best = max(values, key=lambda i: values[i][0], default=None)
+        held = self.held
+        if best is not None and held in values and values[best][0] <= values[held][0] * (1 + self.combine.switch_margin):
+            best = held  # hysteresis: noise in the running estimates must not flip the choice step to step
+        if best is None or (len(model) < len(trees) and values[best][1] <= (1 + free) / self.verify_cost(free_nodes)):
+            return set()
+        self.held = best
+        return {best}  # among model members alone the best always drafts, as it would alone
 
     def _route(self, ctx: DraftContext) -> list[DraftTree | None]:
-        """Route mode: each member's tree, None for one that does not draft this step."""
+        """Route mode: each member's tree, None for one that does not draft this step. A member left out
+        explores (drafts anyway, to keep its estimates current) after `wait` idle steps; once it has drafted
+        SETTLED times, each exploration that does not win it back doubles its wait, up to MAX_WAIT, as a
+        drafter that does not pay here is dear to ask again (EAGLE's tree costs the embedded model most of a
+        target forward); being chosen resets it."""
         n = len(self.members)
-        if self.steps % self.combine.explore == 0:  # every member, now and then, to keep its estimates current
-            return [self._draft(i, ctx) for i in range(n)]
+        trees: list[DraftTree | None] = [None] * n
         if self.combine.router == "entropy":
-            drafting = set(range(1, n)) if self.uncertain else {0}
-            return [self._draft(i, ctx) if i in drafting else None for i in range(n)]
-        trees: list[DraftTree | None] = [self._draft(i, ctx) if m.model is None else None
-                                         for i, m in enumerate(self.members)]
-        for i in self._pays(ctx, trees):
-            trees[i] = self._draft(i, ctx)
+            chosen = set(range(1, n)) if self.uncertain else {0}
+        else:
+            trees = [self._draft(i, ctx) if m.model is None else None for i, m in enumerate(self.members)]
+            chosen = {i for i, t in enumerate(trees) if t is not None} | self._pays(ctx, trees)
+        for i in range(n):
+            exploring = i not in chosen and self.idle[i] + 1 >= self.wait[i]
+            if i in chosen:
+                self.wait[i] = self.combine.explore
+            elif exploring and self.counted[i] >= SETTLED:
+                self.wait[i] = min(2 * self.wait[i], MAX_WAIT)
+            self.gap[i] = self.idle[i] + 1  # steps since it last drafted, where it drafts now
+            self.idle[i] = 0 if i in chosen or exploring else self.idle[i] + 1
+            if trees[i] is None and self.idle[i] == 0:
+                trees[i] = self._draft(i, ctx)
         return trees
 
-    def _cut(self, trees: list[DraftTree]) -> list[tuple[DraftTree, list[int]]]:
+    def _cut(self, trees: list[DraftTree], draft_cost: float = 0.0) -> list[tuple[DraftTree, list[int]]]:
         """The deterministic trees cut together to the budget, a tree drawn from the rng whole: each tree as
-        verified, and its nodes' indices there (-1: cut)."""
+        verified, and its nodes' indices there (-1: cut). The cost router also cuts below the budget, to the
+        nodes that pay for their verify (`paying_size`), the step's `draft_cost` already spent."""
         out = [(tree, list(range(len(tree)))) for tree in trees]
         fixed = [i for i, t in enumerate(trees) if not sampled(t)]
         merged, maps = merge_trees([trees[i] for i in fixed])
         budget = self.combine.budget or max((len(trees[i]) for i in fixed), default=0)
-        if not self.combine.cuts or len(merged) <= budget:
+        priced = self.combine.routes and self.combine.router == "cost"
+        if not self.combine.cuts or (len(merged) <= budget and not priced):
             return out
         estimates = [0.0] * len(merged)
         for i, where in zip(fixed, maps):
             for node, est in zip(where, self.calibration.tree_estimates(i, trees[i])):
                 estimates[node] = max(estimates[node], est)
-        keep = budget_keep(merged, estimates, budget)
+        order, ranks = ranked(merged, estimates)
+        size = min(budget, len(order))
+        if priced:
+            drawn = sum(len(t) for i, t in enumerate(trees) if i not in fixed)  # verified whatever the cut
+            size = paying_size(ranks[:size], lambda k: draft_cost + self.verify_cost(drawn + k))
+        keep = [False] * len(merged)
+        for node in order[:size]:
+            keep[node] = True
         for i, where in zip(fixed, maps):
             out[i] = subtree(trees[i], [keep[node] for node in where])
         return out
@@ -237,12 +329,11 @@ class CombinedDrafter(Drafter):
         drafted = (self._route(ctx) if self.combine.routes
                    else [self._draft(i, ctx) for i in range(len(self.members))])
         trees = [t if t is not None else DraftTree() for t in drafted]
-        verified = self._cut(trees)
+        verified = self._cut(trees, self._draft_cost([t is not None for t in drafted], ctx))
         merged, maps = merge_trees([tree for tree, _ in verified])
         # each member's own nodes -> merged node, through the cut (-1: cut)
         wheres = [[where[n] if n >= 0 else -1 for n in new] for (_, new), where in zip(verified, maps)]
         self._last = (trees, wheres, [t is not None for t in drafted])
-        self.steps += 1
         return merged
 
     def observe(self, outcome: StepOutcome) -> None:
@@ -264,8 +355,12 @@ class CombinedDrafter(Drafter):
             path = member_path(outcome.path, where)
             self.calibration.record(i, tree, [w >= 0 for w in where], {n for n, w in enumerate(where) if w in accepted})
             self.sizes[i] = len(tree)
-            gain = self.gains[i]
-            self.gains[i] = len(path) if gain is None else (1 - GAIN_RATE) * gain + GAIN_RATE * len(path)
+            # the mean of its first drafts, then running means over the run's steps, so that a draft after a
+            # long idle stretch (an exploration) outweighs what the member brought long ago
+            self.counted[i] += 1
+            for means, per_step in ((self.gains, RECENT_RATE), (self.typical, TYPICAL_RATE)):
+                rate = max(1 / self.counted[i], 1 - (1 - per_step) ** self.gap[i])
+                means[i] = (1 - rate) * (means[i] or 0.0) + rate * len(path)
         if outcome.logits is not None and self.combine.router == "entropy":
             h = float(entropy(outcome.logits))
             self.uncertain = h > self.combine.entropy_high or (self.uncertain and h >= self.combine.entropy_low)

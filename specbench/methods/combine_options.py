@@ -7,14 +7,16 @@ Torch-free, so that a bad mode, budget or threshold pair is refused before any m
   first (each member's own score per node, calibrated online against what the target accepted).
 - route: before drafting, each member is asked whether it pays this step (`router`), then the
   budget cut as above. `cost`: a model-free member (n-gram, suffix) always drafts (no forward to pay
-  for); a member with a network drafts only where (1 + its expected accepted tokens) / (1 + its
-  draft cost + the cost of verifying its tree) beats (1 + what the model-free members' calibrated
-  proposals are expected to bring) / (1 + the cost of verifying them),
-  and of several such members only the one that pays best. `entropy` (the seeds' rule): the target's
-  entropy at the last committed position decides, with hysteresis: above `entropy_high` the later
-  members draft (the uncertain state), below `entropy_low` the first one (the confident state), in
-  between the state stays. A member left out drafts every `explore`-th step anyway, so that its
-  acceptance estimate stays current.
+  for); of the members with a network the one whose (1 + expected accepted tokens) / (its proposal's
+  cost + the verify of its tree) is best drafts, where that beats (1 + what the model-free proposals
+  are expected to bring) / (the verify of theirs), or always where there is no model-free member; it
+  changes only for one `switch_margin` better; the verified trie is cut to the nodes that pay for their
+  positions. The costs are the run's measured ones where it times them (bench/pipeline.py), else
+  `draft_cost` and `node_cost`. `entropy` (the seeds' rule): the target's entropy at the last
+  committed position decides, with hysteresis: above `entropy_high` the later members draft (the
+  uncertain state), below `entropy_low` the first one (the confident state), in between the state
+  stays. A member left out drafts after `explore` idle steps anyway, so that its acceptance estimate
+  stays current, and each exploration that does not win it back doubles that wait.
 """
 
 from __future__ import annotations
@@ -45,15 +47,18 @@ class CombineOptions:
     budget: int = knob(0, "nodes verified a step in budget and route modes (0: the largest member's own tree "
                           "that step)", "nodes", low=0)
     router: str = knob("cost", f"route mode's rule: {', '.join(ROUTERS)}")
-    draft_cost: float = knob(0.1, "cost router: a drafter forward's time as a share of a target forward",
-                             "", low=0.0)
+    draft_cost: float = knob(0.1, "cost router: a drafter forward's time as a share of a target forward "
+                                  "(a run measures it where it times costs)", "", low=0.0)
     # on two CPU cores a verify over 8 positions costs about 1.2 one-token forwards (results/benchmarks), 0.03 a
     # position beyond the first; on a GPU, where a forward is bound by reading the weights, nearer 0
-    node_cost: float = knob(0.03, "cost router: a verified position's time as a share of a target forward",
-                            "", low=0.0)
+    node_cost: float = knob(0.03, "cost router: a verified position's time as a share of a target forward "
+                                  "(a run measures it where it times costs)", "", low=0.0)
+    switch_margin: float = knob(0.1, "cost router: another model member replaces the one it chose last only "
+                                     "where it pays this share more", "", low=0.0)
     entropy_low: float = knob(1.0, "entropy router: below it (nats) the first member drafts", "nats", low=0.0)
     entropy_high: float = knob(3.0, "entropy router: above it (nats) the other members draft", "nats", low=0.0)
-    explore: int = knob(8, "route mode: a member left out still drafts every n-th step", "steps", low=1)
+    explore: int = knob(8, "route mode: a member left out still drafts after n idle steps (doubled each time "
+                           "it does not win)", "steps", low=1)
 
     def __post_init__(self) -> None:
         if isinstance(self.budget, int) and self.budget < 0:
@@ -84,6 +89,7 @@ SPACE = SearchSpace((
     Param("router", Choice(ROUTERS), When("mode", ("route",))),
     Param("draft_cost", FloatRange(0.02, 0.5, log=True), When("router", ("cost",))),
     Param("node_cost", FloatRange(0.002, 0.2, log=True), When("router", ("cost",))),
+    Param("switch_margin", FloatRange(0.0, 0.5), When("router", ("cost",))),
     Param("entropy_low", FloatRange(0.2, 3.0), When("router", ("entropy",))),
     Param("entropy_high", FloatRange(Ref("entropy_low"), 6.0), When("router", ("entropy",))),
     Param("explore", IntRange(2, 32, log=True), When("mode", ("route",))),
