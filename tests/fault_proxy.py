@@ -3,9 +3,9 @@
 Every request is passed on as it came (headers included) and its answer streamed back chunk by chunk,
 except where `fault` is set: the requests to `path` (any path ending so; completions unless given) after
 the first `after`, `times` of them (all without it), get it: a status ("401", "403", "429", "500",
-"503": that HTTP status instead of the answer); "reset": the connection closed after two chunks of the
-stream; "stall": no chunk after the second for `stall_s`; "slow_first_byte": `delay_s` before the answer
-starts; "stream_error": an error object in the stream after two chunks, as vLLM sends a failure
+"503": that HTTP status instead of the answer); "reset": the connection closed half-way through the first
+read of the stream; "stall": no chunk after the second for `stall_s`; "slow_first_byte": `delay_s` before the
+answer starts; "stream_error": an error object in the stream after two chunks, as vLLM sends a failure
 mid-answer; "malformed_sse": a data line that is not JSON after two chunks; "redirect": a 302 to the
 same path at `redirect_to`. "dead" closes every connection on every path at once, as an endpoint whose
 process is gone, and "unknown_model" lists a model that is not on this machine at /v1/models, as a remote
@@ -77,11 +77,12 @@ class FaultProxy:
             await response.prepare(request)
             chunks = 0
             async for chunk in answer.content.iter_any():
-                await response.write(chunk)
-                chunks += 1
-                if faulty == "reset" and chunks >= 2:
+                if faulty == "reset":  # half of the first read: however the answer arrives, it is cut mid-stream
+                    await response.write(chunk[:len(chunk) // 2])
                     request.transport.close()
                     return response
+                await response.write(chunk)
+                chunks += 1
                 if faulty == "stall" and chunks >= 2:
                     await asyncio.sleep(self.stall_s)
                 if faulty in ("stream_error", "malformed_sse") and chunks >= 2:

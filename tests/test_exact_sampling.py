@@ -303,9 +303,10 @@ DECISIONS = {
 
 def primed(state: dict):
     def prime(drafter) -> None:
-        drafter.steps = 1
+        drafter.idle = [0] * len(drafter.members)  # no member is due to explore
         drafter.uncertain = state.get("uncertain", False)
         drafter.gains = [state.get("gain") for _ in drafter.members]
+        drafter.typical = list(drafter.gains)
     return prime
 
 

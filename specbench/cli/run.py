@@ -76,29 +76,34 @@ def run(
     """Run strategies against plain autoregressive decoding on a prompt suite."""
     with user_errors():
         flags = given(
-            model=model, drafters=[str(d) for d in drafter or []], strategies=strategy or None, suite=suite, dataset=dataset, multi_turn=multi_turn,
+            model=model, drafters=[str(d) for d in drafter or []], strategies=strategy or None, suite=suite,
+            dataset=dataset, multi_turn=multi_turn,
             categories=split_list(categories), limit=limit, max_new_tokens=max_new_tokens, temperature=temperature,
             top_p=top_p, top_k=top_k, seed=seed, dtype=dtype, device=device, warmup=warmup, repeats=repeats,
             warmup_cap=warmup_cap, outlier_k=outlier_k,
             controller=controller, gpu=gpu, out=out_dir, profiles=str(profiles) if profiles else None,
             cost_model=cost_model, engine=engine, engine_args=parse_engine_args(engine_args),
             knobs=parse_sets(set_ or []), batch_sizes=batch_size_list(batch_size, batch_sizes))
-        from specbench.report.run_dir import saved_config
-        from specbench.report.run_report import lossless_checks, start_and_notes, stops_paying
+        show(measure(config, resume, flags), wide, as_json, html)
 
-        result = measure(config, resume, flags)
-        print_lines(start_and_notes(result))
-        if html:
-            write_page([result.path], result.path / "report.html")
-        if as_json:
-            from specbench.core.strict_json import dumps
 
-            sys.stdout.write(dumps(result.as_json(), indent=2) + "\n")
-            return
-        print_tables(result, wide)
-        measured = saved_config(result)
-        print_lines(stops_paying(result, measured) + lossless_checks(result, measured))
-        err.print(f"results: {result.path}", highlight=False)
+def show(result: RunResult, wide: bool, as_json: bool, html: bool) -> None:
+    """The run's notes, its page (--html), then its JSON or its tables and checks."""
+    from specbench.report.run_dir import saved_config
+    from specbench.report.run_report import lossless_checks, start_and_notes, stops_paying
+
+    print_lines(start_and_notes(result))
+    if html:
+        write_page([result.path], result.path / "report.html")
+    if as_json:
+        from specbench.core.strict_json import dumps
+
+        sys.stdout.write(dumps(result.as_json(), indent=2) + "\n")
+        return
+    print_tables(result, wide)
+    measured = saved_config(result)
+    print_lines(stops_paying(result, measured) + lossless_checks(result, measured))
+    err.print(f"results: {result.path}", highlight=False)
 
 
 def batch_size_list(batch_size: int | None, batch_sizes: str | None) -> list[int] | None:

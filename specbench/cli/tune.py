@@ -65,8 +65,9 @@ def tune(
     """
     with user_errors():
         flags = given(
-            model=model, drafters=[str(d) for d in drafter or []], suite=suite, dataset=dataset, multi_turn=multi_turn, categories=split_list(categories),
-            limit=limit, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, dtype=dtype,
+            model=model, drafters=[str(d) for d in drafter or []], suite=suite, dataset=dataset,
+            multi_turn=multi_turn, categories=split_list(categories), limit=limit, max_new_tokens=max_new_tokens,
+            temperature=temperature, seed=seed, dtype=dtype,
             device=device, gpu=gpu, out=out_dir, profiles=str(profiles) if profiles else None, engine=engine,
             engine_args=parse_engine_args(engine_args), timeout=timeout, study=study, storage=storage,
             concurrency=concurrency, request_rate=request_rate)
@@ -75,7 +76,11 @@ def tune(
             slo=parse_slo(slo)))
         if html:
             write_studies_page(report)
+    show(report, as_json)
 
+
+def show(report: TuneReport, as_json: bool) -> None:
+    """The studies' JSON, or their tables: rich on a terminal, markdown where piped."""
     from specbench.report.tune_report import render_markdown, render_rich
 
     if as_json:
