@@ -292,7 +292,7 @@ def test_the_entropy_router_switches_with_hysteresis():
 
 
 def test_a_member_and_its_strategy_alone_share_one_timed_entry(tiny_model_dir, tiny_draft_dir, tmp_path):
-    from specbench.bench.cost_timing import drafting, drafter_key
+    from specbench.bench.cost_timing import drafter_key, drafting
     from specbench.bench.pipeline import member_strategies
     from specbench.bench.prepare import prepare
     from specbench.plan.run_config import RunConfig

@@ -71,7 +71,8 @@ class CostTable:
 
     def drafter_s(self, key: str, budget: float) -> float:
         """Seconds of one proposal at draft budget `budget`, interpolated over the measured budgets."""
-        line = sorted({r["budget"]: r["median_s"] for r in self.drafters[key]}.items())  # a budget timed again: the latest
+        # a budget timed again reads its latest timing
+        line = sorted({r["budget"]: r["median_s"] for r in self.drafters[key]}.items())
         return _interpolate(budget, [b for b, _ in line], [s for _, s in line])
 
     def overhead_s(self, tokens: float, batch: float) -> float:

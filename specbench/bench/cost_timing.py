@@ -273,7 +273,8 @@ def measure_costs(model, strategies: list[Strategy], context: Callable[[], list[
               for b in grid.batch_sizes for c in grid.context_lens}
     groups = {k: v for k, v in groups.items() if v}
     overhead = [(b, n) for b in grid.batch_sizes for n in grid.verify_lengths if not table.has_overhead(b, n)]
-    total = sum(map(len, groups.values())) + len(overhead) + sum(map(len, missing_budgets(table, drafting(strategies), grid)))
+    proposals = sum(map(len, missing_budgets(table, drafting(strategies), grid)))
+    total = sum(map(len, groups.values())) + len(overhead) + proposals
     done = 0
 
     def advance(what: str) -> None:

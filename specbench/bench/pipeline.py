@@ -24,9 +24,9 @@ from specbench.bench.remeasure import remeasure_outliers
 from specbench.bench.summarise import finish
 from specbench.core.errors import Interrupted, SpecbenchError
 from specbench.core.records import Row, RunResult
+from specbench.decoding.drafting import Drafter
 from specbench.decoding.target import context_limit, encode_turn
 from specbench.engines.protocol import KeepsLog, TimesTarget
-from specbench.decoding.drafting import Drafter
 from specbench.methods.build import Strategy
 from specbench.methods.combine import CombinedDrafter
 from specbench.methods.combine_options import COMBINE

@@ -266,7 +266,8 @@ class CombinedDrafter(Drafter):
             values[i] = (1 + max(self.typical[i], free)) / cost, (1 + max(self.gains[i], free)) / cost
         best = max(values, key=lambda i: values[i][0], default=None)
         held = self.held
-        if best is not None and held in values and values[best][0] <= values[held][0] * (1 + self.combine.switch_margin):
+        margin = 1 + self.combine.switch_margin
+        if best is not None and held in values and values[best][0] <= values[held][0] * margin:
             best = held  # hysteresis: noise in the running estimates must not flip the choice step to step
         if best is None or (len(model) < len(trees) and values[best][1] <= (1 + free) / self.verify_cost(free_nodes)):
             return set()
