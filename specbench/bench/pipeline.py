@@ -39,7 +39,6 @@ Estimate = Callable[[dict[str, Any]], None]  # after the warm-up: the plan (seco
 
 BATCHED_VERIFY_LENGTHS = (1, 2, 4, 8, 12, 16)  # the chains' verify blocks: the engine pads them to the longest draft
 ENGINE_VERIFY_LENGTHS = (1, 2, 3, 4, 6, 8, 12, 16)  # another engine's chains (longer ones extrapolate)
-MAX_PRICED = 64  # verify lengths a combination's price is read for once; longer ones as they come
 
 
 def cost_inputs(bench: PreparedRun) -> CostInputs:
@@ -87,9 +86,9 @@ def member_strategies(strategies: list[Strategy]) -> list[Strategy]:
 
 def price_combinations(bench: PreparedRun, table: CostTable) -> list[str]:
     """The routed combinations priced by this machine's measured forwards, at the run's typical context (the
-    median prompt and half an answer): a verify of n positions from the target's verify curve, a forward of
-    each member's drafter from its timed proposals, both in target forwards of one, where `combine.node_cost`
-    and `combine.draft_cost` are not set; a note says what they read."""
+    median prompt and half an answer): a verify of n positions from the target's verify curve, each member's
+    proposal at a budget from its timed proposals, both in target forwards of one (each read once), where
+    `combine.node_cost` and `combine.draft_cost` are not set; a note says what they read."""
     combined = routed(bench.strategies)
     knobs = bench.config.knobs.get(COMBINE, {})
     if not combined or ("node_cost" in knobs and "draft_cost" in knobs):
@@ -97,10 +96,7 @@ def price_combinations(bench: PreparedRun, table: CostTable) -> list[str]:
     prompts = sorted(len(encode_turn(bench.target.tokenizer, item)) for item in bench.suite.items)
     context = prompts[len(prompts) // 2] + bench.config.max_new_tokens // 2
     one = table.target_s(1, context)
-    curve = {n: table.target_s(n, context, tree=True) / one for n in range(1, MAX_PRICED + 1)}
-
-    def verify(positions: int) -> float:
-        return curve.get(positions) or table.target_s(positions, context, tree=True) / one
+    verify = cache(lambda positions: table.target_s(positions, context, tree=True) / one)
 
     def proposal(member: Drafter, new_controller) -> Callable[[int], float]:
         key = drafter_key(Strategy(member.name, member, new_controller))
@@ -114,8 +110,8 @@ def price_combinations(bench: PreparedRun, table: CostTable) -> list[str]:
         drafter.price(None if "node_cost" in knobs else verify, None if "draft_cost" in knobs else costs)
         priced.update({m.name: (new().budget(), cost) for m, new, cost in
                        zip(drafter.members, drafter.new_controllers, costs) if cost is not None})
-    verifying = "" if "node_cost" in knobs else (f"a verify of 8 positions {curve[8]:.2f}, 16 {curve[16]:.2f}, "
-                                                 f"32 {curve[32]:.2f}")
+    verifying = "" if "node_cost" in knobs else (f"a verify of 8 positions {verify(8):.2f}, 16 {verify(16):.2f}, "
+                                                 f"32 {verify(32):.2f}")
     drafting = "" if "draft_cost" in knobs else "a proposal " + ", ".join(
         f"{name} {cost(budget):.2f} (budget {budget})" for name, (budget, cost) in sorted(priced.items()))
     return [f"{', '.join(s.name for s in combined)} priced from this machine's forwards at context {context}, in "

@@ -41,22 +41,25 @@ class Conversation:
     def requests(self) -> Iterator[tuple[tuple[str, ...], tuple[str, ...]]]:
         """Each user turn as a request: the user turns up to it and the answers between them (turns of one
         role in a row read as one; an answer before the first user turn is left out)."""
-        users, answers = self._blocks(USER), self._blocks(ASSISTANT)
+        blocks = self._blocks()
+        users = tuple(text for role, text in blocks if role == USER)
+        answers = tuple(text for role, text in blocks if role == ASSISTANT)
         for turn in range(len(users)):
             yield users[:turn + 1], answers[:turn]
 
     def user_turns(self) -> tuple[str, ...]:
         """The user's turns, in order, as `requests` reads them."""
-        return self._blocks(USER)
+        return tuple(text for role, text in self._blocks() if role == USER)
 
-    def _blocks(self, wanted: str) -> tuple[str, ...]:
+    def _blocks(self) -> list[tuple[str, str]]:
+        """The turns with turns of one role in a row read as one, from the first user turn on."""
         blocks: list[list] = []
         for role, text in self.turns:
             if blocks and blocks[-1][0] == role:
                 blocks[-1][1] += "\n\n" + text
             elif blocks or role == USER:
                 blocks.append([role, text])
-        return tuple(text for role, text in blocks if role == wanted)
+        return [(role, text) for role, text in blocks]
 
 
 @dataclass
