@@ -215,6 +215,19 @@ def test_a_member_that_keeps_not_paying_explores_less_and_less_often():
     assert all(drafter._route(ctx)[1] is not None for _ in range(3)) and drafter.wait[1] == 2
 
 
+def test_a_member_that_sits_out_steps_has_their_tokens_to_catch_up_on():
+    drafter = two_models()
+    drafter.start(torch.tensor([1, 2, 1]), ())
+    backlogs = []
+    for drafted, committed in (([True, False], [4, 5, 6]), ([True, False], [7]), ([False, True], [8, 9])):
+        drafter._last = ([DraftTree()] * 2, [[], []], drafted)
+        drafter.observe(StepOutcome(DraftTree(), [], committed[-1], committed, ()))
+        backlogs.append(list(drafter.backlog))
+    assert backlogs == [[3, 3], [1, 4], [3, 2]]  # a member that drafted absorbed all before, the step's are new
+    drafter.start(torch.tensor([1, 2, 1]), ())
+    assert drafter.backlog == [0, 0]  # the prompt: every member absorbs it, whichever drafts
+
+
 def test_the_cost_router_counts_what_a_members_tree_costs_to_verify():
     """3 accepted tokens do not pay for verifying 200 positions (0.03 of a forward each), n-gram's 2 do."""
     ctx = DraftContext(torch.tensor([1, 2, 1, 2, 1]), 16, Sampling(), random.Random(0), FixedController(16))
@@ -264,7 +277,8 @@ def test_a_run_prices_its_combinations_from_the_cost_table(tiny_model_dir, tiny_
     budget = member.new_controller().budget()
     table = CostTable({}, target=[{"batch": 1, "mask": mask, "context": c, "tokens": n, "median_s": 0.01 * (1 + n / 8)}
                                   for mask in ("chain", "tree") for c in (64, 1024) for n in (1, 8, 16, 32, 49)],
-                      drafters={drafter_key(member): [{"budget": b, "median_s": 0.0045 * b} for b in (1, 8)]})
+                      drafters={drafter_key(member): [{"budget": b, "median_s": 0.0045 * b} for b in (1, 8)]
+                                + [{"budget": 1, "absorbed": 16, "median_s": 0.0045 + 0.01125}]})
     notes = price_combinations(bench, table)
     combination = bench.strategies[-1].drafter
     assert combination.verify_cost(7) == pytest.approx(16 / 9)  # 8 positions: 1 + 8/8 against 1 + 1/8
@@ -272,7 +286,11 @@ def test_a_run_prices_its_combinations_from_the_cost_table(tiny_model_dir, tiny_
     combination.start(torch.tensor([1, 2]), ())
     assert combination.draft_cost(1, ctx) == pytest.approx(0.4 * budget)  # 4.5 ms a draft forward, 11.25 a target's
     assert combination.draft_cost(0, ctx) == 0.0  # n-gram drafts without a forward
-    assert "a verify of 8 positions 1.78" in notes[0] and f"draft {0.4 * budget:.2f} (budget {budget})" in notes[0]
+    combination.backlog[1] = 16  # it sat out steps that committed 16 tokens: catching up costs a target forward
+    assert combination.draft_cost(1, ctx) == pytest.approx(0.4 * budget + 1)
+    combination.backlog[1] = 8.5
+    assert combination.draft_cost(1, ctx) == pytest.approx(0.4 * budget + 0.5)
+    assert "a verify of 8 positions 1.78" in notes[0] and f"draft {0.4 * budget:.2f} (budget {budget};" in notes[0]
     bench = prepared(node_cost=0.1, draft_cost=0.2)
     assert price_combinations(bench, table) == []
     assert bench.strategies[-1].drafter.verify_cost(7) == pytest.approx(1.7)

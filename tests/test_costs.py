@@ -10,8 +10,10 @@ from specbench.bench import cost_timing
 from specbench.bench.cost_timing import drafter_key, measure_costs
 from specbench.methods.build import Strategy
 from specbench.methods.controllers import FixedController
+from specbench.methods.draft_model import DraftModelDrafter, DraftOptions
 from specbench.methods.ngram import NgramDrafter, NgramOptions
-from tests.helpers import tiny_target
+from specbench.methods.suffix import SuffixDrafter, SuffixOptions
+from tests.helpers import small_vocab_lm, tiny_target
 
 GRID = Grid(verify_lengths=(1, 2, 4), context_lens=(8, 16), budgets=(1, 2), repeats=2, warmup=1)
 
@@ -126,3 +128,32 @@ def test_a_model_without_drafters_prices_every_model_free_method():
     # `specbench costs` on a user's model: no drafter given, so only the methods that need none
     names = [s.name for s in cost_timing.cost_strategies(tiny_target(), [])]
     assert names == [n for n in cost_timing.DRAFTER_NAMES if n in ("ngram", "suffix")] and "suffix" in names
+
+
+def test_a_drafter_with_a_network_is_timed_catching_up_on_tokens_it_sat_out(tmp_path, monkeypatch):
+    monkeypatch.setattr(cost_table, "trusted", lambda entry: True)
+    target = tiny_target()
+    draft = Strategy("draft", DraftModelDrafter(small_vocab_lm(1), DraftOptions(k=2)), lambda: FixedController(2))
+    grid = Grid(verify_lengths=(1, 2), context_lens=(8,), masks=("chain",), budgets=(1, 2), backlogs=(4, 16),
+                repeats=2, warmup=1)
+    table = measure_costs(target.model, [draft, ngram()], lambda: [1, 2, 3, 1, 2], tmp_path, grid)
+    timed = {(r["budget"], r["absorbed"]) for r in table.drafters[drafter_key(draft)]}
+    assert timed == {(1, 1), (2, 1), (1, 4), (1, 16)}  # backlogs at the first budget
+    assert {r["absorbed"] for r in table.drafters[drafter_key(ngram())]} == {1}  # model-free: nothing to catch up
+    key = drafter_key(draft)
+    assert table.catch_up_s(key, 1) == 0.0 and table.catch_up_s(key, 10) >= 0.0
+    assert table.catch_up_s(drafter_key(ngram()), 10) == 0.0
+    assert table.drafter_s(key, 2) == next(r["median_s"] for r in table.drafters[key] if r["budget"] == 2)
+
+
+def test_timing_a_drafter_leaves_the_runs_drafter_as_it_was(tmp_path, monkeypatch):
+    """Suffix decoding keeps the run's answers: a proposal timed before the run must not add its context."""
+    monkeypatch.setattr(cost_table, "trusted", lambda entry: True)
+    suffix = Strategy("suffix", SuffixDrafter(SuffixOptions()), lambda: FixedController(4))
+    grid = Grid(verify_lengths=(1,), context_lens=(8,), masks=("chain",), budgets=(2,), repeats=2, warmup=0)
+    measure_costs(tiny_target().model, [suffix], lambda: [1, 2, 3, 1, 2], tmp_path, grid)
+    assert list(suffix.drafter.history.trie.matches([1, 2])) == []
+    draft = DraftModelDrafter(small_vocab_lm(1), DraftOptions(k=2))
+    copied = cost_timing.scratch_copy(draft)
+    assert copied is not draft and copied.model is not draft.model
+    assert all(a is b for a, b in zip(copied.model.parameters(), draft.model.parameters()))  # weights shared

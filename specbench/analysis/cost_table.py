@@ -28,6 +28,11 @@ def trusted(entry: dict) -> bool:
     return entry.get("spread", 1.0) <= MAX_SPREAD and (others is None or others <= MAX_OTHERS)
 
 
+def absorbed(entry: dict) -> int:
+    """The committed tokens a drafter absorbed before the timed proposal of a drafter entry."""
+    return entry.get("absorbed", 1)
+
+
 def _interpolate(x: float, xs: list[float], ys: list[float]) -> float:
     """Piecewise-linear in x, extended linearly past the last two points (costs keep growing)."""
     if len(xs) == 1:
@@ -70,10 +75,22 @@ class CostTable:
         return _interpolate(context, contexts, at_context)
 
     def drafter_s(self, key: str, budget: float) -> float:
-        """Seconds of one proposal at draft budget `budget`, interpolated over the measured budgets."""
+        """Seconds of one proposal at draft budget `budget` (one committed token absorbed before it),
+        interpolated over the measured budgets."""
         # a budget timed again reads its latest timing
-        line = sorted({r["budget"]: r["median_s"] for r in self.drafters[key]}.items())
+        line = sorted({r["budget"]: r["median_s"] for r in self.drafters[key] if absorbed(r) == 1}.items())
         return _interpolate(budget, [b for b, _ in line], [s for _, s in line])
+
+    def catch_up_s(self, key: str, tokens: float) -> float:
+        """Seconds a proposal takes more where the drafter absorbs `tokens` committed tokens first rather than
+        one (a drafter that drafted none of the last steps catches up on them), interpolated over the measured
+        backlogs; 0 where none was measured (a model-free drafter)."""
+        backlog = [r for r in self.drafters.get(key, []) if absorbed(r) > 1]
+        if not backlog or tokens <= 1:
+            return 0.0
+        budget = backlog[0]["budget"]
+        line = sorted({absorbed(r): r["median_s"] for r in self.drafters[key] if r["budget"] == budget}.items())
+        return max(0.0, _interpolate(tokens, [t for t, _ in line], [s for _, s in line]) - line[0][1])
 
     def overhead_s(self, tokens: float, batch: float) -> float:
         """The batched engine's step overhead at `batch` rows and a verify block of `tokens` (interpolated
@@ -122,6 +139,9 @@ class Grid:
     context_lens: tuple[int, ...] = (64, 256)
     masks: tuple[str, ...] = (CHAIN, TREE)
     budgets: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16)
+    # committed tokens a drafter with a network absorbs before a proposal at the first budget, beside the one
+    # a proposal per step absorbs: a combination's member that sat out steps catches up on their tokens
+    backlogs: tuple[int, ...] = (16, 64)
     repeats: int = 7
     warmup: int = 2
     overhead_steps: int = 3  # batched decode steps timed for the step overhead at each batch and block length

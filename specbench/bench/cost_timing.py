@@ -19,8 +19,10 @@ draft shape a run measured, never from the strategy's own step times.
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
+import itertools
 import time
 from contextlib import contextmanager
 from dataclasses import replace
@@ -34,12 +36,12 @@ import torch
 from specbench import decoding as engine_package
 from specbench import methods as strategies_package
 from specbench.analysis import noise
-from specbench.analysis.cost_table import BATCH_GRID, CHAIN, TREE, CostTable, Grid, load_table, table_path
+from specbench.analysis.cost_table import BATCH_GRID, CHAIN, TREE, CostTable, Grid, absorbed, load_table, table_path
 from specbench.analysis.host import cpu_name
 from specbench.core.files import write_json
 from specbench.decoding.batch import forward_block, generate_batch
 from specbench.decoding.decode import forward, generate, prefill
-from specbench.decoding.drafting import DraftContext, StepOutcome
+from specbench.decoding.drafting import DraftContext, Drafter, StepOutcome
 from specbench.decoding.kv_cache import new_cache, per_layer_type, repeat_rows, run_model, truncate
 from specbench.decoding.sampling import Sampling, seeded
 from specbench.decoding.target import DEFAULT_MODEL, encode_turn, fingerprint
@@ -227,31 +229,46 @@ def time_overhead(model, batch: int, tokens: int, steps: int) -> dict:
     return {"batch": batch, "tokens": tokens, **_timing(times)}
 
 
-@torch.inference_mode()
-def time_drafter(model, strategy: Strategy, context_ids: list[int], budget: int, repeats: int, warmup: int) -> dict:
-    """One proposal at `budget` after the drafter absorbed `context_ids` (its first proposal is unmeasured).
+def scratch_copy(drafter: Drafter) -> Drafter:
+    """`drafter` with state of its own and the same weights: timing the copy leaves the run's drafter as it
+    was (suffix decoding keeps a history of the run's answers, which timing would fill with its context)."""
+    weights = [t for m in drafter.members if m.model is not None
+               for t in itertools.chain(m.model.parameters(), m.model.buffers())]
+    return copy.deepcopy(drafter, {id(t): t for t in weights})
 
-    Before each proposal one more token is committed and observed, as after a step that accepted no
-    draft, so a feature drafter's proposal includes absorbing that token's target features."""
-    drafter = strategy.drafter
+
+@torch.inference_mode()
+def time_drafter(model, strategy: Strategy, context_ids: list[int], budget: int, repeats: int, warmup: int,
+                 absorbed: int = 1) -> dict:
+    """One proposal at `budget` after the drafter absorbed `context_ids` and then `absorbed` more tokens,
+    committed one a step and observed as after steps that accepted no draft, so that a feature drafter's
+    proposal includes absorbing those tokens' target features. Each round starts the drafter afresh on
+    the context (proposing once, untimed), so every timed proposal sees the same context."""
+    drafter = scratch_copy(strategy.drafter)
     committed = torch.tensor(context_ids, dtype=torch.long, device=model.device)
     hidden = prefill(model, committed, new_cache(model), drafter.hidden_layers)
-    drafter.start(committed, hidden)
     last = tuple(h[-1:] for h in hidden)
     rng = seeded(0, model.device)
     depth: list[int] = []
     tokens = [committed]
 
-    def commit_one() -> None:
-        drafter.observe(StepOutcome(DraftTree(), [], int(tokens[0][-1]), [int(tokens[0][-1])], last))
-        tokens[0] = torch.cat([tokens[0], tokens[0][-1:]])
+    def draft() -> DraftTree:
+        return drafter.propose(DraftContext(tokens[0], budget, Sampling(), rng, FixedController(budget)))
 
     def propose() -> None:
-        tree = drafter.propose(DraftContext(tokens[0], budget, Sampling(), rng, FixedController(budget)))
-        depth.append(max(tree.depths(), default=0))
+        depth.append(max(draft().depths(), default=0))
 
-    timing = _time_rounds([propose], repeats, warmup, model.device, setup=commit_one)[0]
-    return {"budget": budget, "context": len(context_ids), "depth": float(np.mean(depth)), **timing}
+    def restart() -> None:
+        drafter.start(committed, hidden)
+        tokens[0] = committed
+        draft()
+        for _ in range(absorbed):
+            drafter.observe(StepOutcome(DraftTree(), [], int(tokens[0][-1]), [int(tokens[0][-1])], last))
+            tokens[0] = torch.cat([tokens[0], tokens[0][-1:]])
+
+    timing = _time_rounds([propose], repeats, warmup, model.device, setup=restart)[0]
+    return {"budget": budget, "absorbed": absorbed, "context": len(context_ids), "depth": float(np.mean(depth)),
+            **timing}
 
 
 def save_table(out_dir: str | Path, table: CostTable) -> Path:
@@ -273,7 +290,7 @@ def measure_costs(model, strategies: list[Strategy], context: Callable[[], list[
               for b in grid.batch_sizes for c in grid.context_lens}
     groups = {k: v for k, v in groups.items() if v}
     overhead = [(b, n) for b in grid.batch_sizes for n in grid.verify_lengths if not table.has_overhead(b, n)]
-    proposals = sum(map(len, missing_budgets(table, drafting(strategies), grid)))
+    proposals = sum(map(len, missing_proposals(table, drafting(strategies), grid)))
     total = sum(map(len, groups.values())) + len(overhead) + proposals
     done = 0
 
@@ -305,29 +322,38 @@ def drafting(strategies: list[Strategy]) -> list[Strategy]:
     return list({drafter_key(s): s for s in strategies if s.drafter is not None}.values())
 
 
-def missing_budgets(table: CostTable, strategies: list[Strategy], grid: Grid) -> list[list[int]]:
-    """Per strategy with a drafter, the grid's budgets the table has no proposal cost for."""
-    return [[b for b in grid.budgets if b not in {r["budget"] for r in table.drafters.get(drafter_key(s), [])}]
-            for s in strategies if s.drafter is not None]
+def missing_proposals(table: CostTable, strategies: list[Strategy], grid: Grid) -> list[list[tuple[int, int]]]:
+    """Per strategy with a drafter, the proposals the table has no cost for, as (budget, tokens absorbed
+    before it): each of the grid's budgets, and for a drafter with a network its backlogs at the first budget."""
+    out = []
+    for s in strategies:
+        if s.drafter is None:
+            continue
+        wanted = [(b, 1) for b in grid.budgets]
+        if s.drafter.model is not None:
+            wanted += [(grid.budgets[0], n) for n in grid.backlogs]
+        have = {(r["budget"], absorbed(r)) for r in table.drafters.get(drafter_key(s), [])}
+        out.append([w for w in wanted if w not in have])
+    return out
 
 
 def time_drafters(table: CostTable, model, strategies: list[Strategy], context: Callable[[], list[int]],
                   out_dir: str | Path, grid: Grid = BATCH_GRID,
                   advance: Callable[[str], None] = lambda what: None) -> CostTable:
-    """Time the proposals `table` lacks (each drafter at each of the grid's budgets) and store them;
-    `context` is called once, and only when there is something to time."""
+    """Time the proposals `table` lacks (each drafter at each of the grid's budgets and backlogs) and store
+    them; `context` is called once, and only when there is something to time."""
     with_drafter = drafting(strategies)
-    missing = missing_budgets(table, with_drafter, grid)
+    missing = missing_proposals(table, with_drafter, grid)
     if not any(missing):
         return table
     context_ids = context()
-    for strategy, budgets in zip(with_drafter, missing):
+    for strategy, proposals in zip(with_drafter, missing):
         entries = table.drafters.setdefault(drafter_key(strategy), [])
         with recorded_load(entries):
-            for budget in budgets:
-                entries.append(time_drafter(model, strategy, context_ids, budget, grid.repeats, grid.warmup))
+            for budget, tokens in proposals:
+                entries.append(time_drafter(model, strategy, context_ids, budget, grid.repeats, grid.warmup, tokens))
                 advance(f"{strategy.name} proposals")
-        if budgets:
+        if proposals:
             save_table(out_dir, table)
     return table
 

@@ -87,7 +87,8 @@ def member_strategies(strategies: list[Strategy]) -> list[Strategy]:
 def price_combinations(bench: PreparedRun, table: CostTable) -> list[str]:
     """The routed combinations priced by this machine's measured forwards, at the run's typical context (the
     median prompt and half an answer): a verify of n positions from the target's verify curve, each member's
-    proposal at a budget from its timed proposals, both in target forwards of one (each read once), where
+    proposal at a budget, after the tokens it sat out, from its timed proposals, both in target forwards of one
+    (each read once), where
     `combine.node_cost` and `combine.draft_cost` are not set; a note says what they read."""
     combined = routed(bench.strategies)
     knobs = bench.config.knobs.get(COMBINE, {})
@@ -98,9 +99,9 @@ def price_combinations(bench: PreparedRun, table: CostTable) -> list[str]:
     one = table.target_s(1, context)
     verify = cache(lambda positions: table.target_s(positions, context, tree=True) / one)
 
-    def proposal(member: Drafter, new_controller) -> Callable[[int], float]:
+    def proposal(member: Drafter, new_controller) -> Callable[[int, int], float]:
         key = drafter_key(Strategy(member.name, member, new_controller))
-        return cache(lambda budget: table.drafter_s(key, budget) / one)
+        return cache(lambda budget, backlog: (table.drafter_s(key, budget) + table.catch_up_s(key, backlog)) / one)
 
     priced = {}
     for strategy in combined:
@@ -113,7 +114,8 @@ def price_combinations(bench: PreparedRun, table: CostTable) -> list[str]:
     verifying = "" if "node_cost" in knobs else (f"a verify of 8 positions {verify(8):.2f}, 16 {verify(16):.2f}, "
                                                  f"32 {verify(32):.2f}")
     drafting = "" if "draft_cost" in knobs else "a proposal " + ", ".join(
-        f"{name} {cost(budget):.2f} (budget {budget})" for name, (budget, cost) in sorted(priced.items()))
+        f"{name} {cost(budget, 1):.2f} (budget {budget}; {cost(budget, 64):.2f} after 64 tokens)"
+        for name, (budget, cost) in sorted(priced.items()))
     return [f"{', '.join(s.name for s in combined)} priced from this machine's forwards at context {context}, in "
             f"target forwards: {'; '.join(p for p in (verifying, drafting) if p)} (combine.node_cost and "
             "combine.draft_cost set them instead)"]

@@ -184,8 +184,10 @@ class CombinedDrafter(Drafter):
         # a verify forward of n positions in target forwards of one: the run's measured curve where it has one
         # (price), else the linear `node_cost` per position
         self.verify_curve: Callable[[int], float] | None = None
-        # per member: its proposal at a draft budget, in target forwards, measured (price), else `draft_cost`
-        self.proposal_costs: list[Callable[[int], float] | None] | None = None
+        # per member: its proposal at a draft budget after absorbing a number of committed tokens, in target
+        # forwards, measured (price), else `draft_cost`
+        self.proposal_costs: list[Callable[[int, int], float] | None] | None = None
+        self.backlog = [0] * len(members)  # per member: tokens committed since it last drafted
         # per member: accepted tokens a step it drafted, lately and typically (RECENT_RATE, TYPICAL_RATE)
         self.gains: list[float | None] = [None] * len(members)
         self.typical: list[float | None] = [None] * len(members)
@@ -210,6 +212,7 @@ class CombinedDrafter(Drafter):
     def start(self, prompt: torch.Tensor, hidden: tuple[torch.Tensor, ...]) -> None:
         self.controllers = [new() for new in self.new_controllers]
         self.uncertain = False
+        self.backlog = [0] * len(self.members)  # the prompt: every member absorbs it, whichever drafts
         for i, member in enumerate(self.members):
             member.start(prompt, self._hidden_for(i, hidden))
 
@@ -225,21 +228,22 @@ class CombinedDrafter(Drafter):
         return 1 + self.combine.node_cost * nodes
 
     def price(self, verify_curve: Callable[[int], float] | None,
-              proposal_costs: list[Callable[[int], float] | None] | None) -> None:
+              proposal_costs: list[Callable[[int, int], float] | None] | None) -> None:
         """Weigh verifying and drafting by this machine's measured costs (bench/pipeline.py price_combinations):
-        `verify_curve(n)` a verify forward of n positions, `proposal_costs[i](budget)` member i's proposal (None
-        for a model-free member), both in target forwards of one; None keeps the `node_cost` or `draft_cost`
-        knob."""
+        `verify_curve(n)` a verify forward of n positions, `proposal_costs[i](budget, tokens)` member i's
+        proposal after it absorbs `tokens` committed tokens (None for a model-free member), both in target
+        forwards of one; None keeps the `node_cost` or `draft_cost` knob."""
         self.verify_curve, self.proposal_costs = verify_curve, proposal_costs
 
     def draft_cost(self, i: int, ctx: DraftContext) -> float:
-        """What member i's proposal this step costs, in target forwards (0 for a model-free member)."""
+        """What member i's proposal this step costs, in target forwards (0 for a model-free member): with
+        measured prices, its catching up on the tokens committed while it sat out counts too."""
         member = self.members[i]
         if member.model is None:
             return 0.0
         budget = min(self.controllers[i].budget(), ctx.budget)
         if self.proposal_costs is not None and self.proposal_costs[i] is not None:
-            return self.proposal_costs[i](budget)
+            return self.proposal_costs[i](budget, self.backlog[i])
         return self.combine.draft_cost * (1 if member.parallel_draft else budget)
 
     def _draft_cost(self, drafted: list[bool], ctx: DraftContext) -> float:
@@ -344,6 +348,7 @@ class CombinedDrafter(Drafter):
                                        self._hidden_for(i, outcome.hidden), outcome.logits))
             if drafted:
                 ctrl.update(max(tree.depths(), default=0), len(path))
+            self.backlog[i] = (0 if drafted else self.backlog[i]) + len(outcome.committed)
         self._learn(outcome)
 
     def _learn(self, outcome: StepOutcome) -> None:

@@ -23,7 +23,7 @@ def cost_frames(table: CostTable) -> dict[str, pd.DataFrame]:
         frames["target forward, ms (n = verify length)"] = wide.reset_index()  # chain before tree
     if table.drafters:
         drafts = pd.DataFrame([{"drafter": key.split(":")[0], "budget": r["budget"], "ms": 1e3 * r["median_s"]}
-                               for key, rows in table.drafters.items() for r in rows])
+                               for key, rows in table.drafters.items() for r in rows if absorbed(r) == 1])
         wide = drafts.pivot_table(index="drafter", columns="budget", values="ms", sort=False)
         wide.columns = [f"k={k}" for k in wide.columns]
         frames["one proposal per sequence, ms (k = draft budget)"] = wide.reset_index()
