@@ -168,6 +168,42 @@ def test_the_cost_router_skips_a_model_member_that_does_not_pay():
     assert drafter._route(ctx)[1] is not None
 
 
+def test_a_model_member_is_weighed_by_what_it_brings_beside_a_model_free_proposal_of_that_strength():
+    drafter = combined(small_vocab_lm(1), mode="route", explore=99)
+    drafter.start(torch.tensor([1, 2, 1, 2, 1]), ())
+    ctx = DraftContext(torch.tensor([1, 2, 1, 2, 1]), 16, Sampling(), random.Random(0), FixedController(16))
+    drafter.idle, drafter.sizes = [0, 0], [None, 3]
+    drafter.gains = drafter.typical = [None, 3.0]  # 3 tokens a draft on the whole: it pays
+    assert drafter._route(ctx)[1] is not None and drafter._free_bin == 1  # n-gram's match: about 1.1 tokens
+    drafter.beside[(1, 1)] = 0.0  # but beside a match like this one it brought nothing
+    assert drafter._route(ctx)[1] is None
+    drafter.beside = {(1, 0): 0.0}  # nothing beside no match at all says nothing of this step
+    assert drafter._route(ctx)[1] is not None
+
+
+def test_the_cost_router_scales_its_prices_by_what_steps_of_each_kind_took():
+    drafter = combined(small_vocab_lm(1), mode="route", explore=99)
+    drafter.start(torch.tensor([1, 2, 1, 2, 1]), ())
+    ctx = DraftContext(torch.tensor([1, 2, 1, 2, 1]), 16, Sampling(), random.Random(0), FixedController(16))
+    drafter.idle, drafter.sizes = [0, 0], [None, 3]
+    drafter.gains = drafter.typical = [None, 3.0]
+    assert drafter.seconds_per_forward(1) == 1.0  # no step timed yet: the prices as they are
+    ticks = iter([0.0, 0.02, 1.0, 1.05])
+    drafter.clock = lambda: next(ticks)
+    for _ in range(2):  # a step the draft model drafted, then (it accepted nothing) a step of n-gram alone
+        drafter.propose(ctx)
+        drafter.observe(StepOutcome(DraftTree(), [], 1, [1], ()))
+    assert drafter.step_time[1][0] == pytest.approx(0.02) and drafter.step_time[-1][0] == pytest.approx(0.05)
+    drafter.step_time = {-1: [0.02, 1.0]}
+    assert drafter.seconds_per_forward(1) == 0.02  # a kind not timed yet: the others'
+    drafter.step_time, drafter.beside = {-1: [0.01, 1.0], 1: [0.01, 1.0]}, {}
+    drafter.gains = drafter.typical = [None, 3.0]
+    drafter.idle, drafter.sizes = [0, 0], [None, 3]
+    assert drafter._route(ctx)[1] is not None
+    drafter.step_time[1] = [0.05, 1.0]  # the draft model's steps take 5 times their price: it no longer pays
+    assert drafter._route(ctx)[1] is None
+
+
 def two_models(**combine) -> CombinedDrafter:
     drafters = [DraftModelDrafter(small_vocab_lm(seed), DraftOptions(k=3)) for seed in (1, 2)]
     return CombinedDrafter(drafters, [lambda: FixedController(3)] * 2, CombineOptions(mode="route", **combine))

@@ -63,3 +63,14 @@ def test_no_warm_up_records_none_even_in_an_engine_that_compiles(tiny_model_dir,
     summary, _ = run_json(tiny_model_dir, tmp_path, "--warmup", 0)
     assert calls == []  # no pass at all, not calibrated from none
     assert "warmup" not in summary
+
+
+def test_garbage_collection_waits_while_a_group_decodes(tiny_model_dir, tmp_path, monkeypatch):
+    """A full collection walks every live object of the process: it must not land inside a timed decoding."""
+    import gc
+
+    seen = []
+    decode = SpecbenchBackend.decode
+    monkeypatch.setattr(SpecbenchBackend, "decode", lambda *a, **k: seen.append(gc.isenabled()) or decode(*a, **k))
+    run_json(tiny_model_dir, tmp_path)
+    assert seen and not any(seen) and gc.isenabled()

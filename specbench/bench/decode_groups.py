@@ -7,11 +7,13 @@ from its prompt's seed (`prompt_seed`), the same at every batch size and in tune
 
 from __future__ import annotations
 
+import gc
 import random
 import time
 import zlib
+from contextlib import contextmanager
 from functools import partial
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from specbench.bench.prepare import PreparedRun
 from specbench.core.records import WarmUp
@@ -30,11 +32,28 @@ def prompt_seed(run_seed: int, item: SuiteItem, turn: int, repeat: int = 0) -> i
     return run_seed * 1_000_003 + zlib.crc32(f"{item.id}/{turn}/{repeat}".encode())
 
 
+@contextmanager
+def collection_paused() -> Iterator[None]:
+    """Python's garbage collection paused, as timeit pauses it while it times: a full collection walks every
+    live object of the process (suffix decoding's tries of the run's answers hold hundreds of thousands), a
+    quarter of a second at a time on the embedded model's runs, and lands in whichever decoding it happens
+    to. It runs between decodings instead."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def decode(bench: PreparedRun, strategy: Strategy, prompts: list[list[int]], seeds: list[int],
            batch_size: int) -> Decoded:
-    """The group at its batch size (the suite's last batch may hold fewer prompts), in the strategy's engine."""
-    return bench.backends[strategy.engine].decode(strategy, prompts, seeds, bench.sampling, bench.config.max_new_tokens,
-                                                  batch_size)
+    """The group at its batch size (the suite's last batch may hold fewer prompts), in the strategy's engine,
+    without garbage collection meanwhile (`collection_paused`)."""
+    with collection_paused():
+        return bench.backends[strategy.engine].decode(strategy, prompts, seeds, bench.sampling,
+                                                      bench.config.max_new_tokens, batch_size)
 
 
 def run_one(bench: PreparedRun, strategy: Strategy, prompt: list[int], seed: int) -> Generation:

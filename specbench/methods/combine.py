@@ -26,6 +26,7 @@ anything of the step is drawn, so the output stays the target's:
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from typing import Callable
 
@@ -43,8 +44,9 @@ UNSCORED_PRIOR = 0.6  # a node without a score is first taken as accepted with t
 # weight of a step in a member's running accepted tokens: lately (whether it pays against a model-free proposal,
 # which is the step's own), and typically (which of the model members drafts: what one draft brings is mostly noise)
 RECENT_RATE, TYPICAL_RATE = 0.2, 0.05
+FREE_BINS = (0.5, 2.0)  # the model-free proposal's expected tokens, binned: what a model member brings beside it
 MAX_WAIT = 256  # idle steps at most before a member left out by the router explores again
-SETTLED = 8  # a member's drafts before its explorations back off: one draft's accepted tokens are mostly noise
+SETTLED = 2  # a member's drafts before its explorations back off: one draft's accepted tokens are mostly noise
 
 
 def merge_trees(trees: list[DraftTree]) -> tuple[DraftTree, list[list[int]]]:
@@ -168,8 +170,13 @@ def paying_size(ranks: list[float], cost: Callable[[int], float]) -> int:
     return best_k
 
 
+def free_bin(expected: float) -> int:
+    return sum(expected >= edge for edge in FREE_BINS)
+
+
 class CombinedDrafter(Drafter):
     options = None  # each member has its own; the combination's are `combine`
+    clock: Callable[[], float] = staticmethod(time.perf_counter)  # a step's wall time (tests set their own)
 
     def __init__(self, members: list[Drafter], new_controllers: list[Callable[[], Controller]],
                  combine: CombineOptions | None = None):
@@ -192,6 +199,14 @@ class CombinedDrafter(Drafter):
         self.gains: list[float | None] = [None] * len(members)
         self.typical: list[float | None] = [None] * len(members)
         self.counted = [0] * len(members)  # per member: the steps it drafted
+        # per member and FREE_BINS bin: its accepted tokens beside a model-free proposal expected to bring that
+        # many (RECENT_RATE a draft): the member's gains are mostly where the model-free one's are too
+        self.beside: dict[tuple[int, int], float] = {}
+        self._free_bin: int | None = None  # the step's, where the cost router weighed a model-free proposal
+        # per kind of step (the model member that drafted, -1: none): seconds and priced target forwards, summed
+        # with TYPICAL_RATE forgetting; their ratio scales the prices to what such steps take on this machine
+        self.step_time: dict[int, list[float]] = {}
+        self._began, self._priced = 0.0, 0.0
         self.sizes: list[int | None] = [None] * len(members)  # per member: the nodes of its last tree
         self.uncertain = False  # the entropy router's state
         self.held: int | None = None  # the cost router's: the model member it chose last
@@ -256,9 +271,10 @@ class CombinedDrafter(Drafter):
         best, where it beats (1 + what the model-free proposals are expected to bring) / (their verify cost);
         without a model-free member, the best always (each would draft every step alone).
         A position's verify cost counts: on a CPU a large tree (EAGLE's) costs more to verify than its extra
-        accepted tokens bring."""
-        free, free_nodes = max(((sum(self.calibration.tree_estimates(i, t)), len(t))
-                                for i, t in enumerate(trees) if t is not None), default=(0.0, 0))
+        accepted tokens bring. Costs are the cost model's prices scaled by what steps of each kind took in
+        this run (`seconds_per_forward`): a member that drafts now and then finds its weights out of the
+        CPU's caches, and its steps take longer than the same step timed alone."""
+        free, free_nodes = self._free(trees)
         model = [i for i, t in enumerate(trees) if t is None]
         if any(self.gains[i] is None for i in model):  # one never measured: all draft, to learn it
             return set(model)
@@ -266,17 +282,32 @@ class CombinedDrafter(Drafter):
         values = {}
         for i in model:
             nodes = max(self.sizes[i] or 0, free_nodes)  # its tree and the model-free one, merged, at the least
-            cost = self.draft_cost(i, ctx) + self.verify_cost(nodes)
-            values[i] = (1 + max(self.typical[i], free)) / cost, (1 + max(self.gains[i], free)) / cost
+            cost = (self.draft_cost(i, ctx) + self.verify_cost(nodes)) * self.seconds_per_forward(i)
+            lately = self.beside.get((i, self._free_bin), self.gains[i])
+            values[i] = (1 + max(self.typical[i], free)) / cost, (1 + max(lately, free)) / cost
         best = max(values, key=lambda i: values[i][0], default=None)
         held = self.held
         margin = 1 + self.combine.switch_margin
         if best is not None and held in values and values[best][0] <= values[held][0] * margin:
             best = held  # hysteresis: noise in the running estimates must not flip the choice step to step
-        if best is None or (len(model) < len(trees) and values[best][1] <= (1 + free) / self.verify_cost(free_nodes)):
+        alone = (1 + free) / (self.verify_cost(free_nodes) * self.seconds_per_forward(-1))
+        if best is None or (len(model) < len(trees) and values[best][1] <= alone):
             return set()
         self.held = best
         return {best}  # among model members alone the best always drafts, as it would alone
+
+    def _free(self, trees: list[DraftTree | None]) -> tuple[float, int]:
+        """The best model-free proposal's expected accepted tokens and its nodes (0, 0 without one)."""
+        return max(((sum(self.calibration.tree_estimates(i, t)), len(t))
+                    for i, t in enumerate(trees) if t is not None), default=(0.0, 0))
+
+    def seconds_per_forward(self, kind: int) -> float:
+        """What a priced target forward took in this run's steps of a kind (the model member that drafted,
+        -1: none): their seconds over their priced forwards; another kind's where this one has no step yet."""
+        measured = {k: seconds / forwards for k, (seconds, forwards) in self.step_time.items() if forwards > 0}
+        if kind in measured:
+            return measured[kind]
+        return sum(measured.values()) / len(measured) if measured else 1.0
 
     def _route(self, ctx: DraftContext) -> list[DraftTree | None]:
         """Route mode: each member's tree, None for one that does not draft this step. A member left out
@@ -290,6 +321,8 @@ class CombinedDrafter(Drafter):
             chosen = set(range(1, n)) if self.uncertain else {0}
         else:
             trees = [self._draft(i, ctx) if m.model is None else None for i, m in enumerate(self.members)]
+            if len(trees) > trees.count(None):
+                self._free_bin = free_bin(self._free(trees)[0])
             chosen = {i for i, t in enumerate(trees) if t is not None} | self._pays(ctx, trees)
         for i in range(n):
             exploring = i not in chosen and self.idle[i] + 1 >= self.wait[i]
@@ -331,11 +364,14 @@ class CombinedDrafter(Drafter):
         return out
 
     def propose(self, ctx: DraftContext) -> DraftTree:
+        self._began, self._free_bin = self.clock(), None
         drafted = (self._route(ctx) if self.combine.routes
                    else [self._draft(i, ctx) for i in range(len(self.members))])
         trees = [t if t is not None else DraftTree() for t in drafted]
-        verified = self._cut(trees, self._draft_cost([t is not None for t in drafted], ctx))
+        draft_cost = self._draft_cost([t is not None for t in drafted], ctx)
+        verified = self._cut(trees, draft_cost)
         merged, maps = merge_trees([tree for tree, _ in verified])
+        self._priced = draft_cost + self.verify_cost(len(merged))
         # each member's own nodes -> merged node, through the cut (-1: cut)
         wheres = [[where[n] if n >= 0 else -1 for n in new] for (_, new), where in zip(verified, maps)]
         self._last = (trees, wheres, [t is not None for t in drafted])
@@ -350,6 +386,17 @@ class CombinedDrafter(Drafter):
                 ctrl.update(max(tree.depths(), default=0), len(path))
             self.backlog[i] = (0 if drafted else self.backlog[i]) + len(outcome.committed)
         self._learn(outcome)
+        self._time_step()
+
+    def _time_step(self) -> None:
+        """The step's wall time and priced forwards, by its kind (`seconds_per_forward`); a step where several
+        model members drafted (the first, or an exploration) is no kind's."""
+        model = [i for i, drafted in enumerate(self._last[2]) if drafted and self.members[i].model is not None]
+        if len(model) > 1:
+            return
+        sums = self.step_time.setdefault(model[0] if model else -1, [0.0, 0.0])
+        sums[0] = (1 - TYPICAL_RATE) * sums[0] + self.clock() - self._began
+        sums[1] = (1 - TYPICAL_RATE) * sums[1] + self._priced
 
     def _learn(self, outcome: StepOutcome) -> None:
         """What the combination decides by, from the step's outcome: the calibration, each drafting member's
@@ -367,6 +414,9 @@ class CombinedDrafter(Drafter):
             for means, per_step in ((self.gains, RECENT_RATE), (self.typical, TYPICAL_RATE)):
                 rate = max(1 / self.counted[i], 1 - (1 - per_step) ** self.gap[i])
                 means[i] = (1 - rate) * (means[i] or 0.0) + rate * len(path)
+            if self.members[i].model is not None and self._free_bin is not None:
+                key = (i, self._free_bin)
+                self.beside[key] = (1 - RECENT_RATE) * self.beside.get(key, len(path)) + RECENT_RATE * len(path)
         if outcome.logits is not None and self.combine.router == "entropy":
             h = float(entropy(outcome.logits))
             self.uncertain = h > self.combine.entropy_high or (self.uncertain and h >= self.combine.entropy_low)
