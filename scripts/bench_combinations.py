@@ -26,6 +26,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from specbench.bench.decode_groups import collection_paused
 from specbench.bench.pipeline import run_benchmark
 from specbench.core.files import write_atomic, write_json
 from specbench.core.markdown import markdown_table
@@ -105,8 +106,9 @@ def deciding_share(model: str | None, combos: list[str], prompts: int, max_new_t
     for combo in combos:
         strategy = build_strategy(parse_strategy(combo), target, {COMBINE: {"mode": "route"}}, {})
         timer = Timed(strategy.drafter)
-        wall = sum(generate(target.model, ids, max_new_tokens, eos_ids=target.eos_ids, drafter=strategy.drafter,
-                            controller=strategy.new_controller()).wall_s for ids in encoded)
+        with collection_paused():  # as the runs decode
+            wall = sum(generate(target.model, ids, max_new_tokens, eos_ids=target.eos_ids, drafter=strategy.drafter,
+                                controller=strategy.new_controller()).wall_s for ids in encoded)
         out.append({"combination": combo, "deciding_s": timer.seconds, "wall_s": wall,
                     "share": timer.seconds / wall if wall else None})
     return out

@@ -194,13 +194,13 @@ def test_the_cost_router_scales_its_prices_by_what_steps_of_each_kind_took():
         drafter.propose(ctx)
         drafter.observe(StepOutcome(DraftTree(), [], 1, [1], ()))
     assert drafter.step_time[1][0] == pytest.approx(0.02) and drafter.step_time[-1][0] == pytest.approx(0.05)
-    drafter.step_time = {-1: [0.02, 1.0]}
+    drafter.step_time = {-1: [0.02, 1.0, 1.0]}
     assert drafter.seconds_per_forward(1) == 0.02  # a kind not timed yet: the others'
-    drafter.step_time, drafter.beside = {-1: [0.01, 1.0], 1: [0.01, 1.0]}, {}
+    drafter.step_time, drafter.beside = {-1: [0.01, 1.0, 1.0], 1: [0.01, 1.0, 1.0]}, {}
     drafter.gains = drafter.typical = [None, 3.0]
     drafter.idle, drafter.sizes = [0, 0], [None, 3]
     assert drafter._route(ctx)[1] is not None
-    drafter.step_time[1] = [0.05, 1.0]  # the draft model's steps take 5 times their price: it no longer pays
+    drafter.step_time[1] = [0.05, 1.0, 1.0]  # the draft model's steps take 5 times their price: it no longer pays
     assert drafter._route(ctx)[1] is None
 
 
@@ -224,6 +224,23 @@ def test_of_model_members_alone_the_best_drafts_and_keeps_drafting_within_the_ma
     assert [t is not None for t in drafter._route(ctx)] == [False, True]
 
 
+def test_a_member_left_out_is_judged_against_the_chosen_one_on_the_steps_both_drafted():
+    drafter = two_models(explore=99)
+    drafter.start(torch.tensor([1, 2, 1]), ())
+    ctx = DraftContext(torch.tensor([1, 2, 1]), 16, Sampling(), random.Random(0), FixedController(16))
+    drafter.idle, drafter.sizes, drafter.held = [0, 0], [3, 3], 0
+    drafter.gains = drafter.typical = [1.0, 0.5]  # the second's few drafts fell on hard text
+    assert [t is not None for t in drafter._route(ctx)] == [True, False]
+    drafter._last = ([DraftTree.chain([5, 6, 7], "a"), DraftTree.chain([5, 6, 7], "b")], [[0, 1, 2], [0, 1, 2]],
+                     [True, True])
+    drafter._learn(StepOutcome(DraftTree(), [0, 1, 2], 0, [0], ()))  # an exploration: same path, both
+    assert drafter.paired == {(0, 1): [0.0, 1], (1, 0): [0.0, 1]}
+    drafter.typical, drafter.paired[(1, 0)] = [1.0, 0.5], [0.5, 3]  # on the same text it brought half a token more
+    assert [t is not None for t in drafter._route(ctx)] == [True, False]  # on 3 steps: not yet
+    drafter.paired[(1, 0)] = [0.5, 4]
+    assert [t is not None for t in drafter._route(ctx)] == [False, True]
+
+
 def test_a_running_gain_starts_as_the_mean_of_the_first_drafts_and_forgets_by_the_step():
     drafter = two_models()
     drafter.start(torch.tensor([1, 2, 1]), ())
@@ -237,18 +254,19 @@ def test_a_running_gain_starts_as_the_mean_of_the_first_drafts_and_forgets_by_th
     assert drafter.gains[0] == pytest.approx(1 + (2 - 1) * (1 - 0.8 ** 60))
 
 
-def test_a_member_that_keeps_not_paying_explores_less_and_less_often():
-    drafter = combined(small_vocab_lm(1), mode="route", explore=2)
+def test_a_dear_member_explores_no_more_than_a_share_of_the_runs_time():
+    drafter = combined(small_vocab_lm(1), mode="route", explore=2, draft_cost=0.5)
     drafter.start(torch.tensor([1, 2, 1, 2, 1]), ())
     ctx = DraftContext(torch.tensor([1, 2, 1, 2, 1]), 16, Sampling(), random.Random(0), FixedController(16))
-    drafter.gains, drafter.sizes = [None, 0.0], [None, 3]  # the draft model never pays
-    drafter.typical = drafter.gains
-    assert [step for step in range(6) if drafter._route(ctx)[1] is not None] == [0, 2, 4]  # still learning it
-    drafter.counted[1], drafter.idle[1] = 8, 0  # settled
-    explored = [step for step in range(40) if drafter._route(ctx)[1] is not None]
-    assert explored == [1, 5, 13, 29]  # every exploration that does not win it back doubles the wait: 4, 8, 16
-    drafter.gains = drafter.typical = [None, 3.0]  # now it pays: chosen every step, its wait back to `explore`
-    assert all(drafter._route(ctx)[1] is not None for _ in range(3)) and drafter.wait[1] == 2
+    drafter.gains = drafter.typical = [None, 0.0]
+    drafter.sizes = [None, 10]
+    drafter.step_time = {-1: [0.01, 1.0, 1.0]}  # 10 ms a step
+    # its 3 draft forwards (1.5 target forwards) and 10 nodes' verify (0.3): 18 ms, 1.8 steps, 2% of 90 steps
+    assert drafter._explore_floor(1, ctx) == pytest.approx(90)
+    explored = [step for step in range(200) if drafter._route(ctx)[1] is not None]
+    assert explored == [0, 90, 180]
+    drafter.step_time = {-1: [1.0, 100.0, 1.0]}  # steps of 100 forwards: its drafts are cheap beside them
+    assert [step for step in range(200, 280) if drafter._route(ctx)[1] is not None] == [270, 272, 274, 276, 278]
 
 
 def test_a_member_that_sits_out_steps_has_their_tokens_to_catch_up_on():

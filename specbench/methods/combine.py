@@ -46,7 +46,8 @@ UNSCORED_PRIOR = 0.6  # a node without a score is first taken as accepted with t
 RECENT_RATE, TYPICAL_RATE = 0.2, 0.05
 FREE_BINS = (0.5, 2.0)  # the model-free proposal's expected tokens, binned: what a model member brings beside it
 MAX_WAIT = 256  # idle steps at most before a member left out by the router explores again
-SETTLED = 2  # a member's drafts before its explorations back off: one draft's accepted tokens are mostly noise
+EXPLORE_SHARE = 0.02  # of the run's time, at most, a left-out member's explorations take (at MAX_WAIT at most)
+PAIRED = 4  # steps two model members both drafted before one left out is judged on them
 
 
 def merge_trees(trees: list[DraftTree]) -> tuple[DraftTree, list[list[int]]]:
@@ -203,8 +204,12 @@ class CombinedDrafter(Drafter):
         # many (RECENT_RATE a draft): the member's gains are mostly where the model-free one's are too
         self.beside: dict[tuple[int, int], float] = {}
         self._free_bin: int | None = None  # the step's, where the cost router weighed a model-free proposal
-        # per kind of step (the model member that drafted, -1: none): seconds and priced target forwards, summed
-        # with TYPICAL_RATE forgetting; their ratio scales the prices to what such steps take on this machine
+        # per pair of model members (i, j): the mean of i's accepted tokens less j's on the steps both drafted
+        # (an exploration beside the chosen one), and how many: what i would bring instead, judged on the same
+        # text, where i's own estimate is stale and noisy from its few drafts
+        self.paired: dict[tuple[int, int], list[float]] = {}
+        # per kind of step (the model member that drafted, -1: none): seconds, priced target forwards and steps,
+        # summed with TYPICAL_RATE forgetting; seconds over forwards scale the prices to what such steps take here
         self.step_time: dict[int, list[float]] = {}
         self._began, self._priced = 0.0, 0.0
         self.sizes: list[int | None] = [None] * len(members)  # per member: the nodes of its last tree
@@ -279,14 +284,18 @@ class CombinedDrafter(Drafter):
         if any(self.gains[i] is None for i in model):  # one never measured: all draft, to learn it
             return set(model)
 
+        held = self.held
         values = {}
         for i in model:
             nodes = max(self.sizes[i] or 0, free_nodes)  # its tree and the model-free one, merged, at the least
             cost = (self.draft_cost(i, ctx) + self.verify_cost(nodes)) * self.seconds_per_forward(i)
+            typical = self.typical[i]
+            mean, both = self.paired.get((i, held), (0.0, 0))
+            if held in model and i != held and both >= PAIRED:
+                typical = self.typical[held] + mean
             lately = self.beside.get((i, self._free_bin), self.gains[i])
-            values[i] = (1 + max(self.typical[i], free)) / cost, (1 + max(lately, free)) / cost
+            values[i] = (1 + max(typical, free)) / cost, (1 + max(lately, free)) / cost
         best = max(values, key=lambda i: values[i][0], default=None)
-        held = self.held
         margin = 1 + self.combine.switch_margin
         if best is not None and held in values and values[best][0] <= values[held][0] * margin:
             best = held  # hysteresis: noise in the running estimates must not flip the choice step to step
@@ -304,17 +313,26 @@ class CombinedDrafter(Drafter):
     def seconds_per_forward(self, kind: int) -> float:
         """What a priced target forward took in this run's steps of a kind (the model member that drafted,
         -1: none): their seconds over their priced forwards; another kind's where this one has no step yet."""
-        measured = {k: seconds / forwards for k, (seconds, forwards) in self.step_time.items() if forwards > 0}
+        measured = {k: seconds / forwards for k, (seconds, forwards, _) in self.step_time.items() if forwards > 0}
         if kind in measured:
             return measured[kind]
         return sum(measured.values()) / len(measured) if measured else 1.0
 
+    def _explore_floor(self, i: int, ctx: DraftContext) -> float:
+        """The idle steps between member i's explorations that keep them to EXPLORE_SHARE of the run's time:
+        what its drafting adds to a step (its proposal, its nodes' verify), in the run's mean steps."""
+        seconds, _, steps = map(sum, zip(*self.step_time.values())) if self.step_time else (0.0, 0.0, 0.0)
+        if not steps:
+            return 0.0
+        added = self.draft_cost(i, ctx) + self.verify_cost(self.sizes[i] or 0) - self.verify_cost(0)
+        return added * self.seconds_per_forward(i) / (EXPLORE_SHARE * seconds / steps)
+
     def _route(self, ctx: DraftContext) -> list[DraftTree | None]:
         """Route mode: each member's tree, None for one that does not draft this step. A member left out
-        explores (drafts anyway, to keep its estimates current) after `wait` idle steps; once it has drafted
-        SETTLED times, each exploration that does not win it back doubles its wait, up to MAX_WAIT, as a
-        drafter that does not pay here is dear to ask again (EAGLE's tree costs the embedded model most of a
-        target forward); being chosen resets it."""
+        explores (drafts anyway, to keep its estimates current) after `wait` idle steps: `explore`, or as
+        many as keep its explorations to EXPLORE_SHARE of the run's time where that is more (EAGLE's tree
+        costs the embedded model two steps of suffix decoding, DSpark's chain a third of a step of DFlash's),
+        up to MAX_WAIT."""
         n = len(self.members)
         trees: list[DraftTree | None] = [None] * n
         if self.combine.router == "entropy":
@@ -326,10 +344,8 @@ class CombinedDrafter(Drafter):
             chosen = {i for i, t in enumerate(trees) if t is not None} | self._pays(ctx, trees)
         for i in range(n):
             exploring = i not in chosen and self.idle[i] + 1 >= self.wait[i]
-            if i in chosen:
-                self.wait[i] = self.combine.explore
-            elif exploring and self.counted[i] >= SETTLED:
-                self.wait[i] = min(2 * self.wait[i], MAX_WAIT)
+            if exploring:
+                self.wait[i] = min(max(self.combine.explore, round(self._explore_floor(i, ctx))), MAX_WAIT)
             self.gap[i] = self.idle[i] + 1  # steps since it last drafted, where it drafts now
             self.idle[i] = 0 if i in chosen or exploring else self.idle[i] + 1
             if trees[i] is None and self.idle[i] == 0:
@@ -394,18 +410,24 @@ class CombinedDrafter(Drafter):
         model = [i for i, drafted in enumerate(self._last[2]) if drafted and self.members[i].model is not None]
         if len(model) > 1:
             return
-        sums = self.step_time.setdefault(model[0] if model else -1, [0.0, 0.0])
-        sums[0] = (1 - TYPICAL_RATE) * sums[0] + self.clock() - self._began
-        sums[1] = (1 - TYPICAL_RATE) * sums[1] + self._priced
+        sums = self.step_time.setdefault(model[0] if model else -1, [0.0, 0.0, 0.0])
+        for k, value in enumerate((self.clock() - self._began, self._priced, 1.0)):
+            sums[k] = (1 - TYPICAL_RATE) * sums[k] + value
 
     def _learn(self, outcome: StepOutcome) -> None:
         """What the combination decides by, from the step's outcome: the calibration, each drafting member's
-        running accepted tokens, the entropy router's state."""
+        running accepted tokens (alone, beside the model-free proposal, against another model member), the
+        entropy router's state."""
         accepted = set(outcome.path)
+        own = [len(member_path(outcome.path, where)) for where in self._last[1]]
+        model = [i for i, drafted in enumerate(self._last[2]) if drafted and self.members[i].model is not None]
+        for i, j in ((i, j) for i in model for j in model if i != j):
+            mean, n = self.paired.get((i, j), (0.0, 0))
+            rate = max(1 / (n + 1), TYPICAL_RATE)
+            self.paired[(i, j)] = [(1 - rate) * mean + rate * (own[i] - own[j]), n + 1]
         for i, (tree, where, drafted) in enumerate(zip(*self._last)):
             if not drafted:
                 continue
-            path = member_path(outcome.path, where)
             self.calibration.record(i, tree, [w >= 0 for w in where], {n for n, w in enumerate(where) if w in accepted})
             self.sizes[i] = len(tree)
             # the mean of its first drafts, then running means over the run's steps, so that a draft after a
@@ -413,10 +435,10 @@ class CombinedDrafter(Drafter):
             self.counted[i] += 1
             for means, per_step in ((self.gains, RECENT_RATE), (self.typical, TYPICAL_RATE)):
                 rate = max(1 / self.counted[i], 1 - (1 - per_step) ** self.gap[i])
-                means[i] = (1 - rate) * (means[i] or 0.0) + rate * len(path)
-            if self.members[i].model is not None and self._free_bin is not None:
+                means[i] = (1 - rate) * (means[i] or 0.0) + rate * own[i]
+            if i in model and self._free_bin is not None:
                 key = (i, self._free_bin)
-                self.beside[key] = (1 - RECENT_RATE) * self.beside.get(key, len(path)) + RECENT_RATE * len(path)
+                self.beside[key] = (1 - RECENT_RATE) * self.beside.get(key, own[i]) + RECENT_RATE * own[i]
         if outcome.logits is not None and self.combine.router == "entropy":
             h = float(entropy(outcome.logits))
             self.uncertain = h > self.combine.entropy_high or (self.uncertain and h >= self.combine.entropy_low)

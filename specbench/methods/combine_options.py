@@ -12,11 +12,11 @@ Torch-free, so that a bad mode, budget or threshold pair is refused before any m
   are expected to bring) / (the verify of theirs), or always where there is no model-free member; it
   changes only for one `switch_margin` better; the verified trie is cut to the nodes that pay for their
   positions. The costs are the run's measured ones where it times them (bench/pipeline.py), else
-  `draft_cost` and `node_cost`. `entropy` (the seeds' rule): the target's entropy at the last
+  `draft_cost` and `node_cost`, scaled by what steps of each kind took in the run. `entropy` (the seeds' rule): the target's entropy at the last
   committed position decides, with hysteresis: above `entropy_high` the later members draft (the
   uncertain state), below `entropy_low` the first one (the confident state), in between the state
   stays. A member left out drafts after `explore` idle steps anyway, so that its acceptance estimate
-  stays current, and each exploration that does not win it back doubles that wait.
+  stays current, or after more where that keeps its explorations to 2% of the run's time.
 """
 
 from __future__ import annotations
@@ -57,8 +57,8 @@ class CombineOptions:
                                      "where it pays this share more", "", low=0.0)
     entropy_low: float = knob(1.0, "entropy router: below it (nats) the first member drafts", "nats", low=0.0)
     entropy_high: float = knob(3.0, "entropy router: above it (nats) the other members draft", "nats", low=0.0)
-    explore: int = knob(8, "route mode: a member left out still drafts after n idle steps (doubled each time "
-                           "it does not win)", "steps", low=1)
+    explore: int = knob(8, "route mode: a member left out still drafts after n idle steps (more where its "
+                           "drafts are dear: 2% of the run's time at most)", "steps", low=1)
 
     def __post_init__(self) -> None:
         if isinstance(self.budget, int) and self.budget < 0:
