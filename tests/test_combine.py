@@ -261,12 +261,12 @@ def test_a_dear_member_explores_no_more_than_a_share_of_the_runs_time():
     drafter.gains = drafter.typical = [None, 0.0]
     drafter.sizes = [None, 10]
     drafter.step_time = {-1: [0.01, 1.0, 1.0]}  # 10 ms a step
-    # its 3 draft forwards (1.5 target forwards) and 10 nodes' verify (0.3): 18 ms, 1.8 steps, 2% of 90 steps
-    assert drafter._explore_floor(1, ctx) == pytest.approx(90)
-    explored = [step for step in range(200) if drafter._route(ctx)[1] is not None]
-    assert explored == [0, 90, 180]
+    # its 3 draft forwards (1.5 target forwards) and 10 nodes' verify (0.3): 18 ms, 1.8 steps, 1% of 180 steps
+    assert drafter._explore_floor(1, ctx) == pytest.approx(180)
+    explored = [step for step in range(400) if drafter._route(ctx)[1] is not None]
+    assert explored == [0, 180, 360]
     drafter.step_time = {-1: [1.0, 100.0, 1.0]}  # steps of 100 forwards: its drafts are cheap beside them
-    assert [step for step in range(200, 280) if drafter._route(ctx)[1] is not None] == [270, 272, 274, 276, 278]
+    assert [step for step in range(400, 550) if drafter._route(ctx)[1] is not None] == [540, 542, 544, 546, 548]
 
 
 def test_a_member_that_sits_out_steps_has_their_tokens_to_catch_up_on():

@@ -46,7 +46,7 @@ UNSCORED_PRIOR = 0.6  # a node without a score is first taken as accepted with t
 RECENT_RATE, TYPICAL_RATE = 0.2, 0.05
 FREE_BINS = (0.5, 2.0)  # the model-free proposal's expected tokens, binned: what a model member brings beside it
 MAX_WAIT = 256  # idle steps at most before a member left out by the router explores again
-EXPLORE_SHARE = 0.02  # of the run's time, at most, a left-out member's explorations take (at MAX_WAIT at most)
+EXPLORE_SHARE = 0.01  # of the run's time, at most, a left-out member's explorations take (at MAX_WAIT at most)
 PAIRED = 4  # steps two model members both drafted before one left out is judged on them
 
 

@@ -16,7 +16,7 @@ Torch-free, so that a bad mode, budget or threshold pair is refused before any m
   committed position decides, with hysteresis: above `entropy_high` the later members draft (the
   uncertain state), below `entropy_low` the first one (the confident state), in between the state
   stays. A member left out drafts after `explore` idle steps anyway, so that its acceptance estimate
-  stays current, or after more where that keeps its explorations to 2% of the run's time.
+  stays current, or after more where that keeps its explorations to 1% of the run's time.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ class CombineOptions:
     entropy_low: float = knob(1.0, "entropy router: below it (nats) the first member drafts", "nats", low=0.0)
     entropy_high: float = knob(3.0, "entropy router: above it (nats) the other members draft", "nats", low=0.0)
     explore: int = knob(8, "route mode: a member left out still drafts after n idle steps (more where its "
-                           "drafts are dear: 2% of the run's time at most)", "steps", low=1)
+                           "drafts are dear: 1% of the run's time at most)", "steps", low=1)
 
     def __post_init__(self) -> None:
         if isinstance(self.budget, int) and self.budget < 0:
