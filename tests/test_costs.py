@@ -9,6 +9,7 @@ from specbench.analysis.cost_table import Grid
 from specbench.bench import cost_timing
 from specbench.bench.cost_timing import drafter_key, measure_costs
 from specbench.methods.build import Strategy
+from specbench.methods.combine import CombinedDrafter
 from specbench.methods.controllers import FixedController
 from specbench.methods.draft_model import DraftModelDrafter, DraftOptions
 from specbench.methods.ngram import NgramDrafter, NgramOptions
@@ -153,7 +154,9 @@ def test_timing_a_drafter_leaves_the_runs_drafter_as_it_was(tmp_path, monkeypatc
     grid = Grid(verify_lengths=(1,), context_lens=(8,), masks=("chain",), budgets=(2,), repeats=2, warmup=0)
     measure_costs(tiny_target().model, [suffix], lambda: [1, 2, 3, 1, 2], tmp_path, grid)
     assert list(suffix.drafter.history.trie.matches([1, 2])) == []
-    draft = DraftModelDrafter(small_vocab_lm(1), DraftOptions(k=2))
-    copied = cost_timing.scratch_copy(draft)
-    assert copied is not draft and copied.model is not draft.model
-    assert all(a is b for a, b in zip(copied.model.parameters(), draft.model.parameters()))  # weights shared
+    members = [SuffixDrafter(SuffixOptions()), DraftModelDrafter(small_vocab_lm(1), DraftOptions(k=2))]
+    combination = CombinedDrafter(members, [lambda: FixedController(2)] * 2)
+    copied = cost_timing.scratch_copy(combination)
+    assert copied is not combination and copied.members[0].history is not combination.members[0].history
+    assert copied.calibration is not combination.calibration
+    assert copied.members[1].model is combination.members[1].model  # networks shared, never copied

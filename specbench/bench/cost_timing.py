@@ -22,7 +22,6 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
-import itertools
 import time
 from contextlib import contextmanager
 from dataclasses import replace
@@ -230,11 +229,27 @@ def time_overhead(model, batch: int, tokens: int, steps: int) -> dict:
 
 
 def scratch_copy(drafter: Drafter) -> Drafter:
-    """`drafter` with state of its own and the same weights: timing the copy leaves the run's drafter as it
-    was (suffix decoding keeps a history of the run's answers, which timing would fill with its context)."""
-    weights = [t for m in drafter.members if m.model is not None
-               for t in itertools.chain(m.model.parameters(), m.model.buffers())]
-    return copy.deepcopy(drafter, {id(t): t for t in weights})
+    """`drafter` with state of its own and the same networks and tensors: timing the copy leaves the run's
+    drafter as it was (suffix decoding keeps a history of the run's answers, which timing would fill with
+    its context). Every network and tensor it reaches is shared, not copied (a drafter holds the target's
+    embeddings, hundreds of megabytes): its state tensors are replaced, never written in place, when it starts."""
+    shared: dict[int, object] = {}
+    seen: set[int] = set()
+    pending: list[object] = [drafter]
+    while pending:
+        obj = pending.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, (torch.Tensor, torch.nn.Module)):
+            shared[id(obj)] = obj
+        elif isinstance(obj, dict):
+            pending += obj.values()
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            pending += obj
+        elif hasattr(obj, "__dict__"):
+            pending += vars(obj).values()
+    return copy.deepcopy(drafter, shared)
 
 
 @torch.inference_mode()
