@@ -14,6 +14,7 @@ Writes OUT/combinations-MODEL.{json,md}.
 
     python scripts/bench_combinations.py --limit 0                                 # the embedded default
     python scripts/bench_combinations.py --model smollm2-135m --limit 0
+    python scripts/bench_combinations.py --model smollm2-135m --dataset sharegpt --limit 16   # held out
     python scripts/bench_combinations.py --limit 1 --max-new-tokens 8 --modes route --out /tmp/combinations-smoke
 """
 
@@ -36,8 +37,8 @@ from specbench.methods.build import build_strategy
 from specbench.methods.combine import CombinedDrafter
 from specbench.methods.combine_options import COMBINE, MODES
 from specbench.methods.names import COMBINATIONS, parse_strategy
-from specbench.plan.run_config import RunConfig
-from specbench.plan.suites import load_suite, select
+from specbench.plan.run_config import RunConfig, prompt_suite
+from specbench.plan.suites import select
 from specbench.report.comparison import comparison
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "benchmarks"
@@ -97,10 +98,12 @@ class Timed:
         return timed
 
 
-def deciding_share(model: str | None, combos: list[str], prompts: int, max_new_tokens: int) -> list[dict]:
-    """Per combination: the deciding's share of the wall time of decoding `prompts` prompts in route mode."""
-    target = load_target(model, torch.device("cpu"), torch.float32)
-    items = select(load_suite("default"), limit=prompts).items
+def deciding_share(config: RunConfig, combos: list[str], prompts: int) -> list[dict]:
+    """Per combination: the deciding's share of the wall time of decoding the run's first `prompts` prompts
+    in route mode."""
+    target = load_target(config.model, torch.device("cpu"), torch.float32)
+    max_new_tokens = config.max_new_tokens
+    items = select(prompt_suite(config, prompts), limit=prompts).items
     encoded = [encode_turn(target.tokenizer, item) for item in items]
     out = []
     for combo in combos:
@@ -121,6 +124,7 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=0, help="prompts (0: the whole suite)")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--suite", default="default")
+    parser.add_argument("--dataset", default=None, help="prompts from ShareGPT's conversations instead (run --dataset)")
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--combinations", default=",".join(COMBINATIONS))
     parser.add_argument("--decide-prompts", type=int, default=8, help="prompts the deciding cost is timed on")
@@ -132,17 +136,18 @@ def main() -> None:
     rows, runs = [], {}
     for mode in args.modes.split(","):
         config = RunConfig(model=args.model, drafters=args.drafter, strategies=members + combos, limit=args.limit,
-                           max_new_tokens=args.max_new_tokens, suite=args.suite, device="cpu",
+                           max_new_tokens=args.max_new_tokens, suite=args.suite, dataset=args.dataset, device="cpu",
                            out=str(args.out.parent), knobs={COMBINE: {"mode": mode}})
         report = run_benchmark(config.plan())
         runs[mode] = str(report.path)
         rows += against_best_member(figures(report), combos, mode)
-    deciding = deciding_share(args.model, combos, args.decide_prompts, args.max_new_tokens)
-    name = args.model or "default"
+    deciding = deciding_share(config, combos, args.decide_prompts)
+    name = (args.model or "default") + (f"-{Path(args.dataset).stem}" if args.dataset else "")
     write_json(args.out / f"combinations-{name}.json", {"runs": runs, "against_best_member": rows,
                                                          "deciding": deciding})
     command = (f"python scripts/bench_combinations.py{f' --model {args.model}' if args.model else ''} "
-               f"--limit {args.limit} --max-new-tokens {args.max_new_tokens}"
+               + (f"--dataset {args.dataset} " if args.dataset else "")
+               + f"--limit {args.limit} --max-new-tokens {args.max_new_tokens}"
                + (f" --modes {args.modes}" if args.modes != ",".join(MODES) else "")
                + (f" --decide-prompts {args.decide_prompts}" if args.decide_prompts != 8 else ""))
     table = [[r["mode"], r["combination"], r["category"], f"{r['speedup']:.2f}x",

@@ -20,8 +20,9 @@ anything of the step is drawn, so the output stays the target's:
   would bias what is verified, and ranking a deterministic token against drawn ones would make the
   trials tried depend on the draws;
 - the cost router weighs model-free members' proposals (deterministic, drafted first) against each
-  model member's recent acceptance; the entropy router reads the target's distribution of the step
-  before.
+  model member's acceptance on earlier steps, at prices scaled by the wall time earlier steps took (so
+  two runs may route differently, each exactly); the entropy router reads the target's distribution of
+  the step before.
 """
 
 from __future__ import annotations
@@ -404,10 +405,17 @@ class CombinedDrafter(Drafter):
         self._learn(outcome)
         self._time_step()
 
+    def _drafted_models(self) -> list[int]:
+        """The members with a network that drafted the last step."""
+        return [i for i, drafted in enumerate(self._last[2]) if drafted and self.members[i].model is not None]
+
     def _time_step(self) -> None:
-        """The step's wall time and priced forwards, by its kind (`seconds_per_forward`); a step where several
-        model members drafted (the first, or an exploration) is no kind's."""
-        model = [i for i, drafted in enumerate(self._last[2]) if drafted and self.members[i].model is not None]
+        """The step's wall time and priced forwards, by its kind (`seconds_per_forward`): the model member that
+        drafted, or the one that explored beside the one chosen (what its steps cost is what its explorations
+        show, cold weights and catching up included); none, -1. The first step, where every member drafts,
+        is no kind's."""
+        drafted = self._drafted_models()
+        model = drafted if len(drafted) == 1 else [i for i in drafted if i != self.held]
         if len(model) > 1:
             return
         sums = self.step_time.setdefault(model[0] if model else -1, [0.0, 0.0, 0.0])
@@ -420,7 +428,7 @@ class CombinedDrafter(Drafter):
         entropy router's state."""
         accepted = set(outcome.path)
         own = [len(member_path(outcome.path, where)) for where in self._last[1]]
-        model = [i for i, drafted in enumerate(self._last[2]) if drafted and self.members[i].model is not None]
+        model = self._drafted_models()
         for i, j in ((i, j) for i in model for j in model if i != j):
             mean, n = self.paired.get((i, j), (0.0, 0))
             rate = max(1 / (n + 1), TYPICAL_RATE)
