@@ -156,11 +156,17 @@ def test_a_cut_that_looks_at_drawn_tokens_would_not_be_exact():
     assert (step_distribution(make, sampling) - target_joint(sampling)).abs().max() > 1e-3
 
 
-def test_the_cost_router_skips_a_model_member_that_does_not_pay():
+def routing() -> tuple[CombinedDrafter, DraftContext]:
+    """n-gram and a draft model routed, started on a repeating prompt, no member due to explore."""
     drafter = combined(small_vocab_lm(1), mode="route", explore=99)
     drafter.start(torch.tensor([1, 2, 1, 2, 1]), ())
-    ctx = DraftContext(torch.tensor([1, 2, 1, 2, 1]), 16, Sampling(), random.Random(0), FixedController(16))
-    drafter.idle, drafter.gains, drafter.typical = [0, 0], [None, 0.1], [None, 0.1]
+    drafter.idle, drafter.sizes = [0, 0], [None, 3]
+    return drafter, DraftContext(torch.tensor([1, 2, 1, 2, 1]), 16, Sampling(), random.Random(0), FixedController(16))
+
+
+def test_the_cost_router_skips_a_model_member_that_does_not_pay():
+    drafter, ctx = routing()
+    drafter.gains, drafter.typical = [None, 0.1], [None, 0.1]
     ngram, draft = drafter._route(ctx)
     assert len(ngram) == 2 and draft is None  # n-gram's match (about 1.1 tokens expected) beats 0.1 for 3 forwards
     drafter.gains, drafter.sizes = [None, 3.0], [None, 3]  # the draft model's 3 accepted tokens pay for its 3 forwards
@@ -169,10 +175,7 @@ def test_the_cost_router_skips_a_model_member_that_does_not_pay():
 
 
 def test_a_model_member_is_weighed_by_what_it_brings_beside_a_model_free_proposal_of_that_strength():
-    drafter = combined(small_vocab_lm(1), mode="route", explore=99)
-    drafter.start(torch.tensor([1, 2, 1, 2, 1]), ())
-    ctx = DraftContext(torch.tensor([1, 2, 1, 2, 1]), 16, Sampling(), random.Random(0), FixedController(16))
-    drafter.idle, drafter.sizes = [0, 0], [None, 3]
+    drafter, ctx = routing()
     drafter.gains = drafter.typical = [None, 3.0]  # 3 tokens a draft on the whole: it pays
     assert drafter._route(ctx)[1] is not None and drafter._free_bin == 1  # n-gram's match: about 1.1 tokens
     drafter.beside[(1, 1)] = 0.0  # but beside a match like this one it brought nothing
@@ -182,10 +185,7 @@ def test_a_model_member_is_weighed_by_what_it_brings_beside_a_model_free_proposa
 
 
 def test_the_cost_router_scales_its_prices_by_what_steps_of_each_kind_took():
-    drafter = combined(small_vocab_lm(1), mode="route", explore=99)
-    drafter.start(torch.tensor([1, 2, 1, 2, 1]), ())
-    ctx = DraftContext(torch.tensor([1, 2, 1, 2, 1]), 16, Sampling(), random.Random(0), FixedController(16))
-    drafter.idle, drafter.sizes = [0, 0], [None, 3]
+    drafter, ctx = routing()
     drafter.gains = drafter.typical = [None, 3.0]
     assert drafter.seconds_per_forward(1) == 1.0  # no step timed yet: the prices as they are
     ticks = iter([0.0, 0.02, 1.0, 1.05])
