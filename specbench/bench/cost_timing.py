@@ -23,6 +23,7 @@ import copy
 import functools
 import hashlib
 import time
+import types
 from contextlib import contextmanager
 from dataclasses import replace
 from functools import partial
@@ -247,8 +248,8 @@ def scratch_copy(drafter: Drafter) -> Drafter:
             pending += obj.values()
         elif isinstance(obj, (list, tuple, set, frozenset)):
             pending += obj
-        elif hasattr(obj, "__dict__"):
-            pending += vars(obj).values()
+        elif hasattr(obj, "__dict__") and not isinstance(obj, (type, types.ModuleType, types.FunctionType)):
+            pending += vars(obj).values()  # classes, modules and functions deepcopy keeps as they are
     return copy.deepcopy(drafter, shared)
 
 
