@@ -43,7 +43,8 @@ from specbench.report.comparison import comparison
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "benchmarks"
 ALL = "all"  # the category row over every prompt
-DECIDING = ("_pays", "_cut", "_learn")  # CombinedDrafter's deciding, apart from its members' drafting
+# CombinedDrafter's deciding, apart from its members' drafting
+DECIDING = ("_free", "_pays", "_explore_floor", "_cut", "_learn", "_time_step")
 
 
 def figures(report) -> pd.DataFrame:

@@ -271,16 +271,16 @@ class CombinedDrafter(Drafter):
         """What the step's drafting cost, in target forwards."""
         return sum(self.draft_cost(i, ctx) for i, done in enumerate(drafted) if done)
 
-    def _pays(self, ctx: DraftContext, trees: list[DraftTree | None]) -> set[int]:
+    def _pays(self, ctx: DraftContext, trees: list[DraftTree | None], free: float, free_nodes: int) -> set[int]:
         """The cost router: the model members worth drafting, given the model-free members' proposals
-        (already in `trees`): the one whose (1 + expected accepted tokens) / (draft cost + verify cost) is
-        best, where it beats (1 + what the model-free proposals are expected to bring) / (their verify cost);
-        without a model-free member, the best always (each would draft every step alone).
+        (already in `trees`; the best of them is expected to bring `free` tokens with `free_nodes` nodes): the
+        one whose (1 + expected accepted tokens) / (draft cost + verify cost) is best, where it beats
+        (1 + free) / (the verify of free_nodes); without a model-free member, the best always (each would
+        draft every step alone).
         A position's verify cost counts: on a CPU a large tree (EAGLE's) costs more to verify than its extra
         accepted tokens bring. Costs are the cost model's prices scaled by what steps of each kind took in
         this run (`seconds_per_forward`): a member that drafts now and then finds its weights out of the
         CPU's caches, and its steps take longer than the same step timed alone."""
-        free, free_nodes = self._free(trees)
         model = [i for i, t in enumerate(trees) if t is None]
         if any(self.gains[i] is None for i in model):  # one never measured: all draft, to learn it
             return set(model)
@@ -340,9 +340,10 @@ class CombinedDrafter(Drafter):
             chosen = set(range(1, n)) if self.uncertain else {0}
         else:
             trees = [self._draft(i, ctx) if m.model is None else None for i, m in enumerate(self.members)]
+            free, free_nodes = self._free(trees)
             if len(trees) > trees.count(None):
-                self._free_bin = free_bin(self._free(trees)[0])
-            chosen = {i for i, t in enumerate(trees) if t is not None} | self._pays(ctx, trees)
+                self._free_bin = free_bin(free)
+            chosen = {i for i, t in enumerate(trees) if t is not None} | self._pays(ctx, trees, free, free_nodes)
         for i in range(n):
             exploring = i not in chosen and self.idle[i] + 1 >= self.wait[i]
             if exploring:
