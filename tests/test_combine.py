@@ -233,7 +233,7 @@ def test_a_member_left_out_is_judged_against_the_chosen_one_on_the_steps_both_dr
     assert [t is not None for t in drafter._route(ctx)] == [True, False]
     drafter._last = ([DraftTree.chain([5, 6, 7], "a"), DraftTree.chain([5, 6, 7], "b")], [[0, 1, 2], [0, 1, 2]],
                      [True, True])
-    drafter._learn(StepOutcome(DraftTree(), [0, 1, 2], 0, [0], ()))  # an exploration: same path, both
+    drafter.observe(StepOutcome(DraftTree(), [0, 1, 2], 0, [0], ()))  # an exploration: same path, both
     assert drafter.paired == {(0, 1): [0.0, 1], (1, 0): [0.0, 1]}
     drafter.typical, drafter.paired[(1, 0)] = [1.0, 0.5], [0.5, 3]  # on the same text it brought half a token more
     assert [t is not None for t in drafter._route(ctx)] == [True, False]  # on 3 steps: not yet
@@ -246,10 +246,10 @@ def test_a_running_gain_starts_as_the_mean_of_the_first_drafts_and_forgets_by_th
     drafter.start(torch.tensor([1, 2, 1]), ())
     drafter._last = ([DraftTree.chain([5, 6], "m"), DraftTree()], [[0, 1], []], [True, False])
     for accepted in ([0, 1], [], [0]):  # 2, 0 and 1 tokens
-        drafter._learn(StepOutcome(DraftTree(), accepted, 0, [0], ()))
+        drafter.observe(StepOutcome(DraftTree(), accepted, 0, [0], ()))
     assert drafter.gains == drafter.typical == [pytest.approx(1.0), None]
     drafter.counted[0], drafter.gap[0] = 100, 60  # a draft after 60 idle steps: what it brought then is stale
-    drafter._learn(StepOutcome(DraftTree(), [0, 1], 0, [0], ()))
+    drafter.observe(StepOutcome(DraftTree(), [0, 1], 0, [0], ()))
     assert drafter.typical[0] == pytest.approx(1 + (2 - 1) * (1 - 0.95 ** 60))
     assert drafter.gains[0] == pytest.approx(1 + (2 - 1) * (1 - 0.8 ** 60))
 

@@ -80,16 +80,21 @@ def routed(strategies: list[Strategy]) -> list[Strategy]:
 def member_strategies(strategies: list[Strategy]) -> list[Strategy]:
     """The members with a network of the routed combinations, as strategies of their own: the cost table
     times their proposals (a member run alone too shares its entry), so the router can price them."""
-    return [Strategy(member.name, member, new) for s in routed(strategies)
+    return [member_strategy(member, new) for s in routed(strategies)
             for member, new in zip(s.drafter.members, s.drafter.new_controllers) if member.model is not None]
+
+
+def member_strategy(member: Drafter, new_controller) -> Strategy:
+    """A combination's member as a strategy of its own, keyed in the cost table as the member run alone."""
+    return Strategy(member.name, member, new_controller)
 
 
 def price_combinations(bench: PreparedRun, table: CostTable) -> list[str]:
     """The routed combinations priced by this machine's measured forwards, at the run's typical context (the
     median prompt and half an answer): a verify of n positions from the target's verify curve, each member's
     proposal at a budget, after the tokens it sat out, from its timed proposals, both in target forwards of one
-    (each read once), where
-    `combine.node_cost` and `combine.draft_cost` are not set; a note says what they read."""
+    (each read once), where `combine.node_cost` and `combine.draft_cost` are not set; a note says what they
+    read."""
     combined = routed(bench.strategies)
     knobs = bench.config.knobs.get(COMBINE, {})
     if not combined or ("node_cost" in knobs and "draft_cost" in knobs):
@@ -100,7 +105,7 @@ def price_combinations(bench: PreparedRun, table: CostTable) -> list[str]:
     verify = cache(lambda positions: table.target_s(positions, context, tree=True) / one)
 
     def proposal(member: Drafter, new_controller) -> Callable[[int, int], float]:
-        key = drafter_key(Strategy(member.name, member, new_controller))
+        key = drafter_key(member_strategy(member, new_controller))
         return cache(lambda budget, backlog: (table.drafter_s(key, budget) + table.catch_up_s(key, backlog)) / one)
 
     priced = {}

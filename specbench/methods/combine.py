@@ -396,14 +396,15 @@ class CombinedDrafter(Drafter):
         return merged
 
     def observe(self, outcome: StepOutcome) -> None:
-        for i, (member, ctrl, tree, where, drafted) in enumerate(zip(self.members, self.controllers, *self._last)):
-            path = member_path(outcome.path, where)
+        paths = [member_path(outcome.path, where) for where in self._last[1]]  # each member's share of it
+        for i, (member, ctrl, tree, path, drafted) in enumerate(zip(self.members, self.controllers, self._last[0],
+                                                                    paths, self._last[2])):
             member.observe(StepOutcome(tree, path, outcome.bonus, outcome.committed,
                                        self._hidden_for(i, outcome.hidden), outcome.logits))
             if drafted:
                 ctrl.update(max(tree.depths(), default=0), len(path))
             self.backlog[i] = (0 if drafted else self.backlog[i]) + len(outcome.committed)
-        self._learn(outcome)
+        self._learn(outcome, [len(path) for path in paths])
         self._time_step()
 
     def _drafted_models(self) -> list[int]:
@@ -423,12 +424,12 @@ class CombinedDrafter(Drafter):
         for k, value in enumerate((self.clock() - self._began, self._priced, 1.0)):
             sums[k] = (1 - TYPICAL_RATE) * sums[k] + value
 
-    def _learn(self, outcome: StepOutcome) -> None:
-        """What the combination decides by, from the step's outcome: the calibration, each drafting member's
-        running accepted tokens (alone, beside the model-free proposal, against another model member), the
-        entropy router's state."""
+    def _learn(self, outcome: StepOutcome, own: list[int]) -> None:
+        """What the combination decides by, from the step's outcome (`own`: each member's accepted tokens, the
+        part of the accepted path it proposed): the calibration, each drafting member's running accepted
+        tokens (alone, beside the model-free proposal, against another model member), the entropy router's
+        state."""
         accepted = set(outcome.path)
-        own = [len(member_path(outcome.path, where)) for where in self._last[1]]
         model = self._drafted_models()
         for i, j in ((i, j) for i in model for j in model if i != j):
             mean, n = self.paired.get((i, j), (0.0, 0))
