@@ -15,10 +15,11 @@ from specbench.decoding.tree import DraftTree
 from specbench.methods.combine import (
     Calibration,
     CombinedDrafter,
-    budget_keep,
+    first_kept,
     member_path,
     merge_trees,
     paying_size,
+    ranked,
     subtree,
 )
 from specbench.methods.combine_options import MODES, CombineOptions
@@ -107,8 +108,9 @@ def test_the_budget_keeps_a_trie_of_the_likeliest_nodes():
     tree.add(2, a, "m")  # likely, but below an unlikely parent: ranks as its parent
     b = tree.add(3, -1, "m")
     tree.add(4, b, "m")
-    assert budget_keep(tree, [0.2, 0.9, 0.6, 0.5], 2) == [False, False, True, True]
-    assert budget_keep(tree, [0.2, 0.9, 0.6, 0.5], 3) == [True, False, True, True]
+    order = ranked(tree, [0.2, 0.9, 0.6, 0.5])[0]
+    assert first_kept(order, 2, len(tree)) == [False, False, True, True]
+    assert first_kept(order, 3, len(tree)) == [True, False, True, True]
     kept, new = subtree(tree, [False, False, True, True])
     assert (kept.tokens, kept.parents, new) == ([3, 4], [-1, 0], [-1, -1, 0, 1])
     assert [t.node for t in kept.trials[0]] == [0] and [t.node for t in kept.trials[1]] == [1]

@@ -151,10 +151,10 @@ def ranked(tree: DraftTree, estimates: list[float]) -> tuple[list[int], list[flo
     return order, [rank[n] for n in order]
 
 
-def budget_keep(tree: DraftTree, estimates: list[float], budget: int) -> list[bool]:
-    """The `budget` nodes of `tree` likeliest to be accepted, as a trie."""
-    keep = [False] * len(tree)
-    for node in ranked(tree, estimates)[0][:budget]:
+def first_kept(order: list[int], size: int, nodes: int) -> list[bool]:
+    """Per node of a tree of `nodes`, whether it is among the first `size` of `order` (`ranked`'s: a trie)."""
+    keep = [False] * nodes
+    for node in order[:size]:
         keep[node] = True
     return keep
 
@@ -374,9 +374,7 @@ class CombinedDrafter(Drafter):
         if priced:
             drawn = sum(len(t) for i, t in enumerate(trees) if i not in fixed)  # verified whatever the cut
             size = paying_size(ranks[:size], lambda k: draft_cost + self.verify_cost(drawn + k))
-        keep = [False] * len(merged)
-        for node in order[:size]:
-            keep[node] = True
+        keep = first_kept(order, size, len(merged))
         for i, where in zip(fixed, maps):
             out[i] = subtree(trees[i], [keep[node] for node in where])
         return out
