@@ -296,7 +296,9 @@ def test_the_cost_router_counts_what_a_members_tree_costs_to_verify():
 
 
 def test_a_node_is_verified_only_where_it_pays_for_its_position():
-    """Expected tokens per step time: 2.3 / 1.06 beats 1.9 / 1.03 and 2.31 / 1.09; free positions take every node."""
+    """Expected tokens per step time: 2.3 / 1.06 beats 1.9 / 1.03 and 2.31 / 1.09; free positions take every node;
+    a cut no better than the margin keeps them all (2.3 / 1.06 is 2.4% better than 2.31 / 1.09, 7% than
+    2.33 / 1.15)."""
     def linear(per_position):
         return lambda k: 1 + per_position * k
 
@@ -304,6 +306,8 @@ def test_a_node_is_verified_only_where_it_pays_for_its_position():
     assert paying_size([0.9, 0.4, 0.01], linear(0.0)) == 3
     assert paying_size([0.01, 0.01], linear(0.03)) == 0
     assert paying_size([], linear(0.03)) == 0
+    assert paying_size([0.9, 0.4, 0.01], linear(0.03), margin=0.05) == 3
+    assert paying_size([0.9, 0.4, 0.01, 0.01, 0.01], linear(0.03), margin=0.05) == 2
 
 
 def test_the_cost_router_cuts_a_tree_to_the_nodes_that_pay_on_the_measured_curve():
