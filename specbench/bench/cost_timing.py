@@ -253,18 +253,15 @@ def scratch_copy(drafter: Drafter) -> Drafter:
     return copy.deepcopy(drafter, shared)
 
 
-@torch.inference_mode()
-def time_drafter(model, strategy: Strategy, context_ids: list[int], budget: int, repeats: int, warmup: int,
-                 absorbed: int = 1) -> dict:
-    """One proposal at `budget` after the drafter absorbed `context_ids` and then `absorbed` more tokens,
-    committed one a step and observed as after steps that accepted no draft, so that a feature drafter's
-    proposal includes absorbing those tokens' target features. Each round starts the drafter afresh on
-    the context (proposing once, untimed), so every timed proposal sees the same context."""
-    drafter = scratch_copy(strategy.drafter)
-    committed = torch.tensor(context_ids, dtype=torch.long, device=model.device)
-    hidden = prefill(model, committed, new_cache(model), drafter.hidden_layers)
+def time_drafter(drafter: Drafter, committed: torch.Tensor, hidden: tuple[torch.Tensor, ...], budget: int,
+                 repeats: int, warmup: int, absorbed: int = 1) -> dict:
+    """One proposal of `drafter` (a `scratch_copy`) at `budget` after it absorbed the context `committed`
+    (with the target's `hidden` states of it) and then `absorbed` more tokens, committed one a step and
+    observed as after steps that accepted no draft, so that a feature drafter's proposal includes absorbing
+    those tokens' target features. Each round starts the drafter afresh on the context (proposing once,
+    untimed), so every timed proposal sees the same context."""
     last = tuple(h[-1:] for h in hidden)
-    rng = seeded(0, model.device)
+    rng = seeded(0, committed.device)
     depth: list[int] = []
     tokens = [committed]
 
@@ -282,8 +279,8 @@ def time_drafter(model, strategy: Strategy, context_ids: list[int], budget: int,
             drafter.observe(StepOutcome(DraftTree(), [], int(tokens[0][-1]), [int(tokens[0][-1])], last))
             tokens[0] = torch.cat([tokens[0], tokens[0][-1:]])
 
-    timing = _time_rounds([propose], repeats, warmup, model.device, setup=restart)[0]
-    return {"budget": budget, "absorbed": absorbed, "context": len(context_ids), "depth": float(np.mean(depth)),
+    timing = _time_rounds([propose], repeats, warmup, committed.device, setup=restart)[0]
+    return {"budget": budget, "absorbed": absorbed, "context": len(committed), "depth": float(np.mean(depth)),
             **timing}
 
 
@@ -353,6 +350,7 @@ def missing_proposals(table: CostTable, strategies: list[Strategy], grid: Grid) 
     return out
 
 
+@torch.inference_mode()
 def time_drafters(table: CostTable, model, strategies: list[Strategy], context: Callable[[], list[int]],
                   out_dir: str | Path, grid: Grid = BATCH_GRID,
                   advance: Callable[[str], None] = lambda what: None) -> CostTable:
@@ -362,15 +360,18 @@ def time_drafters(table: CostTable, model, strategies: list[Strategy], context: 
     missing = missing_proposals(table, with_drafter, grid)
     if not any(missing):
         return table
-    context_ids = context()
+    committed = torch.tensor(context(), dtype=torch.long, device=model.device)
     for strategy, proposals in zip(with_drafter, missing):
+        if not proposals:
+            continue
+        drafter = scratch_copy(strategy.drafter)
+        hidden = prefill(model, committed, new_cache(model), drafter.hidden_layers)
         entries = table.drafters.setdefault(drafter_key(strategy), [])
         with recorded_load(entries):
             for budget, tokens in proposals:
-                entries.append(time_drafter(model, strategy, context_ids, budget, grid.repeats, grid.warmup, tokens))
+                entries.append(time_drafter(drafter, committed, hidden, budget, grid.repeats, grid.warmup, tokens))
                 advance(f"{strategy.name} proposals")
-        if proposals:
-            save_table(out_dir, table)
+        save_table(out_dir, table)
     return table
 
 

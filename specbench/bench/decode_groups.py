@@ -18,7 +18,6 @@ from typing import Any, Callable, Iterator
 from specbench.bench.prepare import PreparedRun
 from specbench.core.records import WarmUp
 from specbench.decoding.decode import Generation
-from specbench.decoding.target import encode_turn
 from specbench.engines.protocol import Compiles, Decoded
 from specbench.methods.build import Strategy
 from specbench.plan.suites import SuiteItem
@@ -101,7 +100,7 @@ def warm_up(bench: PreparedRun) -> float:
     config = bench.config
     if not config.warmup:
         return 0.0
-    prompts = sorted((encode_turn(bench.target.tokenizer, item) for item in bench.suite.items), key=len)
+    prompts = sorted(bench.first_turns, key=len)
     per_prompt = 0.0
     for batch_size in bench.batch_sizes:
         batches = [prompts[:batch_size]] + ([prompts[-batch_size:]] if len(prompts) > batch_size else [])

@@ -25,7 +25,7 @@ from specbench.bench.summarise import finish
 from specbench.core.errors import Interrupted, SpecbenchError
 from specbench.core.records import Row, RunResult
 from specbench.decoding.drafting import Drafter
-from specbench.decoding.target import context_limit, encode_turn
+from specbench.decoding.target import context_limit
 from specbench.engines.protocol import KeepsLog, TimesTarget
 from specbench.methods.build import Strategy
 from specbench.methods.combine import CombinedDrafter
@@ -47,7 +47,7 @@ def cost_inputs(bench: PreparedRun) -> CostInputs:
     engine's strategies priced with the forwards specbench times, another engine's with its own where it
     times them (`TimesTarget`)."""
     contexts = [64, 256] + [c for c in (1024, 4096) if c <= (context_limit(bench.target) or 0)]
-    longest = max(len(encode_turn(bench.target.tokenizer, i)) for i in bench.suite.items)
+    longest = max(map(len, bench.first_turns))
     contexts = [c for c in contexts if c <= 4 * (longest + bench.config.max_new_tokens)] or contexts[:1]
     grid = Grid(context_lens=tuple(contexts), masks=(CHAIN, TREE))
     context = cache(partial(drafter_context, bench.target))  # generated once, if a proposal is timed
@@ -99,7 +99,7 @@ def price_combinations(bench: PreparedRun, table: CostTable) -> list[str]:
     knobs = bench.config.knobs.get(COMBINE, {})
     if not combined or ("node_cost" in knobs and "draft_cost" in knobs):
         return []
-    prompts = sorted(len(encode_turn(bench.target.tokenizer, item)) for item in bench.suite.items)
+    prompts = sorted(map(len, bench.first_turns))
     context = prompts[len(prompts) // 2] + bench.config.max_new_tokens // 2
     one = table.target_s(1, context)
     verify = cache(lambda positions: table.target_s(positions, context, tree=True) / one)

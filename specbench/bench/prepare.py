@@ -6,6 +6,7 @@ sizes that run.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from specbench.analysis.device_metrics import RunMetrics
 from specbench.analysis.hardware import GpuProfile
@@ -49,6 +50,11 @@ class PreparedRun:
     def profile(self) -> GpuProfile | None:
         """The --gpu profile to project onto."""
         return self.plan.profile
+
+    @cached_property
+    def first_turns(self) -> list[list[int]]:
+        """Each prompt's first turn, tokenized: what the warm-up decodes and the cost model's contexts are read from."""
+        return [encode_turn(self.target.tokenizer, item) for item in self.suite.items]
 
     @property
     def runs(self) -> list[Strategy]:
