@@ -67,6 +67,18 @@ def test_every_proposal_cost_is_timed_on_one_context(measured):
     assert len({r["context"] for entries in stored["drafters"].values() for r in entries}) == 1
 
 
+def test_a_stored_cost_table_prints_as_tables(measured, tiny_model_dir, tiny_draft_dir, monkeypatch):
+    """Without --json, `costs` prints what it stored for a person: the target's forwards, each drafter's proposals
+    (fresh, not after a backlog) by budget, the batched step overhead."""
+    _, _, out = measured
+    monkeypatch.setattr(cost_table, "trusted", lambda entry: True)
+    result = invoke("costs", "--model", tiny_model_dir, "--drafter", tiny_draft_dir, *GRID, "--out", out)
+    assert result.exit_code == 0, result.output
+    proposals = result.stdout.split("one proposal per sequence, ms (k = draft budget)")[1]
+    assert "target forward, ms" in result.stdout and "batched step overhead" in proposals
+    assert all(name in proposals for name in ("ngram", "suffix", "draft")) and "k=15" in proposals
+
+
 def test_cost_table_is_reused_not_remeasured(measured, tiny_model_dir):
     table, _, out = measured
     target = load_target(tiny_model_dir, torch.device("cpu"), torch.float32)

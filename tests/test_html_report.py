@@ -21,8 +21,8 @@ import pytest
 from specbench.analysis.stats import summarise_strategies
 from specbench.core.records import TunedStudy
 from specbench.core.records.serve_records import ServeResult, ServeVerdict
-from specbench.report.comparison import load_runs
 from specbench.report import html_page
+from specbench.report.comparison import load_runs
 from specbench.report.html_page import Page, render_page, write_page
 from specbench.report.html_sweeps import StudyView, TrialValue
 from tests.helpers import invoke, record, served, write_run, write_study

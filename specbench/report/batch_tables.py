@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 from rich.table import Table
 
-from specbench.analysis.cost_table import CostTable
+from specbench.analysis.cost_table import CostTable, absorbed
 from specbench.core.records import LoadAxis, StrategySummary
 from specbench.methods.names import BASELINE
 
