@@ -56,6 +56,18 @@ def test_merge_shares_common_prefixes_and_keeps_every_proposer():
     assert member_path([0, 3], maps[0]) == [0]
 
 
+def test_a_lone_tree_is_verified_as_it_is():
+    """A routed step where one member drafted: the merge and a cut that keeps every node hand that tree on as it
+    is (its trials with each q), each node where it was."""
+    b = DraftTree()
+    x = b.add(5, -1, "b")
+    b.add(9, x, "b")
+    b.add(6, x, "b", q=torch.tensor([0.5, 0.5]))
+    merged, maps = merge_trees([DraftTree(), b, DraftTree()])
+    assert merged is b and maps == [[], [0, 1, 2], []]
+    assert subtree(b, [True] * 3) == (b, [0, 1, 2])
+
+
 def test_order_of_members_does_not_matter():
     assert parse_strategy("draft+ngram") == parse_strategy("ngram+draft") == StrategyName(("ngram", "draft"))
 
