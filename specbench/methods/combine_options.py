@@ -11,13 +11,13 @@ Torch-free, so that a bad mode, budget or threshold pair is refused before any m
   cost + the verify of its tree) is best drafts, where that beats (1 + what the model-free proposals
   are expected to bring) / (the verify of theirs), or always where there is no model-free member; it
   changes only for one `switch_margin` better; the verified trie is cut to the nodes that pay for their
-  positions. The costs are the run's measured ones where it times them (bench/pipeline.py), else
-  `draft_cost` and `node_cost`, scaled by what steps of each kind took in the run. `entropy` (the
-  seeds' rule): the target's entropy at the last committed position decides, with hysteresis: above
-  `entropy_high` the later members draft (the uncertain state), below `entropy_low` the first one
-  (the confident state), in between the state stays. A member left out drafts after `explore` idle
-  steps anyway, so that its acceptance estimate stays current, or after more where that keeps its
-  explorations to 1% of the run's time.
+  positions, where that makes the step 5% better. The costs are the run's measured ones where it
+  times them (bench/pipeline.py), else `draft_cost` and `node_cost`, scaled by what steps of each kind
+  took in the run. `entropy` (the seeds' rule): the target's entropy at the last committed position
+  decides, with hysteresis: above `entropy_high` the later members draft (the uncertain state), below
+  `entropy_low` the first one (the confident state), in between the state stays. A member left out
+  drafts after `explore` idle steps anyway, so that its acceptance estimate stays current, or after
+  more where that keeps its explorations to 1% of the run's time.
 """
 
 from __future__ import annotations
